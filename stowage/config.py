@@ -1,0 +1,322 @@
+"""Every Stowage knob, its default and why, in one place; loading and validation.
+
+Three steps, kept apart (STYLE §7): parse a YAML file / env / flags into a
+nested dict of overrides (wire form) → :func:`apply_overrides` onto the
+defaults → :func:`validate`, which reports *every* problem with its dotted
+path, the value and the allowed range. :func:`load_settings` does all three.
+
+YAML file shape (every key optional)::
+
+    harvest:    {t_alloc: {cpu: 0.9, memory: 0.9}, ramp_up_s: 30, utilization_stale_after_s: 30}
+    contention: {t_preempt: {cpu: 0.99, memory: 0.95}, sustained_count: 3, sample_interval_s: 1,
+                 policy: preserve, alpha: 2, ...}
+    packing:    {fairness_knob: 0.25, barrier_knob: 0.9, remaining_work_weight: 1.0, remote_penalty: 0.1}
+    classifier: {short_task_threshold_s: 60}
+
+Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
+per-resource keys as ``STOWAGE_HARVEST__T_ALLOC__CPU=0.8``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stowage.errors import ConfigError
+from stowage.resources import CPU, DISK, MEMORY, NETWORK
+
+__all__ = [
+    "ClassifierSettings",
+    "ContentionPolicy",
+    "ContentionSettings",
+    "HarvestSettings",
+    "PackingSettings",
+    "PerResource",
+    "StowageSettings",
+    "apply_overrides",
+    "env_overrides",
+    "load_settings",
+    "validate",
+]
+
+ENV_PREFIX = "STOWAGE_"
+
+
+@dataclass(frozen=True, slots=True)
+class PerResource:
+    """A fraction per resource; ``other`` covers extended resources."""
+
+    cpu: float
+    memory: float
+    disk: float
+    network: float
+    other: float
+
+    def get(self, resource: str) -> float:
+        return {CPU: self.cpu, MEMORY: self.memory, DISK: self.disk, NETWORK: self.network}.get(
+            resource, self.other
+        )
+
+    def array(self, resources: tuple[str, ...] | list[str]) -> Any:
+        """The fractions lined up with a resource axis, as a numpy array."""
+        import numpy as np
+
+        return np.array([self.get(r) for r in resources], dtype=np.float64)
+
+
+class ContentionPolicy(enum.StrEnum):
+    """OPERA Algorithm 1 ``RelieveContention`` policies."""
+
+    AGGRESSIVE = "aggressive"  # evict only under memory contention
+    NEUTRAL = "neutral"  # evict under contention of any resource
+    PRESERVE = "preserve"  # neutral, plus block harvestable capacity after contention
+
+
+@dataclass(frozen=True, slots=True)
+class HarvestSettings:
+    """How much reserved-but-idle capacity opportunistic pods may use (UBIS Alg. 1, OPERA Eq. 4)."""
+
+    t_alloc: PerResource = field(default_factory=lambda: PerResource(0.9, 0.9, 0.9, 0.9, 0.9))
+    """Opportunistic allocation stops at ``t_alloc·C`` of measured usage. UBIS §V-C found 0.9 best."""
+    ramp_up_s: float = 30.0
+    """A newly bound opportunistic pod counts at its full demand this long (Tetris §4.1, UBIS §V-A)."""
+    utilization_stale_after_s: float = 30.0
+    """Three scrapes at 10 s: past this a node's samples are stale and it harvests nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContentionSettings:
+    """When the node monitor declares contention and what it does about it (UBIS §IV-C, OPERA Alg. 1)."""
+
+    t_preempt: PerResource = field(default_factory=lambda: PerResource(0.99, 0.95, 0.99, 0.99, 0.99))
+    """Usage above ``t_preempt·C`` is contention. UBIS §V-C: 0.99 cpu, 0.95 memory."""
+    sustained_count: int = 3
+    """Consecutive over-threshold samples before acting (UBIS §V-A: 3 at 1 s)."""
+    sample_interval_s: float = 1.0
+    """Node monitor sampling period (UBIS §V-A)."""
+    policy: ContentionPolicy = ContentionPolicy.PRESERVE
+    """OPERA §III-C: preserve kills least work (632 → 248 killed tasks in its evaluation)."""
+    alpha: float = 2.0
+    """PRESERVE growth/decay factor for blocked resources and block time (OPERA Alg. 1: doubling)."""
+    blocked_initial_fraction: float = 0.05
+    """First block after a contention: this fraction of capacity on the contended resource (ours)."""
+    blocked_max_fraction: float = 0.5
+    """Cap on blocked capacity, so one noisy node never blocks harvesting entirely (ours)."""
+    block_time_initial_s: float = 30.0
+    """First block window; one ramp-up period (ours)."""
+    block_time_max_s: float = 600.0
+    """Cap on the block window: ten minutes (ours)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PackingSettings:
+    """Tetris knobs (§3.2–3.5, defaults from §5.3)."""
+
+    fairness_knob: float = 0.25
+    """``f``: only the ⌈(1−f)·|J|⌉ jobs furthest below fair share compete (Tetris §5.3: 0.25)."""
+    barrier_knob: float = 0.9
+    """``b``: once this fraction of a group before a barrier finished, its stragglers go first."""
+    remaining_work_weight: float = 1.0
+    """``m`` in ``ε = m·ā/p̄`` (Tetris §3.3.1: m = 1 works well)."""
+    remote_penalty: float = 0.10
+    """Alignment penalty on nodes not holding the pod's data (Tetris §3.2: 10%)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierSettings:
+    """OPERA's short/long task classifier (§III-B)."""
+
+    short_task_threshold_s: float = 60.0
+    """Tasks finishing within this are 'short' and may run opportunistically (OPERA §III-B)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StowageSettings:
+    """All settings, one dataclass per concern."""
+
+    harvest: HarvestSettings = field(default_factory=HarvestSettings)
+    contention: ContentionSettings = field(default_factory=ContentionSettings)
+    packing: PackingSettings = field(default_factory=PackingSettings)
+    classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
+
+
+# --- overrides ----------------------------------------------------------------------------------
+
+
+def _coerce(value: Any, current: Any, path: str, problems: list[str]) -> Any:
+    """Convert an override to the type of the default it replaces."""
+    if isinstance(current, enum.Enum):
+        try:
+            return type(current)(str(value).strip().lower())
+        except ValueError:
+            allowed = ", ".join(m.value for m in type(current))
+            problems.append(f"{path}: must be one of {allowed}, got {value!r}")
+            return current
+    if isinstance(current, bool):
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+            return value.strip().lower() in ("true", "1")
+        if isinstance(value, bool):
+            return value
+        problems.append(f"{path}: must be true or false, got {value!r}")
+        return current
+    if isinstance(current, int | float):
+        try:
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if math.isnan(number):
+            problems.append(f"{path}: must be a number, got {value!r}")
+            return current
+        if isinstance(current, int):
+            if number != int(number):
+                problems.append(f"{path}: must be a whole number, got {value!r}")
+                return current
+            return int(number)
+        return number
+    return value
+
+
+def _apply(obj: Any, overrides: Mapping[str, Any], path: str, problems: list[str]) -> Any:
+    if not isinstance(overrides, Mapping):
+        problems.append(f"{path or 'config'}: must be a mapping, got {overrides!r}")
+        return obj
+    names = {f.name for f in dataclasses.fields(obj)}
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        dotted = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            problems.append(f"{dotted}: unknown key; known keys: {', '.join(sorted(names))}")
+            continue
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            changes[key] = _apply(current, value, dotted, problems)
+        else:
+            changes[key] = _coerce(value, current, dotted, problems)
+    return dataclasses.replace(obj, **changes)
+
+
+def apply_overrides(settings: StowageSettings, overrides: Mapping[str, Any]) -> StowageSettings:
+    """Apply a nested dict of overrides; raise :class:`ConfigError` listing every bad key."""
+    problems: list[str] = []
+    result = _apply(settings, overrides, "", problems)
+    if problems:
+        raise ConfigError(problems)
+    return result
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``STOWAGE_SECTION__KEY[__SUBKEY]=value`` variables as a nested override dict."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        parts = name[len(ENV_PREFIX) :].lower().split("__")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+def _check_range(problems: list[str], path: str, value: float, lo: float, hi: float, lo_open: bool, hi_open: bool) -> None:
+    ok_lo = value > lo if lo_open else value >= lo
+    ok_hi = value < hi if hi_open else value <= hi
+    if not (ok_lo and ok_hi and math.isfinite(value)):
+        left, right = "(" if lo_open else "[", ")" if hi_open else "]"
+        problems.append(f"{path}: must be within {left}{lo}, {hi}{right}, got {value!r}")
+
+
+def validate(settings: StowageSettings) -> list[str]:
+    """Every problem in ``settings``, each as ``dotted.path: must be ..., got value``."""
+    p: list[str] = []
+    h, c, k, cl = settings.harvest, settings.contention, settings.packing, settings.classifier
+    for res in ("cpu", "memory", "disk", "network", "other"):
+        ta, tp = getattr(h.t_alloc, res), getattr(c.t_preempt, res)
+        _check_range(p, f"harvest.t_alloc.{res}", ta, 0.0, 1.0, True, False)
+        _check_range(p, f"contention.t_preempt.{res}", tp, 0.0, 1.0, True, False)
+        if math.isfinite(ta) and math.isfinite(tp) and not ta < tp:
+            p.append(
+                f"harvest.t_alloc.{res}: must be below contention.t_preempt.{res} ({tp}) so harvesting "
+                f"stops before eviction starts, got {ta}"
+            )
+    _check_range(p, "harvest.ramp_up_s", h.ramp_up_s, 0.0, 86400.0, False, False)
+    _check_range(p, "harvest.utilization_stale_after_s", h.utilization_stale_after_s, 0.0, 3600.0, True, False)
+    if c.sustained_count < 1:
+        p.append(f"contention.sustained_count: must be at least 1, got {c.sustained_count!r}")
+    _check_range(p, "contention.sample_interval_s", c.sample_interval_s, 0.0, 60.0, True, False)
+    _check_range(p, "contention.alpha", c.alpha, 1.0, 16.0, False, False)
+    _check_range(p, "contention.blocked_initial_fraction", c.blocked_initial_fraction, 0.0, 1.0, False, False)
+    _check_range(p, "contention.blocked_max_fraction", c.blocked_max_fraction, 0.0, 1.0, False, False)
+    if c.blocked_initial_fraction > c.blocked_max_fraction:
+        p.append(
+            "contention.blocked_initial_fraction: must not exceed contention.blocked_max_fraction "
+            f"({c.blocked_max_fraction}), got {c.blocked_initial_fraction}"
+        )
+    _check_range(p, "contention.block_time_initial_s", c.block_time_initial_s, 0.0, 86400.0, True, False)
+    _check_range(p, "contention.block_time_max_s", c.block_time_max_s, 0.0, 86400.0, True, False)
+    if c.block_time_initial_s > c.block_time_max_s:
+        p.append(
+            "contention.block_time_initial_s: must not exceed contention.block_time_max_s "
+            f"({c.block_time_max_s}), got {c.block_time_initial_s}"
+        )
+    _check_range(p, "packing.fairness_knob", k.fairness_knob, 0.0, 1.0, False, False)
+    _check_range(p, "packing.barrier_knob", k.barrier_knob, 0.0, 1.0, False, False)
+    _check_range(p, "packing.remaining_work_weight", k.remaining_work_weight, 0.0, 1000.0, False, False)
+    _check_range(p, "packing.remote_penalty", k.remote_penalty, 0.0, 1.0, False, True)
+    _check_range(p, "classifier.short_task_threshold_s", cl.short_task_threshold_s, 0.0, 86400.0, True, False)
+    return p
+
+
+def load_settings(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> StowageSettings:
+    """Defaults ← YAML file ← environment ← explicit overrides (flags), then validate.
+
+    Raises :class:`ConfigError` naming every bad key; a missing or unreadable file
+    is reported with its path.
+    """
+    settings = StowageSettings()
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError([f"{path}: cannot read config file ({exc.strerror})"]) from exc
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError([f"{path}: not valid YAML ({exc})"]) from exc
+        settings = apply_overrides(settings, data)
+    settings = apply_overrides(settings, env_overrides(environ))
+    if overrides:
+        settings = apply_overrides(settings, overrides)
+    problems = validate(settings)
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def as_dict(settings: StowageSettings) -> dict[str, Any]:
+    """Plain-data form (enums as their values), for reports and ``--print-config``."""
+
+    def conv(v: Any) -> Any:
+        if isinstance(v, enum.Enum):
+            return v.value
+        if isinstance(v, dict):
+            return {k: conv(x) for k, x in v.items()}
+        return v
+
+    return conv(dataclasses.asdict(settings))

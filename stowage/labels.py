@@ -1,0 +1,212 @@
+"""Every label, annotation, name and metric key Stowage reads or writes, and pod intent parsing.
+
+These strings are contracts (DESIGN.md): users, dashboards and tests depend on
+them. Import them from here; never spell one out elsewhere.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stowage.errors import IntentError
+from stowage.resources import DISK, NETWORK, ResourceVector, parse_quantity
+
+__all__ = [
+    "ANN_DATA_NODES",
+    "ANN_DEMAND",
+    "ANN_DISK_BANDWIDTH",
+    "ANN_EXPECTED_DURATION",
+    "ANN_NETWORK_BANDWIDTH",
+    "API_GROUP",
+    "API_VERSION",
+    "LABEL_CLASS",
+    "LABEL_HARVEST",
+    "LABEL_JOB",
+    "LABEL_OPPORTUNISTIC",
+    "LABEL_QUEUE",
+    "LABEL_TASK_GROUP",
+    "METRICS",
+    "OPPORTUNISTIC_PRIORITY_CLASS",
+    "SCHEDULER_NAME",
+    "PodClass",
+    "PodIntent",
+    "Opportunistic",
+    "bandwidth_demand",
+    "harvest_enabled",
+    "node_bandwidth_capacity",
+    "pod_intent",
+]
+
+DOMAIN = "stowage.io"
+API_GROUP = DOMAIN
+API_VERSION = "v1alpha1"
+SCHEDULER_NAME = "stowage-scheduler"
+OPPORTUNISTIC_PRIORITY_CLASS = "stowage-opportunistic"
+
+# --- labels -------------------------------------------------------------------------------------
+LABEL_OPPORTUNISTIC = f"{DOMAIN}/opportunistic"  # user intent: "true" | "auto" | "false"
+LABEL_CLASS = f"{DOMAIN}/class"  # system-set: "regular" | "opportunistic"
+LABEL_QUEUE = f"{DOMAIN}/queue"  # system-set on Job pods; on a namespace: default queue
+LABEL_JOB = f"{DOMAIN}/job"
+LABEL_TASK_GROUP = f"{DOMAIN}/task-group"
+LABEL_HARVEST = f"{DOMAIN}/harvest"  # node label; "false" keeps the node out of harvesting
+#: Labels only the webhook may set; a user's value is overwritten.
+SYSTEM_LABELS: tuple[str, ...] = (LABEL_CLASS, LABEL_QUEUE, LABEL_JOB, LABEL_TASK_GROUP)
+
+# --- annotations --------------------------------------------------------------------------------
+ANN_DEMAND = f"{DOMAIN}/demand"  # system-set JSON map: an opportunistic pod's real demand
+ANN_DISK_BANDWIDTH = f"{DOMAIN}/disk-bandwidth"  # pod demand or node capacity, bytes/s quantity
+ANN_NETWORK_BANDWIDTH = f"{DOMAIN}/network-bandwidth"
+ANN_EXPECTED_DURATION = f"{DOMAIN}/expected-duration"  # seconds
+ANN_DATA_NODES = f"{DOMAIN}/data-nodes"  # comma list of node names holding the pod's input
+
+
+class METRICS:
+    """Prometheus metric names (contracts: dashboards and PromQL depend on them)."""
+
+    # node-monitor
+    NODE_USAGE = "stowage_node_usage"
+    NODE_CAPACITY = "stowage_node_capacity"
+    NODE_CONTENTION = "stowage_node_contention"
+    NODE_BLOCKED = "stowage_node_blocked"
+    POD_USAGE = "stowage_pod_usage"
+    EVICTIONS_TOTAL = "stowage_evictions_total"
+    SAMPLE_SECONDS = "stowage_node_sample_seconds"
+    # extender
+    EXTENDER_REQUEST_SECONDS = "stowage_extender_request_seconds"
+    EXTENDER_REJECTIONS_TOTAL = "stowage_extender_rejections_total"
+    NODE_HARVESTABLE = "stowage_node_harvestable"
+    # operator
+    QUEUE_DOMINANT_SHARE = "stowage_queue_dominant_share"
+    QUEUE_FAIR_SHARE = "stowage_queue_fair_share"
+    QUEUE_ALLOCATED = "stowage_queue_allocated"
+    QUEUE_PENDING_TASKS = "stowage_queue_pending_tasks"
+    JOB_COMPLETION_SECONDS = "stowage_job_completion_seconds"
+    DISPATCH_TOTAL = "stowage_dispatch_total"
+
+
+class Opportunistic(enum.StrEnum):
+    """A pod's or job's wish to run on harvested capacity."""
+
+    TRUE = "true"
+    AUTO = "auto"
+    FALSE = "false"
+
+    @classmethod
+    def parse(cls, value: Any, field: str) -> Opportunistic:
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise IntentError(field, value, "one of 'true', 'auto', 'false'") from None
+
+
+class PodClass(enum.StrEnum):
+    """The class a pod was actually given (label ``stowage.io/class``)."""
+
+    REGULAR = "regular"
+    OPPORTUNISTIC = "opportunistic"
+
+
+@dataclass(frozen=True, slots=True)
+class PodIntent:
+    """What a pod's labels and annotations ask of Stowage, parsed and validated."""
+
+    opportunistic: Opportunistic
+    pod_class: PodClass | None
+    demand: ResourceVector | None  # the original demand of an opportunistic pod (annotation)
+    bandwidth: ResourceVector  # disk / network bytes per second
+    data_nodes: frozenset[str] = field(default_factory=frozenset)
+    expected_duration_s: float | None = None
+    queue: str | None = None
+
+    @property
+    def is_opportunistic(self) -> bool:
+        return self.pod_class is PodClass.OPPORTUNISTIC
+
+
+def _meta(pod: Mapping[str, Any]) -> tuple[Mapping[str, str], Mapping[str, str]]:
+    meta = pod.get("metadata") or {}
+    return meta.get("labels") or {}, meta.get("annotations") or {}
+
+
+def bandwidth_demand(annotations: Mapping[str, str], where: str = "metadata.annotations") -> ResourceVector:
+    """Disk and network bandwidth declared by ``stowage.io/*-bandwidth`` annotations (bytes/s)."""
+    out: dict[str, float] = {}
+    for key, resource in ((ANN_DISK_BANDWIDTH, DISK), (ANN_NETWORK_BANDWIDTH, NETWORK)):
+        if key in annotations:
+            out[resource] = parse_quantity(annotations[key], f"{where}[{key!r}]")
+    return ResourceVector(out)
+
+
+node_bandwidth_capacity = bandwidth_demand
+"""A node's declared bandwidth capacity uses the same annotation names as a pod's demand."""
+
+
+def harvest_enabled(node_labels: Mapping[str, str]) -> bool:
+    """False only when the node carries ``stowage.io/harvest: "false"`` (per-node switch, UBIS §I)."""
+    return str(node_labels.get(LABEL_HARVEST, "true")).strip().lower() != "false"
+
+
+def _parse_duration(value: str, field: str) -> float:
+    try:
+        seconds = float(str(value).strip().removesuffix("s"))
+    except ValueError:
+        raise IntentError(field, value, "a duration in seconds such as '45' or '45s'") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise IntentError(field, value, "a finite, non-negative number of seconds")
+    return seconds
+
+
+def _parse_demand(value: str, field: str) -> ResourceVector:
+    try:
+        raw = json.loads(value)
+    except (TypeError, json.JSONDecodeError):
+        raise IntentError(field, value, 'a JSON map of quantities such as {"cpu": "2", "memory": "4Gi"}') from None
+    if not isinstance(raw, dict):
+        raise IntentError(field, value, "a JSON object mapping resource names to quantities")
+    return ResourceVector.parse(raw, field)
+
+
+def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FALSE) -> PodIntent:
+    """Parse a pod's Stowage labels and annotations; raise :class:`IntentError` on a bad value.
+
+    ``default`` applies when the pod has no ``stowage.io/opportunistic`` label:
+    ``false`` for plain pods (opt-out), ``auto`` for pods of Stowage Jobs.
+    """
+    labels, annotations = _meta(pod)
+    where_l, where_a = "metadata.labels", "metadata.annotations"
+    opp = (
+        Opportunistic.parse(labels[LABEL_OPPORTUNISTIC], f"{where_l}[{LABEL_OPPORTUNISTIC!r}]")
+        if LABEL_OPPORTUNISTIC in labels
+        else default
+    )
+    pod_class = None
+    if LABEL_CLASS in labels:
+        raw = str(labels[LABEL_CLASS]).strip().lower()
+        try:
+            pod_class = PodClass(raw)
+        except ValueError:
+            raise IntentError(f"{where_l}[{LABEL_CLASS!r}]", labels[LABEL_CLASS], "'regular' or 'opportunistic'") from None
+    demand = _parse_demand(annotations[ANN_DEMAND], f"{where_a}[{ANN_DEMAND!r}]") if ANN_DEMAND in annotations else None
+    duration = (
+        _parse_duration(annotations[ANN_EXPECTED_DURATION], f"{where_a}[{ANN_EXPECTED_DURATION!r}]")
+        if ANN_EXPECTED_DURATION in annotations
+        else None
+    )
+    data_nodes = frozenset(n.strip() for n in str(annotations.get(ANN_DATA_NODES, "")).split(",") if n.strip())
+    return PodIntent(
+        opportunistic=opp,
+        pod_class=pod_class,
+        demand=demand,
+        bandwidth=bandwidth_demand(annotations, where_a),
+        data_nodes=data_nodes,
+        expected_duration_s=duration,
+        queue=labels.get(LABEL_QUEUE),
+    )

@@ -1,0 +1,74 @@
+"""The simulator's workload model: nodes, queues, jobs of task groups.
+
+Every trace reader (``stowage.sim.traces``) produces a :class:`Workload`; the
+engine consumes only this. Amounts are in base units (cores, bytes, bytes/s),
+times in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stowage.labels import Opportunistic
+from stowage.model import JobOrder
+from stowage.resources import ResourceVector
+
+__all__ = ["JobSpec", "NodeSpec", "QueueSpec", "TaskGroup", "Workload"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    capacity: ResourceVector
+    harvest: bool = True  # False: node label stowage.io/harvest="false"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    name: str
+    weight: float = 1.0
+    job_order: JobOrder = JobOrder.SRTF
+    opportunistic_allowed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGroup:
+    """``tasks`` identical tasks; a barrier: none starts before every group in ``depends_on`` finished."""
+
+    name: str
+    tasks: int
+    demand: ResourceVector
+    duration_s: float  # when running alone at full speed
+    usage: float | None = None  # fraction of demand really used; None → the engine's usage model
+    depends_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    name: str
+    queue: str
+    arrival_s: float
+    groups: tuple[TaskGroup, ...]
+    opportunistic: Opportunistic = Opportunistic.AUTO
+    priority: int = 0  # kube-default orders by priority, then arrival
+
+    @property
+    def task_count(self) -> int:
+        return sum(g.tasks for g in self.groups)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A whole simulation input; ``model`` states how it was made (printed in every report)."""
+
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    queues: tuple[QueueSpec, ...]
+    jobs: tuple[JobSpec, ...]
+    model: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def task_count(self) -> int:
+        return sum(j.task_count for j in self.jobs)
