@@ -15,7 +15,12 @@ from stowage import __version__
 __all__ = ["main"]
 
 #: subcommand name → "module:attribute" of a click command.
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "bench": "stowage.bench:bench",
+    "simulate": "stowage.sim.cli:simulate",
+    "extender": "stowage.extender.cli:extender",
+    "node-monitor": "stowage.node_monitor.cli:node_monitor",
+}
 
 
 class _LazyGroup(click.Group):
