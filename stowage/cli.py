@@ -7,6 +7,7 @@ without importing FastAPI, kopf or the Kubernetes client.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import click
 
@@ -23,9 +24,18 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+        # A part whose module is not installed (e.g. a slim image) is simply not listed.
+        present = {name for name, ref in SUBCOMMANDS.items() if _module_exists(ref.split(":")[0])}
+        return sorted({*super().list_commands(ctx), *present})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in SUBCOMMANDS:
