@@ -1,0 +1,1 @@
+"""Test support: real servers and emulators the tests run against (never mocks of our own code)."""

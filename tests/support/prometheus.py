@@ -1,0 +1,121 @@
+"""A real Prometheus server (Debian package) for tests, scraping targets on loopback.
+
+Usage::
+
+    with prometheus_server(tmp_path, ["127.0.0.1:9808"], scrape_interval_s=1.0) as url:
+        series = wait_for_query(url, 'stowage_node_usage{resource="cpu"}')
+
+The binary is looked up as ``$PROMETHEUS`` or ``prometheus`` on PATH. When it is
+missing the calling test is skipped locally and FAILS under CI (``CI=true``),
+because CI installs it and a silent skip would hide a broken install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+__all__ = ["free_port", "prometheus_binary", "prometheus_server", "query", "wait_for_query"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prometheus_binary() -> str:
+    """Path of the prometheus binary; skip (or fail under CI) when absent."""
+    path = os.environ.get("PROMETHEUS") or shutil.which("prometheus") or (
+        "/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None
+    )
+    if path is None:
+        message = "prometheus binary not found (apt-get install prometheus)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@contextlib.contextmanager
+def prometheus_server(
+    workdir: Path, targets: list[str], scrape_interval_s: float = 1.0, startup_timeout_s: float = 60.0
+) -> Iterator[str]:
+    """Run Prometheus scraping ``targets`` (``host:port``) and yield its base URL; stop it afterwards."""
+    binary = prometheus_binary()
+    workdir = Path(workdir) / "prometheus"
+    workdir.mkdir(parents=True, exist_ok=True)
+    interval = f"{max(int(scrape_interval_s * 1000), 100)}ms"
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [{"job_name": "stowage-test", "static_configs": [{"targets": list(targets)}]}],
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited with {proc.returncode}: {(workdir / 'prometheus.log').read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/-/ready", timeout=1.0).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"prometheus not ready after {startup_timeout_s}s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def query(url: str, promql: str) -> list[dict[str, Any]]:
+    """Run an instant query; return ``data.result`` (raises on an API error)."""
+    response = httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=5.0)
+    response.raise_for_status()
+    body = response.json()
+    if body.get("status") != "success":
+        raise RuntimeError(f"query {promql!r} failed: {body}")
+    return list(body["data"]["result"])
+
+
+def wait_for_query(url: str, promql: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """Poll ``promql`` until it returns at least one series; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = query(url, promql)
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"no series for {promql!r} after {timeout_s}s")
+        time.sleep(0.25)
