@@ -1,0 +1,196 @@
+"""Multi-resource alignment score of a task against nodes (Tetris §3.2).
+
+Tetris places a task on the node whose *available* resources point the same
+way as the task's *demand*: the dot product of the two vectors, each divided
+by the node's capacity so cores, bytes and bytes/s weigh the same::
+
+    a(t, n) = Σ_r (d_r / C_r) · (A_r / C_r)          if d_r ≤ A_r on every r
+    a(t, n) = −inf                                    otherwise (infeasible)
+
+Only feasible placements get a finite score, so picking the highest score can
+never over-allocate a node. When the pod names the nodes that hold its input
+(annotation ``stowage.io/data-nodes``) and ``n`` is not one of them, the score
+is multiplied by ``1 − remote_penalty`` (Tetris §3.2: "imposes a remote
+penalty (of, say, 10%)"; default ``PackingSettings.remote_penalty``).
+
+Shapes: R resources (the caller fixes their order), N nodes, T tasks.
+Units: whatever the caller uses, as long as demand, capacity and available
+agree per resource (Stowage uses cores, bytes, bytes/s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from stowage.config import PackingSettings
+from stowage.errors import InvalidInput
+
+__all__ = [
+    "FEASIBILITY_RTOL",
+    "MAX_EXTENDER_PRIORITY",
+    "alignment",
+    "feasible",
+    "to_extender_scores",
+]
+
+FEASIBILITY_RTOL = 1e-9
+"""``d_r ≤ A_r·(1 + 1e-9)`` counts as fitting: absorbs float noise from sums of
+quantities (e.g. 0.1 + 0.2 cores) without admitting any real over-allocation."""
+
+MAX_EXTENDER_PRIORITY = 10
+"""kube-scheduler's ``MaxExtenderPriority`` (see EXTENDER_PROTOCOL.md)."""
+
+_DEFAULTS = PackingSettings()
+
+
+def _as_2d(value: ArrayLike, field: str) -> NDArray[np.float64]:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim != 2:
+        raise InvalidInput(field, arr.shape, "must be a 2-D array (rows × resources)")
+    return arr
+
+
+def _demand_2d(demand: ArrayLike) -> tuple[NDArray[np.float64], bool]:
+    """Demand as (T, R) and whether the caller passed a single (R,) vector."""
+    d = np.asarray(demand, dtype=np.float64)
+    if d.ndim not in (1, 2):
+        raise InvalidInput("demand", d.shape, "must be (R,) or (T, R)")
+    single = d.ndim == 1
+    return np.atleast_2d(d), single
+
+
+def _check_resources(d: NDArray[np.float64], other: NDArray[np.float64], field: str) -> None:
+    if d.shape[1] != other.shape[1]:
+        raise InvalidInput(
+            f"{field}.shape", other.shape, f"must have {d.shape[1]} resource columns like demand"
+        )
+
+
+def _feasible_2d(d: NDArray[np.float64], avail: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """(T, N) fit mask for clamped inputs; loops over R so memory stays O(T·N)."""
+    limit = avail * (1.0 + FEASIBILITY_RTOL)
+    ok = np.ones((d.shape[0], avail.shape[0]), dtype=bool)
+    for r in range(d.shape[1]):
+        ok &= d[:, r, None] <= limit[None, :, r]
+    # A NaN demand is unknown, never "fits": <= with NaN is already False above.
+    return ok
+
+
+def feasible(demand: ArrayLike, available: ArrayLike) -> NDArray[np.bool_]:
+    """Whether each task fits each node on every resource.
+
+    ``fits(t, n) = ∀r: d_r ≤ max(A_r, 0)·(1 + FEASIBILITY_RTOL)``.
+
+    demand (R,) → (N,) bool; demand (T, R) → (T, N) bool; available (N, R).
+    Negative demands count as 0; a NaN demand never fits; NaN or negative
+    availability counts as 0 (so only a zero demand fits there).
+    """
+    d, single = _demand_2d(demand)
+    avail = _as_2d(available, "available")
+    _check_resources(d, avail, "available")
+    d = np.where(np.isnan(d), np.nan, np.maximum(d, 0.0))
+    avail = np.maximum(np.nan_to_num(avail, nan=0.0, posinf=0.0), 0.0)
+    ok = _feasible_2d(d, avail)
+    return ok[0] if single else ok
+
+
+def alignment(
+    demand: ArrayLike,
+    capacity: ArrayLike,
+    available: ArrayLike,
+    *,
+    remote: ArrayLike | None = None,
+    remote_penalty: float = _DEFAULTS.remote_penalty,
+) -> NDArray[np.float64]:
+    """Tetris alignment score of task(s) on every node (§3.2); −inf where it does not fit.
+
+    ``a(t, n) = Σ_r (d_r / C_r)·(A_r / C_r) · (1 − remote_penalty if remote[t, n] else 1)``
+
+    Args:
+        demand: (R,) one task, or (T, R) several. Negative → 0; NaN → infeasible.
+        capacity: (N, R) node capacity ``C``. NaN or negative → 0.
+        available: (N, R) what the task may use on the node ``A`` (regular free
+            capacity, or harvestable capacity for an opportunistic pod), clamped
+            to ``[0, C]``.
+        remote: optional bool mask, (N,) or (T, N): True where the node does not
+            hold the task's input data.
+        remote_penalty: fraction taken off a remote node's score, clamped to
+            ``[0, 1]``. Default ``PackingSettings.remote_penalty`` (0.10).
+
+    Returns:
+        (N,) for a single demand, (T, N) otherwise. ``−inf`` where any
+        ``d_r > A_r·(1 + FEASIBILITY_RTOL)``. A resource with ``C_r == 0`` adds 0
+        to the score and is feasible only for ``d_r == 0``. Scores are in
+        ``[0, R]``; a task using a whole empty node on every resource scores R.
+    """
+    d, single = _demand_2d(demand)
+    cap = _as_2d(capacity, "capacity")
+    avail = _as_2d(available, "available")
+    _check_resources(d, cap, "capacity")
+    _check_resources(d, avail, "available")
+    if cap.shape[0] != avail.shape[0]:
+        raise InvalidInput(
+            "available.shape", avail.shape, f"must have {cap.shape[0]} node rows like capacity"
+        )
+
+    d = np.where(np.isnan(d), np.nan, np.maximum(d, 0.0))
+    cap = np.maximum(np.nan_to_num(cap, nan=0.0, posinf=0.0), 0.0)
+    # Nothing is available beyond capacity; a zero-capacity resource has nothing available.
+    avail = np.clip(np.nan_to_num(avail, nan=0.0, posinf=0.0), 0.0, cap)
+
+    # Per resource, (d/C)·(A/C): A/C ∈ [0, 1], and d/C ≤ 1 + tol wherever the task fits,
+    # so no term can overflow for a feasible pair even with tiny capacities.
+    fits = _feasible_2d(d, avail)
+    score = np.zeros(fits.shape)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for r in range(d.shape[1]):
+            c = cap[:, r]
+            a_frac = np.divide(avail[:, r], c, out=np.zeros_like(c), where=c > 0)
+            d_frac = np.divide(d[:, r, None], c[None, :], out=np.zeros(fits.shape), where=c[None, :] > 0)
+            score += np.where(fits, d_frac * a_frac[None, :], 0.0)
+
+    if remote is not None:
+        mask = np.asarray(remote, dtype=bool)
+        if mask.shape not in ((cap.shape[0],), score.shape):
+            raise InvalidInput(
+                "remote.shape", mask.shape, f"must be ({cap.shape[0]},) or {score.shape} like the scores"
+            )
+        penalty = min(max(float(np.nan_to_num(remote_penalty, nan=0.0)), 0.0), 1.0)
+        score = np.where(np.broadcast_to(mask, score.shape), score * (1.0 - penalty), score)
+
+    score = np.where(fits, score, -np.inf)
+    return score[0] if single else score
+
+
+def to_extender_scores(scores: ArrayLike) -> NDArray[np.int64]:
+    """Node scores as kube-scheduler extender priorities, integers in 0..10.
+
+    Non-finite scores (−inf = infeasible, NaN) → 0. Feasible scores are mapped
+    linearly from their own range ``[lo, hi]`` onto ``[1, 10]`` and rounded half
+    up: ``1 + ⌊9·(s − lo)/(hi − lo) + ½⌋``, so the best node gets 10 and every
+    feasible node ranks above every infeasible one. If all feasible scores are
+    equal (or there is only one), each gets 10. Monotone: a higher score never
+    gets a lower priority. scores (N,) → int64 (N,).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 1:
+        raise InvalidInput("scores.shape", s.shape, "must be (N,): one score per node")
+    out = np.zeros(s.shape, dtype=np.int64)
+    ok = np.isfinite(s)
+    if not ok.any():
+        return out
+    finite = s[ok]
+    # Divide by the magnitude first so hi − lo cannot overflow for extreme inputs.
+    magnitude = float(np.abs(finite).max())
+    if magnitude > 0:
+        finite = finite / magnitude
+    lo, hi = float(finite.min()), float(finite.max())
+    span = hi - lo
+    if not span > 0:
+        out[ok] = MAX_EXTENDER_PRIORITY
+        return out
+    steps = MAX_EXTENDER_PRIORITY - 1
+    scaled = np.clip((finite - lo) / span, 0.0, 1.0)
+    out[ok] = 1 + np.floor(steps * scaled + 0.5).astype(np.int64)
+    return out
