@@ -61,9 +61,7 @@ class PerResource:
     other: float
 
     def get(self, resource: str) -> float:
-        return {CPU: self.cpu, MEMORY: self.memory, DISK: self.disk, NETWORK: self.network}.get(
-            resource, self.other
-        )
+        return {CPU: self.cpu, MEMORY: self.memory, DISK: self.disk, NETWORK: self.network}.get(resource, self.other)
 
     def array(self, resources: tuple[str, ...] | list[str]) -> Any:
         """The fractions lined up with a resource axis, as a numpy array."""
@@ -230,7 +228,9 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 # --- validation ---------------------------------------------------------------------------------
 
 
-def _check_range(problems: list[str], path: str, value: float, lo: float, hi: float, lo_open: bool, hi_open: bool) -> None:
+def _check_range(
+    problems: list[str], path: str, value: float, lo: float, hi: float, lo_open: bool, hi_open: bool
+) -> None:
     ok_lo = value > lo if lo_open else value >= lo
     ok_hi = value < hi if hi_open else value <= hi
     if not (ok_lo and ok_hi and math.isfinite(value)):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from stowage.errors import IntentError
+from stowage.errors import IntentError, QuantityError
 from stowage.resources import DISK, NETWORK, ResourceVector, parse_quantity
 
 __all__ = [
@@ -33,9 +33,9 @@ __all__ = [
     "METRICS",
     "OPPORTUNISTIC_PRIORITY_CLASS",
     "SCHEDULER_NAME",
+    "Opportunistic",
     "PodClass",
     "PodIntent",
-    "Opportunistic",
     "bandwidth_demand",
     "harvest_enabled",
     "node_bandwidth_capacity",
@@ -141,7 +141,10 @@ def bandwidth_demand(annotations: Mapping[str, str], where: str = "metadata.anno
     out: dict[str, float] = {}
     for key, resource in ((ANN_DISK_BANDWIDTH, DISK), (ANN_NETWORK_BANDWIDTH, NETWORK)):
         if key in annotations:
-            out[resource] = parse_quantity(annotations[key], f"{where}[{key!r}]")
+            try:
+                out[resource] = parse_quantity(annotations[key], f"{where}[{key!r}]")
+            except QuantityError as exc:
+                raise IntentError(exc.field, exc.value, exc.allowed) from None
     return ResourceVector(out)
 
 
@@ -171,7 +174,10 @@ def _parse_demand(value: str, field: str) -> ResourceVector:
         raise IntentError(field, value, 'a JSON map of quantities such as {"cpu": "2", "memory": "4Gi"}') from None
     if not isinstance(raw, dict):
         raise IntentError(field, value, "a JSON object mapping resource names to quantities")
-    return ResourceVector.parse(raw, field)
+    try:
+        return ResourceVector.parse(raw, field)
+    except QuantityError as exc:
+        raise IntentError(exc.field, exc.value, exc.allowed) from None
 
 
 def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FALSE) -> PodIntent:
@@ -193,7 +199,9 @@ def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FA
         try:
             pod_class = PodClass(raw)
         except ValueError:
-            raise IntentError(f"{where_l}[{LABEL_CLASS!r}]", labels[LABEL_CLASS], "'regular' or 'opportunistic'") from None
+            raise IntentError(
+                f"{where_l}[{LABEL_CLASS!r}]", labels[LABEL_CLASS], "'regular' or 'opportunistic'"
+            ) from None
     demand = _parse_demand(annotations[ANN_DEMAND], f"{where_a}[{ANN_DEMAND!r}]") if ANN_DEMAND in annotations else None
     duration = (
         _parse_duration(annotations[ANN_EXPECTED_DURATION], f"{where_a}[{ANN_EXPECTED_DURATION!r}]")

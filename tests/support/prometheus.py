@@ -38,8 +38,10 @@ def free_port() -> int:
 
 def prometheus_binary() -> str:
     """Path of the prometheus binary; skip (or fail under CI) when absent."""
-    path = os.environ.get("PROMETHEUS") or shutil.which("prometheus") or (
-        "/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None
+    path = (
+        os.environ.get("PROMETHEUS")
+        or shutil.which("prometheus")
+        or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)
     )
     if path is None:
         message = "prometheus binary not found (apt-get install prometheus)"
@@ -81,7 +83,9 @@ def prometheus_server(
         deadline = time.monotonic() + startup_timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {proc.returncode}: {(workdir / 'prometheus.log').read_text()}")
+                raise RuntimeError(
+                    f"prometheus exited with {proc.returncode}: {(workdir / 'prometheus.log').read_text()}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/-/ready", timeout=1.0).status_code == 200:
                     break
