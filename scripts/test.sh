@@ -5,5 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 export PATH="$PWD/.tools/helm:$PATH"
 .venv/bin/ruff check .
-.venv/bin/lint-imports
 .venv/bin/python -m pytest -q --benchmark-disable "$@"

@@ -1,0 +1,67 @@
+"""The import direction DESIGN.md and STYLE.md promise, checked on the source.
+
+import-linter cannot see ``extender/`` etc. (mapped with package-dir, not top-level
+folders of ``stowage``), so the contracts are checked here with ``ast`` instead.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: source folder → import name
+PARTS = {
+    "stowage/policy": "stowage.policy",
+    "stowage/sim": "stowage.sim",
+    "extender": "stowage.extender",
+    "node-monitor": "stowage.node_monitor",
+    "operator": "stowage.operator",
+}
+POLICY_ALLOWED = (
+    "numpy",
+    "stowage.policy",
+    "stowage.resources",
+    "stowage.config",
+    "stowage.labels",
+    "stowage.model",
+    "stowage.errors",
+)
+STDLIB_IO = ("os", "socket", "subprocess", "time", "logging", "random", "pathlib", "http", "urllib", "asyncio")
+
+
+def _imports(folder: str) -> list[tuple[str, str]]:
+    found = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found += [(str(path.relative_to(ROOT)), a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.append((str(path.relative_to(ROOT)), node.module))
+    return found
+
+
+def _is_stdlib_pure(module: str) -> bool:
+    import sys
+
+    top = module.split(".")[0]
+    return top in sys.stdlib_module_names and top not in STDLIB_IO
+
+
+def test_policy_imports_only_numpy_and_the_pure_core() -> None:
+    bad = [
+        (f, m)
+        for f, m in _imports("stowage/policy")
+        if not (m.startswith(POLICY_ALLOWED) or _is_stdlib_pure(m) or m == "__future__")
+    ]
+    assert bad == [], "stowage/policy must stay pure (no I/O, clock, logging or adapters)"
+
+
+@pytest.mark.parametrize("folder", [k for k in PARTS if k != "stowage/policy"])
+def test_adapters_never_import_each_other(folder: str) -> None:
+    others = tuple(name for f, name in PARTS.items() if f not in (folder, "stowage/policy"))
+    bad = [(f, m) for f, m in _imports(folder) if m.startswith(others)]
+    assert bad == []
