@@ -18,6 +18,7 @@ __all__ = ["main"]
 #: subcommand name → "module:attribute" of a click command.
 SUBCOMMANDS: dict[str, str] = {
     "bench": "stowage.bench:bench",
+    "config": "stowage.config_cli:config",
     "simulate": "stowage.sim.cli:simulate",
     "extender": "stowage.extender.cli:extender",
     "node-monitor": "stowage.node_monitor.cli:node_monitor",
