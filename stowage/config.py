@@ -290,6 +290,7 @@ def load_settings(
     is reported with its path.
     """
     settings = StowageSettings()
+    problems: list[str] = []  # gathered across every source, so one run reports them all
     if path is not None:
         try:
             text = Path(path).read_text()
@@ -299,11 +300,11 @@ def load_settings(
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError([f"{path}: not valid YAML ({exc})"]) from exc
-        settings = apply_overrides(settings, data)
-    settings = apply_overrides(settings, env_overrides(environ))
+        settings = _apply(settings, data, "", problems)
+    settings = _apply(settings, env_overrides(environ), "", problems)
     if overrides:
-        settings = apply_overrides(settings, overrides)
-    problems = validate(settings)
+        settings = _apply(settings, overrides, "", problems)
+    problems += validate(settings)
     if problems:
         raise ConfigError(problems)
     return settings
