@@ -58,9 +58,7 @@ def test_srtf_order_rejects_mismatched_lengths_naming_the_field():
         pytest.param([0.0], [4.0], {"capacity": 2.0}, [2.0], id="capacity-two-halves-the-time"),
         pytest.param([0.0, 0.0], [1.0, 1.0], {}, [2.0, 2.0], id="two-equal-jobs-share-and-end-together"),
         pytest.param([0.0, 0.0], [1.0, 3.0], {}, [2.0, 4.0], id="short-job-leaves-then-long-runs-alone"),
-        pytest.param(
-            [0.0, 0.0], [3.0, 3.0], {"weights": [2.0, 1.0]}, [4.5, 6.0], id="weighted-gps-gives-two-thirds"
-        ),
+        pytest.param([0.0, 0.0], [3.0, 3.0], {"weights": [2.0, 1.0]}, [4.5, 6.0], id="weighted-gps-gives-two-thirds"),
         pytest.param([5.0, 0.0], [0.0, 2.0], {}, [5.0, 2.0], id="zero-size-finishes-on-arrival"),
         pytest.param([0.0, 10.0], [2.0, 2.0], {}, [2.0, 12.0], id="idle-gap-between-jobs"),
         pytest.param(

@@ -1,0 +1,270 @@
+"""Sustained contention on a node and what to do about it (UBIS §IV-C, OPERA §III-C Algorithm 1).
+
+One call of :func:`step` is one monitor sample of one node (the node monitor
+samples every ``sample_interval_s``, UBIS §V-A: 1 s). Per resource ``r``:
+
+    over_r      = U_r > T_preempt,r · C_r                    (UBIS §IV-C; OPERA CRes, ρ·C)
+    count_r     ← count_r + 1 if over_r else 0
+    sustained_r = count_r ≥ sustained_count                 (UBIS §V-A: 3 consecutive checks)
+
+and the policy (OPERA Alg. 1 ``RelieveContention``) picks the resources it acts on:
+
+    AGGRESSIVE  relieve = sustained ∧ (r = memory)           (Alg. 1 l.19–20)
+    NEUTRAL     relieve = sustained                          (l.21–22)
+    PRESERVE    relieve = sustained, plus blocked resources  (l.23–33)
+
+Nothing is relieved on a node without opportunistic pods (Alg. 1 l.8: no
+opportunistic task, no contention of ours to relieve); ``over`` and
+``sustained`` are still reported so the extender can keep new pods away.
+After acting on resource ``r`` its count restarts at 0: the next action on ``r``
+needs another ``sustained_count`` consecutive samples over the threshold, which
+gives the evictions time to show in the usage (UBIS: "preempt enough, then let
+the scheduler follow up").
+
+PRESERVE blocked resources ``BR`` (absolute amounts, per resource) and block time
+``BT`` (s), with ``α = settings.alpha``, ``f0/fmax = blocked_initial/max_fraction``,
+``BT0/BTmax = block_time_initial/max_s``:
+
+* on an action at time ``now`` (some resource relieved):
+  if nothing is blocked (first contention, or the block has decayed away):
+  ``BR_r = f0·C_r`` on the relieved resources, ``BT = BT0``; otherwise (a new
+  contention inside the block window) ``BR ← min(α·BR, fmax·C)`` and relieved
+  resources not yet blocked get ``f0·C_r``, ``BT ← min(α·BT, BTmax)``;
+  ``last_relief = now`` (Alg. 1 l.24–28).
+* on a sample without action, if ``now − last_relief > BT``: ``BR ← BR/α``,
+  ``BT ← max(BT/α, BT0)``, ``last_relief = now`` (l.29–33); an amount that falls
+  below ``f0·C_r`` is released to 0, and once nothing is blocked the block
+  window closes (``BT = 0``), so the next contention starts again from ``f0``/``BT0``.
+
+The harvest side subtracts ``BR`` from harvestable capacity (OPERA Eq. 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from stowage.config import ContentionPolicy, ContentionSettings
+from stowage.errors import InvalidInput
+from stowage.resources import MEMORY
+
+__all__ = ["ContentionDecision", "ContentionState", "choose_victims", "step"]
+
+# Projected usage this close to the threshold counts as under it (float sums are not exact).
+_TOL = 1e-9
+
+
+def _readonly(a: NDArray) -> NDArray:
+    a = np.array(a, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True)
+class ContentionState:
+    """What the monitor remembers about one node between samples.
+
+    ``over_counts`` (R,) consecutive over-threshold samples; ``blocked`` (R,)
+    absolute amounts held back from harvesting (OPERA ``BR_i``; resource units);
+    ``block_time_s`` the block window (``BT_i``; 0 when nothing is blocked);
+    ``last_relief_s`` time of the last action or decay step (None before any);
+    ``contentions`` total actions taken on this node.
+    """
+
+    over_counts: NDArray[np.int64]
+    blocked: NDArray[np.float64]
+    block_time_s: float = 0.0
+    last_relief_s: float | None = None
+    contentions: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "over_counts", _readonly(np.asarray(self.over_counts, dtype=np.int64)))
+        object.__setattr__(self, "blocked", _readonly(np.asarray(self.blocked, dtype=np.float64)))
+
+    @classmethod
+    def initial(cls, n_resources: int) -> ContentionState:
+        """No history: zero counts, nothing blocked, no block window."""
+        return cls(np.zeros(n_resources, dtype=np.int64), np.zeros(n_resources))
+
+
+@dataclass(frozen=True)
+class ContentionDecision:
+    """The outcome of one sample, per resource (R,).
+
+    ``over``: this sample is above ``T_preempt·C``; ``sustained``: for at least
+    ``sustained_count`` consecutive samples; ``relieve``: resources the policy acts
+    on now (evict opportunistic pods, see :func:`choose_victims`); ``blocked``:
+    amounts held back from harvesting after this sample.
+    """
+
+    over: NDArray[np.bool_]
+    sustained: NDArray[np.bool_]
+    relieve: NDArray[np.bool_]
+    blocked: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def acts(self) -> bool:
+        """True when at least one resource is relieved now."""
+        return bool(self.relieve.any())
+
+
+def _clean(values: ArrayLike, name: str, n: int) -> NDArray[np.float64]:
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 0:
+        v = np.full(n, float(v))
+    if v.shape != (n,):
+        raise InvalidInput(name, v.shape, f"must have one entry per resource ({n})")
+    return np.where(np.isfinite(v), np.maximum(v, 0.0), 0.0)
+
+
+def step(
+    state: ContentionState,
+    usage: ArrayLike,
+    capacity: ArrayLike,
+    now_s: float,
+    settings: ContentionSettings,
+    resources: tuple[str, ...],
+    has_opportunistic: bool = True,
+) -> tuple[ContentionState, ContentionDecision]:
+    """Advance one node's contention state by one monitor sample (module docstring for the rules).
+
+    ``usage``, ``capacity``: (R,) in resource units, aligned with ``resources``;
+    NaN or negative entries count as 0, and a resource with zero capacity is never
+    over. ``now_s``: sample time in seconds (monotone; it only drives PRESERVE's
+    block window). Pure: returns the new state and the decision.
+    """
+    n = len(resources)
+    if state.over_counts.shape != (n,):
+        raise InvalidInput("state.over_counts", state.over_counts.shape, f"must have one entry per resource ({n})")
+    u = _clean(usage, "usage", n)
+    c = _clean(capacity, "capacity", n)
+    threshold = settings.t_preempt.array(resources) * c
+    over = (c > 0) & (u > threshold)
+    counts = np.where(over, state.over_counts + 1, 0)
+    sustained = counts >= max(int(settings.sustained_count), 1)
+
+    policy = ContentionPolicy(settings.policy)
+    if not has_opportunistic:
+        relieve = np.zeros(n, dtype=bool)
+    elif policy is ContentionPolicy.AGGRESSIVE:
+        # Memory contention fails tasks; CPU contention only slows them (OPERA §III-C).
+        relieve = sustained & np.array([r == MEMORY for r in resources], dtype=bool)
+    else:
+        relieve = sustained.copy()
+    counts = np.where(relieve, 0, counts)  # the next action needs a fresh sustained period
+
+    blocked, bt, last = state.blocked.astype(np.float64), float(state.block_time_s), state.last_relief_s
+    contentions = state.contentions + int(relieve.any())
+    now = float(now_s)
+    if policy is ContentionPolicy.PRESERVE:
+        blocked, bt, last = _preserve(blocked, bt, last, relieve, c, now, settings)
+    else:
+        blocked = np.zeros(n)
+    if relieve.any() and policy is not ContentionPolicy.PRESERVE:
+        last = now
+
+    new_state = replace(
+        state,
+        over_counts=counts.astype(np.int64),
+        blocked=blocked,
+        block_time_s=bt,
+        last_relief_s=last,
+        contentions=contentions,
+    )
+    return new_state, ContentionDecision(over=over, sustained=sustained, relieve=relieve, blocked=_readonly(blocked))
+
+
+def _preserve(
+    blocked: NDArray[np.float64],
+    bt: float,
+    last: float | None,
+    relieve: NDArray[np.bool_],
+    capacity: NDArray[np.float64],
+    now: float,
+    s: ContentionSettings,
+) -> tuple[NDArray[np.float64], float, float | None]:
+    """OPERA Alg. 1 l.23–33 with initial values, caps and release (module docstring)."""
+    alpha = max(float(s.alpha), 1.0)
+    floor = s.blocked_initial_fraction * capacity
+    cap = s.blocked_max_fraction * capacity
+    if relieve.any():
+        if not (blocked > 0).any():
+            # First contention (or the previous block decayed away): start small.
+            blocked = np.where(relieve, floor, 0.0)
+            bt = s.block_time_initial_s
+        else:
+            blocked = np.where(blocked > 0, alpha * blocked, np.where(relieve, floor, 0.0))
+            bt = alpha * bt
+        blocked = np.minimum(blocked, cap)
+        bt = min(max(bt, s.block_time_initial_s), s.block_time_max_s)
+        return blocked, bt, now
+    if last is not None and (blocked > 0).any() and now - last > bt:
+        # A quiet window of BT: relax one step.
+        blocked = blocked / alpha
+        blocked = np.where(blocked < floor - _TOL * np.maximum(capacity, 1.0), 0.0, blocked)
+        bt = max(bt / alpha, s.block_time_initial_s)
+        last = now
+        if not (blocked > 0).any():
+            bt = 0.0  # the block is lifted: no window until the next contention
+    return blocked, bt, last
+
+
+def choose_victims(
+    pod_usage: ArrayLike,
+    started_at_s: ArrayLike,
+    opportunistic: ArrayLike,
+    node_usage: ArrayLike,
+    threshold: ArrayLike,
+    relieve: ArrayLike,
+) -> list[int]:
+    """Opportunistic pods to evict so usage on every relieved resource drops to the threshold.
+
+    Rule (UBIS §IV-C "preempt enough opportunistic containers to bring the
+    utilization under the threshold"; OPERA §III-C "kill the most recently
+    launched opportunistic task"): candidates are opportunistic pods whose usage
+    on some relieved resource is positive, most recently started first (ties:
+    larger ``Σ_{r relieved} usage_r/threshold_r`` first, then index). Take the
+    shortest prefix of that order with
+
+        node_usage_r − Σ_{victims} pod_usage_r ≤ threshold_r   for every relieved r;
+
+    if even all candidates cannot achieve it, return all candidates. Never a
+    non-opportunistic pod; empty when nothing is relieved or usage is already
+    under the threshold.
+
+    Shapes: ``pod_usage`` (P,R), ``started_at_s`` (P,), ``opportunistic`` (P,)
+    bool, ``node_usage``/``threshold`` (R,) in resource units, ``relieve`` (R,)
+    bool. NaN or negative usage counts as 0; NaN start times count as oldest.
+    """
+    rel = np.asarray(relieve, dtype=bool)
+    n_res = rel.shape[0]
+    usage = np.asarray(pod_usage, dtype=np.float64).reshape(-1, n_res) if n_res else np.zeros((0, 0))
+    n_pods = usage.shape[0]
+    if not rel.any() or n_pods == 0:
+        return []
+    usage = np.where(np.isfinite(usage), np.maximum(usage, 0.0), 0.0)
+    started = np.asarray(started_at_s, dtype=np.float64).reshape(n_pods)
+    started = np.where(np.isnan(started), -np.inf, started)
+    opp = np.asarray(opportunistic, dtype=bool).reshape(n_pods)
+    node = _clean(node_usage, "node_usage", n_res)[rel]
+    thr = _clean(threshold, "threshold", n_res)[rel]
+    need = node - thr
+    tol = _TOL * np.maximum(np.abs(thr), 1.0)
+    if (need <= tol).all():
+        return []
+    on_relieved = usage[:, rel]
+    helps = opp & (on_relieved > 0).any(axis=1)
+    candidates = np.flatnonzero(helps)
+    if candidates.size == 0:
+        return []
+    with np.errstate(over="ignore"):  # a tiny threshold only makes the tie-break key huge
+        weight = (on_relieved / np.where(thr > 0, thr, 1.0)).sum(axis=1)
+    order = candidates[np.lexsort((candidates, -weight[candidates], -started[candidates]))]
+    freed = np.cumsum(on_relieved[order], axis=0)
+    enough = (freed >= need - tol).all(axis=1)
+    if not enough.any():
+        return [int(i) for i in order]
+    k = int(np.argmax(enough))
+    return [int(i) for i in order[: k + 1]]
