@@ -1,0 +1,163 @@
+"""Sharing between queues and jobs: weighted DRF, the fairness knob, the barrier knob.
+
+- **Weighted DRF** (UBIS §IV-E, Tetris §3.4 and footnote 9): a queue's dominant
+  share is ``max_r alloc_r / total_r``, divided by its weight; the next slot
+  goes to the eligible queue with the lowest one.
+- **Two pools** (UBIS §IV-E): call these functions once per pool.
+  Regular pool: ``allocated`` = regular requests per queue, ``total`` =
+  Σ allocatable over nodes, every queue eligible. Opportunistic pool:
+  ``allocated`` = demands of each queue's opportunistic pods, ``total`` =
+  Σ harvestable over nodes (``harvest.harvestable``), and only queues whose
+  ``spec.opportunistic`` is ``Allow`` eligible (``QueueOpportunistic.ALLOW``);
+  a queue that opts out gets nothing there and its share goes to the others.
+- **Fairness knob** ``f`` (Tetris §3.4): only the ⌈(1−f)·|J|⌉ jobs furthest below
+  their fair share compete for a freed slot; ``f = 0`` all of them (most
+  efficient), ``f → 1`` only the most deprived (most fair).
+- **Barrier knob** ``b`` (Tetris §3.5): once a fraction ``b`` of a task group
+  has finished and another group waits on it, its remaining tasks go first.
+
+Shapes: Q queues, R resources, J jobs, G task groups.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from stowage.errors import InvalidInput
+
+__all__ = [
+    "barrier_boost",
+    "dominant_shares",
+    "drf_pick",
+    "fair_share",
+    "fairness_candidates",
+]
+
+# ⌈(1−f)·J⌉ and fraction ≥ b are computed in floats; this absorbs their rounding
+# (e.g. (1 − 0.7)·10 = 3.0000000000000004 must give 3 jobs, not 4).
+_KNOB_TOL = 1e-9
+
+
+def _vec(value: ArrayLike, field: str, dtype: type = np.float64) -> NDArray:
+    arr = np.asarray(value, dtype=dtype)
+    if arr.ndim != 1:
+        raise InvalidInput(f"{field}.shape", arr.shape, "must be a 1-D array")
+    return arr
+
+
+def dominant_shares(allocated: ArrayLike, total: ArrayLike, weights: ArrayLike) -> NDArray[np.float64]:
+    """Weighted dominant share of each queue: ``s_q = max_r(alloc_{q,r} / total_r) / w_q``.
+
+    Args:
+        allocated: (Q, R) what each queue holds in this pool (NaN/negative → 0).
+        total: (R,) the pool's size. Resources with ``total_r ≤ 0`` (or NaN) are
+            ignored: nobody can hold a share of nothing.
+        weights: (Q,) ``spec.weight`` (default 1). A weight ``≤ 0`` or NaN makes
+            the share ``+inf``: such a queue is served only when nobody else is.
+
+    Returns:
+        (Q,) float64 ≥ 0 (or +inf). A queue holding nothing has share 0.
+    """
+    alloc = np.asarray(allocated, dtype=np.float64)
+    tot = _vec(total, "total")
+    w = _vec(weights, "weights")
+    if alloc.ndim != 2 or alloc.shape[1] != tot.shape[0]:
+        raise InvalidInput("allocated.shape", alloc.shape, f"must be (Q, {tot.shape[0]}) like total")
+    if w.shape != (alloc.shape[0],):
+        raise InvalidInput("weights.shape", w.shape, f"must be ({alloc.shape[0]},), one per queue")
+    alloc = np.maximum(np.nan_to_num(alloc, nan=0.0, posinf=np.finfo(np.float64).max), 0.0)
+    tot = np.nan_to_num(tot, nan=0.0)
+    with np.errstate(over="ignore"):
+        # (Q, R); ignored resources contribute 0. Dividing directly (not by 1/total)
+        # keeps 0/tiny = 0 instead of 0·inf = NaN.
+        frac = np.divide(alloc, tot, out=np.zeros_like(alloc), where=tot > 0)
+    dom = frac.max(axis=1) if frac.shape[1] else np.zeros(alloc.shape[0])
+    good_w = np.isfinite(w) & (w > 0)
+    out = np.full(alloc.shape[0], np.inf)
+    with np.errstate(over="ignore"):
+        np.divide(dom, w, out=out, where=good_w)
+    return out
+
+
+def drf_pick(
+    allocated: ArrayLike, total: ArrayLike, weights: ArrayLike, eligible: ArrayLike
+) -> int | None:
+    """The eligible queue with the lowest weighted dominant share (DRF, UBIS §IV-E).
+
+    ``argmin_{q eligible} dominant_shares(allocated, total, weights)[q]``; ties go
+    to the lowest index (stable, so a config's queue order decides); no
+    eligible queue → ``None``. eligible: (Q,) bool, e.g. "has a pending task
+    that fits somewhere" and, for the opportunistic pool, "queue Allows it".
+    """
+    shares = dominant_shares(allocated, total, weights)
+    ok = _vec(eligible, "eligible", bool)
+    if ok.shape != shares.shape:
+        raise InvalidInput("eligible.shape", ok.shape, f"must be {shares.shape}, one per queue")
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return None
+    # argmin returns the first minimum: ties (and all-+inf) go to the lowest index.
+    return int(idx[np.argmin(shares[idx])])
+
+
+def fair_share(weights: ArrayLike, active: ArrayLike) -> NDArray[np.float64]:
+    """Each queue's fair share of a pool: ``w_q / Σ_{active} w`` (0 when inactive).
+
+    weights: (Q,), NaN/negative → 0. active: (Q,) bool (has running or pending
+    work; for the opportunistic pool, also Allows it). If the active weights
+    sum to 0, every share is 0. Returns (Q,) summing to 1 over active queues.
+    """
+    w = np.maximum(np.nan_to_num(_vec(weights, "weights"), nan=0.0, posinf=0.0), 0.0)
+    act = _vec(active, "active", bool)
+    if act.shape != w.shape:
+        raise InvalidInput("active.shape", act.shape, f"must be {w.shape}, one per queue")
+    w = np.where(act, w, 0.0)
+    total = w.sum()
+    return w / total if total > 0 else np.zeros_like(w)
+
+
+def fairness_candidates(share_deficit: ArrayLike, f: float) -> NDArray[np.int64]:
+    """Jobs allowed to compete for the next slot: Tetris's fairness knob (§3.4).
+
+    Returns the indices of the ``k = max(1, ⌈(1 − f)·J⌉)`` jobs with the largest
+    ``share_deficit`` (fair share − current share), largest first; equal
+    deficits keep index order (stable). ``f`` is clamped to ``[0, 1]`` (NaN →
+    0). ``f = 0`` → all J jobs; ``f → 1`` → only the most deprived; never empty
+    when J > 0. A NaN deficit counts as the least deprived. Default in config
+    ``packing.fairness_knob`` = 0.25 (Tetris §5.3).
+    """
+    deficit = _vec(share_deficit, "share_deficit")
+    j = deficit.shape[0]
+    if j == 0:
+        return np.zeros(0, dtype=np.int64)
+    knob = min(max(float(np.nan_to_num(f, nan=0.0)), 0.0), 1.0)
+    k = max(1, min(j, math.ceil((1.0 - knob) * j - _KNOB_TOL)))
+    key = np.where(np.isnan(deficit), -np.inf, deficit)
+    order = np.argsort(-key, kind="stable")
+    return order[:k].astype(np.int64)
+
+
+def barrier_boost(finished_fraction: ArrayLike, has_waiters: ArrayLike, b: float) -> NDArray[np.bool_]:
+    """Task groups whose remaining tasks go first: Tetris's barrier knob (§3.5).
+
+    ``boost_g = has_waiters_g ∧ b ≤ finished_g < 1`` (with a 1e-9 allowance on
+    ``b``). A group is boosted once a fraction ``b`` of its tasks finished and
+    some other group (a ``dependsOn`` successor, or the end of the job) waits on
+    it; a finished group has nothing left to boost. ``b`` is clamped to
+    ``[0, 1]``; ``b = 1`` boosts nothing (Tetris: "when b = 1, no tasks are
+    preferentially treated"). Default in config ``packing.barrier_knob`` = 0.9.
+    NaN fractions are never boosted. finished_fraction, has_waiters: (G,) →
+    (G,) bool. Among boosted tasks the caller still picks by alignment.
+    """
+    frac = _vec(finished_fraction, "finished_fraction")
+    wait = _vec(has_waiters, "has_waiters", bool)
+    if wait.shape != frac.shape:
+        raise InvalidInput("has_waiters.shape", wait.shape, f"must be {frac.shape}, one per group")
+    knob = min(max(float(np.nan_to_num(b, nan=1.0)), 0.0), 1.0)
+    if knob >= 1.0:
+        return np.zeros(frac.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return wait & (frac >= knob - _KNOB_TOL) & (frac < 1.0)
