@@ -1,0 +1,186 @@
+"""Short/long task classifier (OPERA §III-B): hierarchical naive Bayes, learned online.
+
+Only ``auto`` pods use it: a task classified *short* may run on harvested
+capacity; a *long* (or unknown) task waits for regular capacity.
+
+Features (OPERA Eq. 1). A task ``t`` is described by categorical properties —
+framework ``F``, application ``A``, stage ``S``, job progress ``P`` and demand
+``D`` (numbers turned into buckets by :func:`bucket_progress` /
+:func:`bucket_demand`) — combined into a *hierarchy* of features:
+
+    𝓕_t = ( {F}, {F, A}, {F, A, S}, {F, A, S, P, D} )
+
+each element one categorical value (the tuple of the properties it names).
+Posterior (Eq. 2–3), with Laplace smoothing (``a`` = 1):
+
+    P(C | 𝓕_t) ∝ P(C) · Π_i P(𝓕_t^i | C),     C ∈ {short, long}
+    P(C)          = (n_C + a) / (n + 2a)
+    P(v | C)      = (n_{C,i,v} + a) / (n_C + a·(V_i + 1))
+
+``n`` tasks observed, ``n_C`` of class C, ``n_{C,i,v}`` of class C whose level-``i``
+feature was ``v``, ``V_i`` distinct level-``i`` values seen (+1 keeps mass for an
+unseen value). A task is short when ``P(short|𝓕) > P(long|𝓕)`` (a tie is long).
+
+Training (§III-B): "probabilities … are online learned and updated upon the
+completion of tasks": a finished task is short when its duration is at most the
+threshold (default 60 s, "e.g., 1 minute"). Unseen tasks: "when an application
+with all new features is submitted, i.e., no historical information can be
+referred … we opt to conservatively classify the task as a *long* one" — so a
+task none of whose hierarchy features has ever been observed (and every task
+before the first observation) is long, with ``probability_short = 0``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from stowage.config import ClassifierSettings
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "ShortLongClassifier",
+    "bucket_demand",
+    "bucket_progress",
+]
+
+#: OPERA Eq. 1: framework, +application, +stage, +progress and demand.
+DEFAULT_LEVELS: tuple[tuple[str, ...], ...] = (
+    ("framework",),
+    ("framework", "app"),
+    ("framework", "app", "stage"),
+    ("framework", "app", "stage", "progress", "demand"),
+)
+
+_SHORT, _LONG = 0, 1
+
+
+class ShortLongClassifier:
+    """Online hierarchical naive Bayes over categorical task features (module docstring).
+
+    ``threshold_s``: a finished task of at most this duration is short
+    (``ClassifierSettings.short_task_threshold_s``). ``levels``: the feature
+    hierarchy, each level a tuple of property names looked up in the features
+    mapping (a missing property is the empty string). ``smoothing``: Laplace ``a``.
+    ``min_evidence_level``: evidence is required at this level or a finer one
+    (0 = the paper's rule: any level seen before).
+    Deterministic: state is counts only.
+    """
+
+    def __init__(
+        self,
+        threshold_s: float = ClassifierSettings().short_task_threshold_s,
+        *,
+        levels: Sequence[Sequence[str]] = DEFAULT_LEVELS,
+        smoothing: float = 1.0,
+        min_evidence_level: int = 0,
+    ) -> None:
+        threshold = float(threshold_s)
+        self.threshold_s = (
+            threshold if math.isfinite(threshold) and threshold > 0 else (ClassifierSettings().short_task_threshold_s)
+        )
+        self.levels: tuple[tuple[str, ...], ...] = tuple(tuple(level) for level in levels) or DEFAULT_LEVELS
+        a = float(smoothing)
+        self.smoothing = a if math.isfinite(a) and a > 0 else 1.0
+        self.min_evidence_level = min(max(int(min_evidence_level), 0), len(self.levels) - 1)
+        self._class_counts = [0, 0]
+        self._counts: list[dict[tuple[str, ...], list[int]]] = [{} for _ in self.levels]
+
+    # --- learning ---
+
+    def _values(self, features: Mapping[str, object]) -> list[tuple[str, ...]]:
+        return [tuple(str(features.get(name, "")) for name in level) for level in self.levels]
+
+    def observe(self, features: Mapping[str, object], duration_s: float) -> bool | None:
+        """Learn from one finished task; returns whether it counted as short (None: ignored).
+
+        A NaN or infinite duration teaches nothing; a negative one counts as 0.
+        """
+        d = float(duration_s)
+        if not math.isfinite(d):
+            return None
+        label = _SHORT if max(d, 0.0) <= self.threshold_s else _LONG
+        self._class_counts[label] += 1
+        for table, value in zip(self._counts, self._values(features), strict=True):
+            table.setdefault(value, [0, 0])[label] += 1
+        return label == _SHORT
+
+    @property
+    def n_observed(self) -> int:
+        """Tasks learned from so far."""
+        return self._class_counts[_SHORT] + self._class_counts[_LONG]
+
+    @property
+    def class_counts(self) -> tuple[int, int]:
+        """(short, long) tasks observed."""
+        return self._class_counts[_SHORT], self._class_counts[_LONG]
+
+    # --- inference ---
+
+    def has_evidence(self, features: Mapping[str, object]) -> bool:
+        """True if some hierarchy feature of this task (at ``min_evidence_level`` or finer) was seen."""
+        values = self._values(features)
+        return any(values[i] in self._counts[i] for i in range(self.min_evidence_level, len(self.levels)))
+
+    def probability_short(self, features: Mapping[str, object]) -> float:
+        """Posterior ``P(short | 𝓕_t)`` in [0, 1]; 0 for a task without evidence (the paper's rule)."""
+        if self.n_observed == 0 or not self.has_evidence(features):
+            return 0.0
+        a = self.smoothing
+        n = self.n_observed
+        log_post = [0.0, 0.0]
+        values = self._values(features)
+        for c in (_SHORT, _LONG):
+            n_c = self._class_counts[c]
+            lp = math.log((n_c + a) / (n + 2 * a))
+            for table, value in zip(self._counts, values, strict=True):
+                hits = table.get(value, (0, 0))[c]
+                lp += math.log((hits + a) / (n_c + a * (len(table) + 1)))
+            log_post[c] = lp
+        # Normalise in log space: P(short) = 1 / (1 + exp(lp_long − lp_short)).
+        diff = log_post[_LONG] - log_post[_SHORT]
+        if diff > 700:
+            return 0.0
+        return 1.0 / (1.0 + math.exp(diff))
+
+    def is_short(self, features: Mapping[str, object]) -> bool:
+        """Short (eligible for harvested capacity) iff ``P(short) > P(long)``; unknown and ties are long."""
+        return self.probability_short(features) > 0.5
+
+
+def bucket_progress(fraction: float, *, buckets: int = 4) -> str:
+    """A job's progress (fraction of its tasks finished) as one of ``buckets`` equal ranges.
+
+    ``0.3`` with 4 buckets → ``"25-50%"``; 1.0 falls in the last bucket. Values are
+    clamped to [0, 1]; NaN → ``"unknown"``.
+    """
+    f = float(fraction)
+    if math.isnan(f):
+        return "unknown"
+    b = max(int(buckets), 1)
+    f = min(max(f, 0.0), 1.0)
+    i = min(int(f * b), b - 1)
+    lo, hi = 100 * i / b, 100 * (i + 1) / b
+    return f"{lo:g}-{hi:g}%"
+
+
+def _log_bucket(value: float, base: float) -> str:
+    if not math.isfinite(value) or value <= 0:
+        return "0"
+    # The epsilon keeps exact powers (1000 in base 10) in their own bucket despite log rounding.
+    k = math.floor(math.log(value) / math.log(base) + 1e-9)
+    return f"{base:g}^{k}"
+
+
+def bucket_demand(demand: Mapping[str, float] | float, *, base: float = 2.0) -> str:
+    """A demand as a logarithmic bucket: ``floor(log_base v)``, per resource for a mapping.
+
+    ``bucket_demand(3.0)`` → ``"2^1"``; ``bucket_demand({"cpu": 0.5, "memory": 2**30})`` →
+    ``"cpu=2^-1,memory=2^30"`` (names sorted). Zero, negative or NaN → ``"0"``.
+    A base that is not a finite number above 1 falls back to 2.
+    """
+    b = float(base)
+    b = b if math.isfinite(b) and b > 1 else 2.0
+    if isinstance(demand, Mapping):
+        return ",".join(f"{name}={_log_bucket(float(demand[name]), b)}" for name in sorted(demand))
+    return _log_bucket(float(demand), b)
