@@ -1,0 +1,268 @@
+"""The FastAPI app: ``create_app(settings, model, utilization)``.
+
+Every verb does parse → snapshot → policy → serialise; the arithmetic lives in
+``filtering``, ``scoring`` and ``preemption`` (which call ``stowage.policy``).
+Failure handling follows the protocol (EXTENDER_PROTOCOL.md §2):
+
+- a body that does not match the wire types → HTTP 400 ``{"error": "<field>: <problem>"}``;
+- a malformed Stowage annotation on a Stowage pod → every node rejected as
+  unresolvable with a message naming the annotation (the user sees it in the pod's
+  events); prioritize scores 0 and preempt leaves the candidates as they are;
+- an internal failure → filter answers 200 with ``Error`` set (ignorable extender:
+  the scheduler carries on without us); prioritize answers all-zero scores and
+  preempt echoes the candidates, so a degraded Stowage never blocks scheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from stowage.extender import filtering, preemption, scoring, snapshot, wire
+from stowage.extender.metrics import ExtenderMetrics
+from stowage.extender.pods import PodRequest, parse_pod
+
+from stowage import __version__
+from stowage.config import StowageSettings
+from stowage.errors import InvalidInput
+from stowage.kube.cluster import ClusterModel
+from stowage.labels import LABEL_CLASS, LABEL_QUEUE, PodClass
+from stowage.prom import Utilization
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _problem(message: str) -> Response:
+    return _json({"error": message}, 400)
+
+
+class _Extender:
+    """The verbs, with their dependencies; routes below only adapt HTTP to these."""
+
+    def __init__(
+        self,
+        settings: StowageSettings,
+        model: ClusterModel,
+        utilization: Utilization,
+        metrics: ExtenderMetrics,
+        queue_weights: Mapping[str, float] | None,
+    ) -> None:
+        self.settings = settings
+        self.model = model
+        self.utilization = utilization
+        self.metrics = metrics
+        self.queue_weights = queue_weights
+
+    def nodes_of(self, raw: Mapping[str, Any]) -> tuple[list[str], list[Any] | None]:
+        """Node names in request order, and the raw items in Nodes mode (None in NodeNames mode)."""
+        if raw.get("NodeNames") is not None:
+            return list(raw["NodeNames"]), None
+        items = list((raw.get("Nodes") or {}).get("items") or [])
+        names = [str(((item or {}).get("metadata") or {}).get("name") or "") for item in items]
+        # Nodes mode: the scheduler's copy is fresh; learn nodes the informer has not delivered yet.
+        known = set(self.model.node_names())
+        for item, name in zip(items, names, strict=True):
+            if name and name not in known:
+                self.model.apply_node_event("ADDED", item)
+        return names, items
+
+    def filter(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        names, items = self.nodes_of(raw)
+        try:
+            pod = parse_pod(raw["Pod"])
+        except InvalidInput as exc:
+            self.metrics.rejections.labels("invalid-pod").inc(len(names))
+            message = f"invalid Stowage pod: {exc}"
+            return wire.filter_result([], {}, {n: message for n in names}, node_items=[] if items is not None else None)
+        if not pod.ours:
+            return wire.filter_result(names, {}, {}, node_items=items)
+        snap = snapshot.take(self.model, self.utilization, self.settings, names, exclude_pod=pod.key)
+        outcome = filtering.filter_nodes(pod, snap)
+        for reason, count in outcome.reasons.items():
+            self.metrics.rejections.labels(reason).inc(count)
+        passed = outcome.passed.tolist()
+        if pod.opportunistic and len(passed) == 1:
+            # Prioritize is skipped for a single feasible node: this is where the pod lands.
+            self.model.assume(pod.key, names[passed[0]], pod.demand)
+        return wire.filter_result(
+            [names[i] for i in passed],
+            outcome.failed,
+            outcome.unresolvable,
+            node_items=None if items is None else [items[i] for i in passed],
+        )
+
+    def prioritize(self, raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+        names, _ = self.nodes_of(raw)
+        try:
+            pod = parse_pod(raw["Pod"])
+        except InvalidInput:
+            return wire.host_priorities(names, [0] * len(names))
+        if not pod.ours:
+            return wire.host_priorities(names, [0] * len(names))
+        snap = snapshot.take(self.model, self.utilization, self.settings, names, exclude_pod=pod.key)
+        scores = scoring.score_nodes(pod, snap)
+        if pod.opportunistic:
+            best = scoring.best_node(pod, snap)
+            if best is not None:
+                # Hold the slot until the binding shows up, so the next pod cannot take it too.
+                self.model.assume(pod.key, names[best], pod.demand)
+        return wire.host_priorities(names, scores.tolist())
+
+    def _victim_info(self, uid: str) -> preemption.VictimInfo | None:
+        record = self.model.pod(uid)
+        return None if record is None else preemption.VictimInfo(record.opportunistic, record.queue)
+
+    def preempt(self, raw: Mapping[str, Any]) -> tuple[dict[str, tuple[list[str], int]], PodRequest | None]:
+        candidates: dict[str, tuple[list[str], int]] = {}
+        infos: dict[str, preemption.VictimInfo] = {}
+        if raw.get("NodeNameToMetaVictims") is not None:
+            for node, victims in raw["NodeNameToMetaVictims"].items():
+                victims = victims or {}
+                uids = [str(p["UID"]) for p in victims.get("Pods") or [] if p]
+                candidates[node] = (uids, int(victims.get("NumPDBViolations") or 0))
+        else:
+            for node, victims in (raw.get("NodeNameToVictims") or {}).items():
+                victims = victims or {}
+                uids = []
+                for p in victims.get("Pods") or []:
+                    meta = (p or {}).get("metadata") or {}
+                    uid = str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+                    pod_labels = meta.get("labels") or {}
+                    infos[uid] = preemption.VictimInfo(
+                        pod_labels.get(LABEL_CLASS) == PodClass.OPPORTUNISTIC.value, pod_labels.get(LABEL_QUEUE)
+                    )
+                    uids.append(uid)
+                candidates[node] = (uids, int(victims.get("NumPDBViolations") or 0))
+        try:
+            pod = parse_pod(raw["Pod"])
+        except InvalidInput:
+            return {n: c for n, c in candidates.items() if c[0]}, None
+        over = set()
+        if pod.ours and candidates:
+            resources, total = self.model.totals()
+            over = preemption.over_share_queues(self.model.pods(), resources, total, self.queue_weights)
+
+        def lookup(uid: str) -> preemption.VictimInfo | None:
+            return infos.get(uid) or self._victim_info(uid)
+
+        return preemption.select_victims(pod, candidates, lookup, over), pod
+
+
+def create_app(
+    settings: StowageSettings,
+    model: ClusterModel,
+    utilization: Utilization,
+    *,
+    metrics: ExtenderMetrics | None = None,
+    queue_weights: Mapping[str, float] | None = None,
+) -> FastAPI:
+    """Build the extender app over a cluster model and a utilization feed (both owned by the caller)."""
+
+    def harvestable() -> tuple[list[str], tuple[str, ...], Any]:
+        names = model.node_names()
+        snap = snapshot.take(model, utilization, settings, names)
+        return names, snap.resources, snap.harvestable
+
+    metrics = metrics or ExtenderMetrics(harvestable)
+    ext = _Extender(settings, model, utilization, metrics, queue_weights)
+    app = FastAPI(
+        title="Stowage scheduler extender",
+        version=__version__,
+        description=(
+            "kube-scheduler extender for the stowage-scheduler profile. Bodies are kube-scheduler's "
+            "extender/v1 types exactly (PascalCase keys, null for unset pointers)."
+        ),
+    )
+    app.state.extender = ext
+    app.state.metrics = metrics
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        return _problem(f"invalid {request.url.path.rsplit('/', 1)[-1]} request: {wire.describe_validation_error(exc)}")
+
+    bad_request = {400: {"model": wire.Problem, "description": "The body does not match the extender protocol"}}
+
+    @app.post(
+        "/filter",
+        response_model=None,
+        responses={200: {"model": wire.ExtenderFilterResult}, **bad_request},
+        summary="Keep the nodes the pod may run on; explain every rejection",
+    )
+    async def filter_nodes(args: wire.ExtenderArgs, request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            body: Any = ext.filter(await request.json())
+        except Exception as exc:  # reported in Error, never a 500 to the scheduler
+            log.exception("filter failed")
+            body = wire.error_filter_result(f"stowage extender internal error: {type(exc).__name__}: {exc}")
+        metrics.request_seconds.labels("filter").observe(time.perf_counter() - start)
+        return _json(body)
+
+    @app.post(
+        "/prioritize",
+        response_model=None,
+        responses={200: {"model": list[wire.HostPriority]}, **bad_request},
+        summary="Score the nodes 0..10 by multi-resource alignment",
+    )
+    async def prioritize_nodes(args: wire.ExtenderArgs, request: Request) -> Response:
+        start = time.perf_counter()
+        raw = await request.json()
+        try:
+            body: Any = ext.prioritize(raw)
+        except Exception:  # zero scores: we simply contribute nothing
+            log.exception("prioritize failed")
+            names, _ = ext.nodes_of(raw)
+            body = wire.host_priorities(names, [0] * len(names))
+        metrics.request_seconds.labels("prioritize").observe(time.perf_counter() - start)
+        return _json(body)
+
+    @app.post(
+        "/preempt",
+        response_model=None,
+        responses={200: {"model": wire.ExtenderPreemptionResult}, **bad_request},
+        summary="Accept the victims Stowage allows; drop the other nodes",
+    )
+    async def preempt_victims(args: wire.ExtenderPreemptionArgs, request: Request) -> Response:
+        start = time.perf_counter()
+        raw = await request.json()
+        try:
+            kept, _ = ext.preempt(raw)
+        except Exception:  # degrade to the scheduler's own choice
+            log.exception("preempt failed")
+            kept = {}
+            for node, victims in (raw.get("NodeNameToMetaVictims") or {}).items():
+                uids = [str(p["UID"]) for p in (victims or {}).get("Pods") or [] if p]
+                if uids:
+                    kept[node] = (uids, int((victims or {}).get("NumPDBViolations") or 0))
+        metrics.request_seconds.labels("preempt").observe(time.perf_counter() - start)
+        return _json(wire.preemption_result(kept))
+
+    @app.get("/healthz", summary="Liveness: the process answers")
+    async def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz", summary="Readiness: node and pod caches have synced")
+    async def readyz() -> Response:
+        waiting = [n for n, ev in (("nodes", model.nodes_synced), ("pods", model.pods_synced)) if not ev.is_set()]
+        util = utilization.current.error
+        body = {"status": "ready" if not waiting else "not ready", "waiting_for": waiting, "utilization_error": util}
+        return _json(body, 200 if not waiting else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,82 @@
+"""``stowage extender``: run the kube-scheduler extender."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from stowage.errors import ConfigError
+
+__all__ = ["extender"]
+
+
+@click.command("extender", context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Kubeconfig to use. Default: the in-cluster service account, then $KUBECONFIG or ~/.kube/config.",
+)
+@click.option(
+    "--prometheus-url",
+    default=None,
+    metavar="URL",
+    help="Prometheus base URL (e.g. http://prometheus:9090) for node utilization. Without it, or while it is "
+    "unreachable, no node harvests anything: opportunistic pods wait, regular pods are unaffected.",
+)
+@click.option(
+    "--prometheus-interval",
+    type=click.FloatRange(min=0.5),
+    default=5.0,
+    metavar="SECONDS",
+    help="How often utilization is re-read from Prometheus.",
+)
+@click.option("--host", default="0.0.0.0", help="Address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8888, help="Port to listen on.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Stowage settings YAML (harvest.t_alloc, harvest.ramp_up_s, harvest.utilization_stale_after_s, "
+    "packing.remote_penalty, ...). STOWAGE_* environment variables override it.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    help="Log verbosity.",
+)
+def extender(
+    kubeconfig: str | None,
+    prometheus_url: str | None,
+    prometheus_interval: float,
+    host: str,
+    port: int,
+    config_path: str | None,
+    log_level: str,
+) -> None:
+    """Run the kube-scheduler extender for the stowage-scheduler profile.
+
+    Serves POST /filter, /prioritize and /preempt exactly as kube-scheduler's
+    extender protocol defines them (configure it with nodeCacheCapable: true and
+    ignorable: true; see manifests/scheduler-config.yaml), plus GET /healthz,
+    /readyz (ready once the node and pod caches have synced), /metrics and
+    /docs (OpenAPI). Pods of other scheduler names pass through unchanged.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from stowage.extender.server import ExtenderRuntime
+
+    from stowage.config import load_settings
+    from stowage.kube.client import api_client
+
+    try:
+        settings = load_settings(config_path)
+        api = api_client(kubeconfig)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if prometheus_url is None:
+        logging.getLogger(__name__).warning("no --prometheus-url: harvesting is off, opportunistic pods will wait")
+    runtime = ExtenderRuntime(settings, api, prometheus_url=prometheus_url, prometheus_interval_s=prometheus_interval)
+    runtime.serve(host, port, log_level)

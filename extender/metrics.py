@@ -1,0 +1,63 @@
+"""The extender's Prometheus metrics, one registry per app instance (so tests can run several apps)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from stowage.labels import METRICS
+
+__all__ = ["ExtenderMetrics"]
+
+# Filter/prioritize latency lives well under the scheduler's httpTimeout; fine buckets at the bottom.
+_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class _HarvestableCollector(Collector):
+    """``stowage_node_harvestable{node,resource}``, computed at scrape time from the latest snapshot."""
+
+    def __init__(self, compute: Callable[[], tuple[list[str], tuple[str, ...], np.ndarray]]) -> None:
+        self._compute = compute
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            METRICS.NODE_HARVESTABLE,
+            "Capacity opportunistic pods may still take on the node, A_opp = T_alloc*C - U - B - S "
+            "(cores, bytes, bytes/s)",
+            labels=["node", "resource"],
+        )
+        names, resources, values = self._compute()
+        for i, node in enumerate(names):
+            for j, resource in enumerate(resources):
+                family.add_metric([node, resource], float(values[i, j]))
+        yield family
+
+
+class ExtenderMetrics:
+    """Request latency per verb, rejections per reason, harvestable capacity per node."""
+
+    def __init__(
+        self,
+        harvestable: Callable[[], tuple[list[str], tuple[str, ...], np.ndarray]] | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.request_seconds = Histogram(
+            METRICS.EXTENDER_REQUEST_SECONDS,
+            "Time to answer kube-scheduler, by verb",
+            ["verb"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.rejections = Counter(
+            METRICS.EXTENDER_REJECTIONS_TOTAL.removesuffix("_total"),
+            "Nodes the filter rejected, by reason (see docs/extender.md)",
+            ["reason"],
+            registry=self.registry,
+        )
+        if harvestable is not None:
+            self.registry.register(_HarvestableCollector(harvestable))

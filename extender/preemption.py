@@ -1,0 +1,79 @@
+"""Preempt: which of the scheduler's candidate victims Stowage accepts.
+
+- An opportunistic victim is always acceptable: it runs on borrowed capacity.
+- A regular victim is acceptable only if its queue is above its fair share
+  (weighted DRF over the regular pool, ``policy.fairness``); a regular pod without
+  a queue, or one Stowage has never seen, is protected.
+- The scheduler's dry run picked the *minimum* victim set for each node, so a node
+  with any unacceptable victim is dropped whole (evicting only part of the set
+  would kill pods without making room), and so is a node left without victims:
+  kube-scheduler rejects an empty victim list ("expected at least one victim").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from stowage.extender.pods import PodRequest
+
+from stowage.kube.records import PodRecord
+
+__all__ = ["VictimInfo", "over_share_queues", "select_victims"]
+
+
+@dataclass(frozen=True, slots=True)
+class VictimInfo:
+    opportunistic: bool
+    queue: str | None
+
+
+def over_share_queues(
+    pods: list[PodRecord],
+    resources: tuple[str, ...],
+    total: np.ndarray,
+    weights: Mapping[str, float] | None = None,
+) -> set[str]:
+    """Queues whose dominant share of the regular pool exceeds their weighted fair share.
+
+    ``allocated`` (Q,R) sums the requests of each queue's regular pods; ``total`` (R,)
+    is the cluster's allocatable; weights default to 1 (Queue CRs are the operator's).
+    """
+    from stowage.policy import fairness  # the policy module of a sibling part
+
+    queues = sorted({p.queue for p in pods if p.queue and not p.opportunistic})
+    if not queues:
+        return set()
+    col = {r: i for i, r in enumerate(resources)}
+    allocated = np.zeros((len(queues), len(resources)))
+    qi = {q: i for i, q in enumerate(queues)}
+    for p in pods:
+        if p.opportunistic or not p.queue:
+            continue
+        for name, amount in p.demand.items():
+            if name in col:
+                allocated[qi[p.queue], col[name]] += amount
+    w = np.array([float((weights or {}).get(q, 1.0)) for q in queues])
+    shares = np.asarray(fairness.dominant_shares(allocated, total, w), dtype=np.float64)
+    fair = np.asarray(fairness.fair_share(w, allocated.sum(axis=1) > 0), dtype=np.float64)
+    return {q for q, s, f in zip(queues, shares, fair, strict=True) if s > f}
+
+
+def select_victims(
+    pod: PodRequest,
+    candidates: Mapping[str, tuple[list[str], int]],
+    lookup: Callable[[str], VictimInfo | None],
+    over_share: set[str],
+) -> dict[str, tuple[list[str], int]]:
+    """Keep the nodes whose every victim is acceptable; pods of other schedulers keep all candidates."""
+    if not pod.ours:
+        return {node: (uids, pdb) for node, (uids, pdb) in candidates.items() if uids}
+    kept: dict[str, tuple[list[str], int]] = {}
+    for node, (uids, pdb) in candidates.items():
+        if not uids:
+            continue
+        infos = [lookup(uid) for uid in uids]
+        if all(i is not None and (i.opportunistic or (i.queue is not None and i.queue in over_share)) for i in infos):
+            kept[node] = (uids, pdb)
+    return kept

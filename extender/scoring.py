@@ -1,0 +1,70 @@
+"""Prioritize: Tetris alignment against the class's availability, scaled to kube-scheduler's 0..10.
+
+``a(t,n) = Σ_r (d_r/C_r)·(A_r/C_r)`` (policy.alignment) with ``A = A_reg`` for a regular
+pod and ``A = A_opp`` for an opportunistic one; nodes not named in the pod's
+``stowage.io/data-nodes`` lose ``packing.remote_penalty`` of their score. Infeasible
+nodes score 0, the best feasible node 10 (policy.alignment.to_extender_scores).
+
+Disk/network bandwidth counts only on nodes that declare it: a node without a
+bandwidth annotation neither constrains nor rewards the pod's bandwidth demand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from stowage.extender.pods import PodRequest
+from stowage.extender.snapshot import Snapshot
+
+from stowage.policy import alignment
+from stowage.resources import DISK, NETWORK
+
+__all__ = ["best_node", "score_nodes"]
+
+
+def _raw_scores(pod: PodRequest, snap: Snapshot) -> np.ndarray:
+    demand = pod.demand_array(snap.resources)
+    capacity = snap.capacity
+    available = (snap.harvestable if pod.opportunistic else snap.regular_available).copy()
+    cols = [snap.resources.index(r) for r in (DISK, NETWORK) if r in snap.resources]
+    if cols:
+        # Bandwidth availability is what the node declares less what its pods declared, for either class.
+        available[:, cols] = np.maximum(snap.view.capacity[:, cols] - snap.bandwidth_allocated[:, cols], 0.0)
+    remote = None
+    if pod.data_nodes:
+        remote = np.fromiter((n not in pod.data_nodes for n in snap.names), dtype=bool, count=len(snap.names))
+    if not cols or not demand[cols].any():
+        return alignment.alignment(
+            demand, capacity, available, remote=remote, remote_penalty=snap.settings.packing.remote_penalty
+        )
+    # Group nodes by which bandwidth resources they declare; undeclared ones drop out of the demand.
+    declared = snap.view.capacity[:, cols] > 0
+    scores = np.full(len(snap.names), -np.inf)
+    for pattern in {tuple(row) for row in declared}:
+        rows = np.flatnonzero((declared == np.array(pattern)).all(axis=1))
+        d = demand.copy()
+        for c, has in zip(cols, pattern, strict=True):
+            if not has:
+                d[c] = 0.0
+        scores[rows] = alignment.alignment(
+            d,
+            capacity[rows],
+            available[rows],
+            remote=None if remote is None else remote[rows],
+            remote_penalty=snap.settings.packing.remote_penalty,
+        )
+    return scores
+
+
+def score_nodes(pod: PodRequest, snap: Snapshot) -> np.ndarray:
+    """(N,) int64 in 0..10; every node 0 for pods of other schedulers."""
+    if not pod.ours:
+        return np.zeros(len(snap.names), dtype=np.int64)
+    return alignment.to_extender_scores(_raw_scores(pod, snap))
+
+
+def best_node(pod: PodRequest, snap: Snapshot) -> int | None:
+    """Index of the node the scheduler most likely picks (highest finite alignment), if any."""
+    scores = _raw_scores(pod, snap)
+    if scores.size == 0 or not np.isfinite(scores).any():
+        return None
+    return int(np.argmax(scores))

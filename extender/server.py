@@ -1,0 +1,126 @@
+"""Wiring: informers → cluster model, Prometheus → utilization, both → the app, served by uvicorn.
+
+``ExtenderRuntime`` owns the background threads; ``serve()`` blocks until SIGTERM/SIGINT
+(uvicorn handles the signals) and then stops them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from kubernetes import client
+from stowage.extender.app import create_app
+
+from stowage.config import StowageSettings
+from stowage.kube.cluster import ClusterModel
+from stowage.kube.informer import Informer
+from stowage.prom import PrometheusReader, Utilization
+
+__all__ = ["BOUND_PODS", "ExtenderRuntime", "serving"]
+
+log = logging.getLogger(__name__)
+
+#: Only pods that occupy a node matter; a pod leaving this selector arrives as DELETED.
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+class ExtenderRuntime:
+    """Start informers and the utilization feed, build the app; ``close()`` stops everything."""
+
+    def __init__(
+        self,
+        settings: StowageSettings,
+        api: client.ApiClient,
+        *,
+        prometheus_url: str | None,
+        prometheus_interval_s: float = 5.0,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self.settings = settings
+        self.model = ClusterModel(recent_window_s=settings.harvest.ramp_up_s)
+        core = client.CoreV1Api(api)
+        self.informers = [
+            Informer(
+                core.list_node,
+                name="nodes",
+                on_replace=self.model.replace_nodes,
+                on_event=self.model.apply_node_event,
+                watch_timeout_s=watch_timeout_s,
+            ),
+            Informer(
+                core.list_pod_for_all_namespaces,
+                name="pods",
+                on_replace=self.model.replace_pods,
+                on_event=self.model.apply_pod_event,
+                watch_timeout_s=watch_timeout_s,
+                list_kwargs={"field_selector": BOUND_PODS},
+            ),
+        ]
+        reader = PrometheusReader(prometheus_url) if prometheus_url else None
+        self.utilization = Utilization(reader, interval_s=prometheus_interval_s)
+        self.app: FastAPI = create_app(settings, self.model, self.utilization)
+
+    def start(self) -> ExtenderRuntime:
+        for informer in self.informers:
+            informer.start()
+        self.utilization.start()
+        return self
+
+    def close(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+        self.utilization.stop()
+
+    def __enter__(self) -> ExtenderRuntime:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def serve(self, host: str, port: int, log_level: str = "info") -> None:
+        """Serve until interrupted (blocks)."""
+        server = uvicorn.Server(self.uvicorn_config(host, port, log_level))
+        with self:
+            server.run()
+
+    def uvicorn_config(self, host: str, port: int, log_level: str = "info", **kwargs: Any) -> uvicorn.Config:
+        return uvicorn.Config(self.app, host=host, port=port, log_level=log_level.lower(), access_log=False, **kwargs)
+
+
+@contextlib.contextmanager
+def serving(app: FastAPI, host: str = "127.0.0.1", startup_timeout_s: float = 10.0) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a thread, on a free loopback port; yield its base URL.
+
+    Used by the benchmark and the conformance tests (real HTTP, not an in-process client).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout_s
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not server.started:
+        server.should_exit = True
+        sock.close()
+        raise RuntimeError(f"uvicorn did not start on {host}:{port} within {startup_timeout_s}s")
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(startup_timeout_s)
+        sock.close()

@@ -1,0 +1,216 @@
+"""kube-scheduler's extender wire types (``k8s.io/kube-scheduler/extender/v1``), as Pydantic models.
+
+The Go structs have no ``json:`` tags, so the JSON keys are the Go field names in
+PascalCase, every key is always present and unset pointers are ``null``
+(EXTENDER_PROTOCOL.md §1). The embedded Kubernetes objects keep their camelCase
+API JSON; we model only the parts we read and allow everything else through.
+
+The only module of the extender that knows Pydantic: routes convert these models
+to plain values with the helpers at the bottom, and build responses as dicts that
+orjson encodes exactly as Go would have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "ExtenderArgs",
+    "ExtenderFilterResult",
+    "ExtenderPreemptionArgs",
+    "ExtenderPreemptionResult",
+    "HostPriority",
+    "MetaPod",
+    "MetaVictims",
+    "NodeList",
+    "NodeObject",
+    "ObjectMeta",
+    "PodObject",
+    "Problem",
+    "Victims",
+    "describe_validation_error",
+    "error_filter_result",
+    "filter_result",
+    "host_priorities",
+    "preemption_result",
+]
+
+
+class _KubeObject(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ObjectMeta(_KubeObject):
+    """The ``metadata`` of a Kubernetes object (fields Stowage reads; others pass through)."""
+
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class PodObject(_KubeObject):
+    """A ``v1.Pod`` as the API serialises it (camelCase)."""
+
+    metadata: ObjectMeta | None = None
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+
+class NodeObject(_KubeObject):
+    """A ``v1.Node`` as the API serialises it."""
+
+    metadata: ObjectMeta | None = None
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+
+class NodeList(_KubeObject):
+    """A ``v1.NodeList``; the scheduler sends ``{"metadata": {}, "items": [...]}``."""
+
+    metadata: dict[str, Any] | None = None
+    items: list[NodeObject] | None = None
+
+
+class ExtenderArgs(BaseModel):
+    """Request of ``filter`` and ``prioritize``: ``NodeNames`` when nodeCacheCapable, else ``Nodes``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    Pod: PodObject
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+class ExtenderFilterResult(BaseModel):
+    """Response of ``filter``. Both lists null would filter out every node: we always send one."""
+
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] | None = None
+    FailedAndUnresolvableNodes: dict[str, str] | None = None
+    Error: str = ""
+
+
+class HostPriority(BaseModel):
+    """One entry of the ``prioritize`` response (a bare JSON array of these)."""
+
+    Host: str
+    Score: int = Field(ge=0, le=10)
+
+
+class MetaPod(BaseModel):
+    """A victim named by UID."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    UID: str
+
+
+class MetaVictims(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    Pods: list[MetaPod] | None = None
+    NumPDBViolations: int = 0
+
+
+class Victims(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    Pods: list[PodObject | None] | None = None
+    NumPDBViolations: int = 0
+
+
+class ExtenderPreemptionArgs(BaseModel):
+    """Request of ``preempt``: ``NodeNameToMetaVictims`` when nodeCacheCapable, else ``NodeNameToVictims``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    Pod: PodObject
+    NodeNameToVictims: dict[str, Victims | None] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims | None] | None = None
+
+
+class Problem(BaseModel):
+    """Body of an HTTP 400: what is wrong with the request, field by field."""
+
+    error: str
+
+
+class ExtenderPreemptionResult(BaseModel):
+    """Response of ``preempt``: always the meta (UID) form."""
+
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
+
+
+# --- plain-value helpers ------------------------------------------------------------------------
+
+
+def describe_validation_error(exc: ValidationError | Any) -> str:
+    """One line per problem, ``Pod.metadata.labels.x: Input should be a valid string (got 3)``."""
+    lines = []
+    for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            where = [p for p in err.get("loc", ()) if p != "body"]
+            detail = (err.get("ctx") or {}).get("error", "invalid JSON")
+            lines.append(f"body is not valid JSON: {detail} at character {where[0] if where else '?'}")
+            continue
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        got = err.get("input")
+        shown = repr(got)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        lines.append(f"{loc}: {err.get('msg')} (got {shown})")
+    return "; ".join(lines) or "request body does not match the extender protocol"
+
+
+def filter_result(
+    passed: list[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+    *,
+    node_items: list[Any] | None,
+) -> dict[str, Any]:
+    """The filter response in the request's mode: ``node_items`` (raw items by name order) → ``Nodes``.
+
+    ``passed`` is always an explicit list (``[]`` when empty): both lists ``null``
+    would mean "filter out every node" to the scheduler.
+    """
+    if node_items is None:
+        return {
+            "Nodes": None,
+            "NodeNames": passed,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": "",
+        }
+    return {
+        "Nodes": {"metadata": {}, "items": node_items},
+        "NodeNames": None,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+
+
+def error_filter_result(message: str) -> dict[str, Any]:
+    """An internal failure: the scheduler treats a non-empty ``Error`` like a transport error."""
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": None, "FailedAndUnresolvableNodes": None, "Error": message}
+
+
+def host_priorities(names: list[str], scores: list[int]) -> list[dict[str, Any]]:
+    """The prioritize response: a bare array of ``{"Host", "Score"}``."""
+    return [{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)]
+
+
+def preemption_result(victims: dict[str, tuple[list[str], int]]) -> dict[str, Any]:
+    """``{node: ([uid, ...], pdb_violations)}`` → the meta form; nodes without victims must not be here."""
+    return {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": int(pdb)}
+            for node, (uids, pdb) in victims.items()
+        }
+    }

@@ -1,0 +1,338 @@
+"""The cluster model: per-node numpy arrays kept up to date by informer events.
+
+Rows are nodes, columns resources (``CORE_RESOURCES`` first, extended resources
+appended the first time a node or pod names one). Each pod event adds or subtracts
+one pod's contribution to its node's row, so answering a scheduler request is a
+dict lookup per node name plus fancy indexing (:meth:`ClusterModel.view`).
+
+Pods bound within ``recent_window_s`` (the harvest ramp-up) are also kept in a
+small side table, together with *provisional* placements the extender makes
+between its answer and the binding it later sees: both feed the assumed set ``S``
+of ``A_opp = T_alloc·C − U − B − S``.
+
+Thread-safety: one lock; informer threads write, request handlers read copies.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stowage.kube.records import NodeRecord, PodRecord, node_record, pod_key, pod_record
+from stowage.resources import CORE_RESOURCES, ResourceVector
+
+__all__ = ["ClusterModel", "NodeView", "RecentPods"]
+
+_INITIAL_ROWS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class RecentPods:
+    """Pods bound (or provisionally placed) within the ramp-up window, for the assumed set ``S``.
+
+    ``demands`` (P,R) in the view's resource order, ``bound_at_s`` (P,) Unix seconds,
+    ``node_index`` (P,) row in the view they belong to.
+    """
+
+    demands: np.ndarray
+    bound_at_s: np.ndarray
+    node_index: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A copy of the model restricted to the nodes of one request, in the request's order.
+
+    Unknown node names have ``known`` False and zero rows.
+    """
+
+    names: Sequence[str]
+    resources: tuple[str, ...]
+    known: np.ndarray  # (N,) bool
+    capacity: np.ndarray  # (N,R)
+    allocatable: np.ndarray  # (N,R)
+    regular_requests: np.ndarray  # (N,R) requests of regular pods (+ their bandwidth)
+    opportunistic_demand: np.ndarray  # (N,R) real demand of opportunistic pods (+ their bandwidth)
+    harvest_enabled: np.ndarray  # (N,) bool
+    recent: RecentPods
+
+
+@dataclass(slots=True)
+class _Recent:
+    node: str
+    demand: ResourceVector
+    bound_at_s: float
+    provisional: bool
+
+
+class ClusterModel:
+    """Nodes and pods as numpy rows; fed by :class:`stowage.kube.informer.Informer` callbacks."""
+
+    def __init__(self, *, recent_window_s: float = 30.0, clock: Callable[[], float] = time.time) -> None:
+        self._lock = threading.RLock()
+        self._clock = clock
+        self.recent_window_s = float(recent_window_s)
+        self._resources: list[str] = list(CORE_RESOURCES)
+        self._col: dict[str, int] = {r: i for i, r in enumerate(self._resources)}
+        self._index: dict[str, int] = {}
+        self._free: list[int] = []
+        self._rows = 0
+        shape = (_INITIAL_ROWS, len(self._resources))
+        self._capacity = np.zeros(shape)
+        self._allocatable = np.zeros(shape)
+        self._regular = np.zeros(shape)
+        self._opportunistic = np.zeros(shape)
+        self._harvest = np.zeros(_INITIAL_ROWS, dtype=bool)
+        self._nodes: dict[str, NodeRecord] = {}
+        self._pods: dict[str, PodRecord] = {}
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._recent: dict[str, _Recent] = {}
+        self.nodes_synced = threading.Event()
+        self.pods_synced = threading.Event()
+
+    # --- shape management ----------------------------------------------------------------------
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        return tuple(self._resources)
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return self._capacity, self._allocatable, self._regular, self._opportunistic
+
+    def _ensure_columns(self, vectors: Iterable[ResourceVector]) -> None:
+        new = sorted({name for v in vectors for name in v if name not in self._col})
+        if not new:
+            return
+        for name in new:
+            self._col[name] = len(self._resources)
+            self._resources.append(name)
+        pad = ((0, 0), (0, len(new)))
+        self._capacity, self._allocatable, self._regular, self._opportunistic = (np.pad(a, pad) for a in self._arrays())
+
+    def _row_of(self, vector: ResourceVector) -> np.ndarray:
+        row = np.zeros(len(self._resources))
+        for name, amount in vector.items():
+            row[self._col[name]] = amount
+        return row
+
+    def _alloc_row(self, name: str) -> int:
+        if self._free:
+            row = self._free.pop()
+        else:
+            row = self._rows
+            self._rows += 1
+            if row >= self._capacity.shape[0]:
+                grow = ((0, self._capacity.shape[0]), (0, 0))
+                self._capacity, self._allocatable, self._regular, self._opportunistic = (
+                    np.pad(a, grow) for a in self._arrays()
+                )
+                self._harvest = np.pad(self._harvest, (0, grow[0][1]))
+        self._index[name] = row
+        return row
+
+    # --- nodes ---------------------------------------------------------------------------------
+
+    def _put_node(self, record: NodeRecord) -> None:
+        self._ensure_columns((record.capacity, record.allocatable))
+        row = self._index.get(record.name)
+        if row is None:
+            row = self._alloc_row(record.name)
+            self._regular[row] = 0.0
+            self._opportunistic[row] = 0.0
+            # Pods may have been seen before their node: add them now.
+            for key in self._pods_by_node.get(record.name, ()):
+                self._add_pod_to_row(self._pods[key], +1)
+        self._nodes[record.name] = record
+        self._capacity[row] = self._row_of(record.capacity)
+        self._allocatable[row] = self._row_of(record.allocatable)
+        self._harvest[row] = record.harvest_enabled
+
+    def _drop_node(self, name: str) -> None:
+        row = self._index.pop(name, None)
+        self._nodes.pop(name, None)
+        if row is None:
+            return
+        for array in self._arrays():
+            array[row] = 0.0
+        self._harvest[row] = False
+        self._free.append(row)
+
+    def replace_nodes(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh list: the model's nodes become exactly these (after a (re)list)."""
+        records = [node_record(item) for item in items]
+        with self._lock:
+            keep = {r.name for r in records}
+            for name in [n for n in self._index if n not in keep]:
+                self._drop_node(name)
+            for record in records:
+                self._put_node(record)
+        self.nodes_synced.set()
+
+    def apply_node_event(self, event_type: str, node: Mapping[str, Any]) -> None:
+        """ADDED / MODIFIED / DELETED from a watch."""
+        record = node_record(node)
+        with self._lock:
+            if event_type == "DELETED":
+                self._drop_node(record.name)
+            else:
+                self._put_node(record)
+
+    # --- pods ----------------------------------------------------------------------------------
+
+    def _add_pod_to_row(self, pod: PodRecord, sign: int) -> None:
+        row = self._index.get(pod.node)
+        if row is None:
+            return
+        target = self._opportunistic if pod.opportunistic else self._regular
+        target[row] += sign * self._row_of(pod.demand)
+        if sign < 0:
+            np.maximum(target[row], 0.0, out=target[row])  # float drift must never go negative
+
+    def _remove_pod(self, key: str) -> None:
+        old = self._pods.pop(key, None)
+        if old is None:
+            return
+        self._add_pod_to_row(old, -1)
+        peers = self._pods_by_node.get(old.node)
+        if peers is not None:
+            peers.discard(key)
+            if not peers:
+                del self._pods_by_node[old.node]
+        recent = self._recent.get(key)
+        if recent is not None and not recent.provisional:
+            del self._recent[key]
+
+    def _put_pod(self, pod: Mapping[str, Any], now: float) -> None:
+        key = pod_key(pod)
+        record = pod_record(pod, now)
+        self._remove_pod(key)
+        if record is None:
+            return
+        self._ensure_columns((record.demand,))
+        self._pods[key] = record
+        self._pods_by_node.setdefault(record.node, set()).add(key)
+        self._add_pod_to_row(record, +1)
+        # A binding replaces any provisional placement; it counts from when it was bound.
+        self._recent.pop(key, None)
+        if now - record.bound_at_s < self.recent_window_s:
+            self._recent[key] = _Recent(record.node, record.demand, record.bound_at_s, provisional=False)
+
+    def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh list: the model's pods become exactly these."""
+        now = self._clock()
+        with self._lock:
+            items = list(items)
+            keep = {pod_key(p) for p in items}
+            for key in [k for k in self._pods if k not in keep]:
+                self._remove_pod(key)
+            for pod in items:
+                self._put_pod(pod, now)
+        self.pods_synced.set()
+
+    def apply_pod_event(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        """ADDED / MODIFIED / DELETED from a watch."""
+        now = self._clock()
+        with self._lock:
+            if event_type == "DELETED":
+                key = pod_key(pod)
+                self._remove_pod(key)
+                self._recent.pop(key, None)
+            else:
+                self._put_pod(pod, now)
+
+    def assume(self, key: str, node: str, demand: ResourceVector) -> None:
+        """Count ``demand`` on ``node`` now, before the binding is seen (replaced when it is).
+
+        The extender calls this for the node it expects an opportunistic pod to land on,
+        so a second pod right behind it cannot take the same harvestable slot.
+        """
+        with self._lock:
+            if key in self._pods:
+                return  # already bound: the informer's record is authoritative
+            self._ensure_columns((demand,))
+            self._recent[key] = _Recent(node, demand, self._clock(), provisional=True)
+
+    def pod(self, key: str) -> PodRecord | None:
+        with self._lock:
+            return self._pods.get(key)
+
+    def pods(self) -> list[PodRecord]:
+        with self._lock:
+            return list(self._pods.values())
+
+    def node(self, name: str) -> NodeRecord | None:
+        with self._lock:
+            return self._nodes.get(name)
+
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return list(self._index)
+
+    def now(self) -> float:
+        """The model's clock (Unix seconds), the one binding times are measured on."""
+        return self._clock()
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes_synced.is_set() and self.pods_synced.is_set()
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def _recent_for(self, rows: np.ndarray, exclude: str | None) -> RecentPods:
+        now = self._clock()
+        expired = [k for k, r in self._recent.items() if now - r.bound_at_s >= self.recent_window_s]
+        for key in expired:
+            del self._recent[key]
+        demands, bound, where = [], [], []
+        for key, rec in self._recent.items():
+            if key == exclude:
+                continue  # a pod re-filtered must not compete with its own provisional placement
+            row = self._index.get(rec.node)
+            if row is None:
+                continue
+            for pos in np.flatnonzero(rows == row):
+                demands.append(self._row_of(rec.demand))
+                bound.append(rec.bound_at_s)
+                where.append(int(pos))
+        width = len(self._resources)
+        return RecentPods(
+            demands=np.array(demands).reshape(len(demands), width),
+            bound_at_s=np.array(bound, dtype=np.float64),
+            node_index=np.array(where, dtype=np.int64),
+        )
+
+    def view(self, names: Sequence[str], *, exclude_pod: str | None = None) -> NodeView:
+        """The rows of ``names`` (copies), in that order; ``exclude_pod`` is left out of ``recent``."""
+        with self._lock:
+            index = self._index
+            rows = np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+            known = rows >= 0
+            safe = np.where(known, rows, 0)
+
+            def take(a: np.ndarray) -> np.ndarray:
+                out = a[safe]
+                out[~known] = 0
+                return out
+
+            return NodeView(
+                names=names,
+                resources=tuple(self._resources),
+                known=known,
+                capacity=take(self._capacity),
+                allocatable=take(self._allocatable),
+                regular_requests=take(self._regular),
+                opportunistic_demand=take(self._opportunistic),
+                harvest_enabled=take(self._harvest),
+                recent=self._recent_for(rows, exclude_pod),
+            )
+
+    def totals(self) -> tuple[tuple[str, ...], np.ndarray]:
+        """Cluster-wide allocatable per resource, for fair shares."""
+        with self._lock:
+            rows = np.fromiter(self._index.values(), dtype=np.int64, count=len(self._index))
+            return tuple(self._resources), self._allocatable[rows].sum(axis=0)

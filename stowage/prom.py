@@ -1,0 +1,299 @@
+"""Node utilization from Prometheus' HTTP API (``/api/v1/query``), refreshed in the background.
+
+The node monitor exports ``stowage_node_usage``, ``stowage_node_capacity``,
+``stowage_node_blocked`` and ``stowage_node_contention``, each labelled
+``{node, resource}`` (names from :class:`stowage.labels.METRICS`). Every refresh
+makes two instant queries:
+
+1. all four series at once (``{__name__=~"usage|capacity|blocked|contention"}``);
+2. ``timestamp(stowage_node_usage)``: when each usage sample was taken. The age
+   ``evaluation time − sample time`` is computed on Prometheus' own clock, so
+   clock skew between hosts does not matter.
+
+Fail safe (DESIGN.md): a failed refresh yields a snapshot with ``error`` set and no
+nodes; readers then treat every node as having no fresh samples, i.e. it harvests
+nothing. Regular scheduling never depends on this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+
+from stowage.labels import METRICS
+
+__all__ = ["NodeSamples", "PrometheusError", "PrometheusReader", "Utilization", "UtilizationSnapshot"]
+
+log = logging.getLogger(__name__)
+
+_SERIES = (METRICS.NODE_USAGE, METRICS.NODE_CAPACITY, METRICS.NODE_BLOCKED, METRICS.NODE_CONTENTION)
+
+
+class PrometheusError(Exception):
+    """Prometheus could not be reached or answered with an error; the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSamples:
+    """Samples of the nodes of one request, lined up with its node order and resource axis.
+
+    ``present`` (N,) False where Prometheus has no usage sample for the node; ``age_s`` (N,)
+    seconds since the oldest usage sample of the node (inf where absent); ``usage``,
+    ``capacity``, ``blocked`` (N,R) in base units (0 where absent); ``contention`` (N,R)
+    True where the node monitor reports sustained contention.
+    """
+
+    present: np.ndarray
+    age_s: np.ndarray
+    usage: np.ndarray
+    capacity: np.ndarray
+    blocked: np.ndarray
+    contention: np.ndarray
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class UtilizationSnapshot:
+    """One refresh's worth of samples: ``index`` maps node name → row; arrays are (M,R)."""
+
+    resources: tuple[str, ...] = ()
+    index: dict[str, int] = field(default_factory=dict)
+    usage: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    capacity: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    blocked: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    contention: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    age_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    fetched_at_s: float = 0.0  # monotonic clock of the reader
+    error: str | None = "no utilization fetched yet"
+
+    @classmethod
+    def unavailable(cls, error: str, fetched_at_s: float = 0.0) -> UtilizationSnapshot:
+        return cls(error=error, fetched_at_s=fetched_at_s)
+
+    @classmethod
+    def from_nodes(
+        cls,
+        nodes: Mapping[str, Mapping[str, Mapping[str, float]]],
+        *,
+        age_s: float | Mapping[str, float] = 0.0,
+        fetched_at_s: float = 0.0,
+    ) -> UtilizationSnapshot:
+        """Build a snapshot from plain values (bench, simulations, tests).
+
+        ``nodes[node][kind][resource]`` with ``kind`` one of ``usage``, ``capacity``,
+        ``blocked``, ``contention`` (0/1); ``age_s`` per node or for all.
+        """
+        names = list(nodes)
+        resources = sorted({r for kinds in nodes.values() for values in kinds.values() for r in values})
+        col = {r: j for j, r in enumerate(resources)}
+        arrays = {k: np.zeros((len(names), len(resources))) for k in ("usage", "capacity", "blocked", "contention")}
+        for i, name in enumerate(names):
+            for kind, values in nodes[name].items():
+                for resource, value in values.items():
+                    arrays[kind][i, col[resource]] = value
+        ages = np.array([age_s.get(n, np.inf) if isinstance(age_s, Mapping) else age_s for n in names], dtype=float)
+        return cls(
+            resources=tuple(resources),
+            index={n: i for i, n in enumerate(names)},
+            usage=arrays["usage"],
+            capacity=arrays["capacity"],
+            blocked=arrays["blocked"],
+            contention=arrays["contention"] >= 0.5,
+            age_s=ages,
+            fetched_at_s=fetched_at_s,
+            error=None,
+        )
+
+    def lookup(self, names: Sequence[str], resources: Sequence[str], now_s: float) -> NodeSamples:
+        """The rows of ``names`` in ``resources`` order; ``now_s`` on the same monotonic clock as fetch."""
+        n, r = len(names), len(resources)
+        rows = np.fromiter((self.index.get(name, -1) for name in names), dtype=np.int64, count=n)
+        present = rows >= 0
+        safe = np.where(present, rows, 0)
+        cols = np.array([self.resources.index(x) if x in self.resources else -1 for x in resources], dtype=np.int64)
+        have_col = cols >= 0
+        safe_cols = np.where(have_col, cols, 0)
+
+        def take(a: np.ndarray, fill: Any) -> np.ndarray:
+            if a.shape[0] == 0:
+                return np.full((n, r), fill, dtype=a.dtype)
+            out = a[safe][:, safe_cols]
+            out[~present] = fill
+            out[:, ~have_col] = fill
+            return out
+
+        age = np.full(n, np.inf)
+        if self.age_s.shape[0]:
+            age = np.where(present, self.age_s[safe] + max(0.0, now_s - self.fetched_at_s), np.inf)
+        return NodeSamples(
+            present=present,
+            age_s=age,
+            usage=take(self.usage, 0.0),
+            capacity=take(self.capacity, 0.0),
+            blocked=take(self.blocked, 0.0),
+            contention=take(self.contention, False),
+            error=self.error,
+        )
+
+
+class PrometheusReader:
+    """Instant queries against one Prometheus server."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 2.0, client: httpx.Client | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = client or httpx.Client(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def query(self, promql: str) -> tuple[float, list[dict[str, Any]]]:
+        """``(evaluation time, result vector)``; raises :class:`PrometheusError` naming the cause."""
+        url = f"{self.base_url}/api/v1/query"
+        try:
+            response = self._client.get(url, params={"query": promql})
+        except httpx.HTTPError as exc:
+            raise PrometheusError(f"Prometheus at {self.base_url} unreachable: {type(exc).__name__}: {exc}") from exc
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise PrometheusError(
+                f"Prometheus at {self.base_url} sent a non-JSON answer (HTTP {response.status_code})"
+            ) from exc
+        if response.status_code != 200 or body.get("status") != "success":
+            raise PrometheusError(
+                f"Prometheus at {self.base_url} rejected {promql!r}: HTTP {response.status_code}, "
+                f"{body.get('errorType')}: {body.get('error')}"
+            )
+        data = body.get("data") or {}
+        if data.get("resultType") != "vector":
+            raise PrometheusError(f"Prometheus answered {promql!r} with a {data.get('resultType')}, expected a vector")
+        result = data.get("result") or []
+        evaluated = float(result[0]["value"][0]) if result else time.time()
+        return evaluated, result
+
+    def fetch(self, fetched_at_s: float) -> UtilizationSnapshot:
+        """Both queries, folded into one snapshot. Raises :class:`PrometheusError`."""
+        _, series = self.query('{__name__=~"' + "|".join(_SERIES) + '"}')
+        _, stamps = self.query(f"timestamp({METRICS.NODE_USAGE})")
+        nodes: dict[str, int] = {}
+        resources: dict[str, int] = {}
+        values: dict[tuple[str, int, int], float] = {}
+        for sample in series:
+            labels = sample.get("metric") or {}
+            node, resource = labels.get("node"), labels.get("resource")
+            if not node or not resource:
+                continue
+            i = nodes.setdefault(node, len(nodes))
+            j = resources.setdefault(resource, len(resources))
+            try:
+                value = float(sample["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+            if not np.isfinite(value):
+                continue
+            key = (labels.get("__name__", ""), i, j)
+            values[key] = max(values.get(key, value), value)  # duplicate scrapes: keep the larger
+        shape = (len(nodes), len(resources))
+        arrays = {name: np.zeros(shape) for name in _SERIES}
+        for (name, i, j), value in values.items():
+            if name in arrays:
+                arrays[name][i, j] = value
+        present = np.zeros(len(nodes), dtype=bool)
+        age = np.full(len(nodes), np.inf)
+        oldest: dict[str, float] = {}
+        for sample in stamps:
+            node = (sample.get("metric") or {}).get("node")
+            try:
+                evaluated, taken = float(sample["value"][0]), float(sample["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+            if node in nodes:
+                oldest[node] = max(oldest.get(node, 0.0), max(0.0, evaluated - taken))
+        for node, sample_age in oldest.items():
+            present[nodes[node]] = True
+            age[nodes[node]] = sample_age
+        # Nodes with capacity but no usage sample stay out of the index: they have no utilization.
+        keep = np.flatnonzero(present)
+        names = [n for n, i in sorted(nodes.items(), key=lambda kv: kv[1]) if present[i]]
+        return UtilizationSnapshot(
+            resources=tuple(sorted(resources, key=resources.__getitem__)),
+            index={name: k for k, name in enumerate(names)},
+            usage=arrays[METRICS.NODE_USAGE][keep],
+            capacity=arrays[METRICS.NODE_CAPACITY][keep],
+            blocked=arrays[METRICS.NODE_BLOCKED][keep],
+            contention=arrays[METRICS.NODE_CONTENTION][keep] >= 0.5,
+            age_s=age[keep],
+            fetched_at_s=fetched_at_s,
+            error=None,
+        )
+
+
+class Utilization:
+    """The latest :class:`UtilizationSnapshot`, refreshed every ``interval_s`` on a daemon thread."""
+
+    def __init__(
+        self,
+        reader: PrometheusReader | None,
+        *,
+        interval_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_refresh: Callable[[UtilizationSnapshot], None] | None = None,
+        initial: UtilizationSnapshot | None = None,
+    ) -> None:
+        self._reader = reader
+        self.interval_s = float(interval_s)
+        self.clock = clock
+        self._on_refresh = on_refresh
+        self._snapshot = initial or UtilizationSnapshot.unavailable(
+            "no Prometheus URL configured" if reader is None else "no utilization fetched yet", clock()
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def current(self) -> UtilizationSnapshot:
+        return self._snapshot
+
+    def refresh(self) -> UtilizationSnapshot:
+        """Fetch once; on failure the snapshot becomes ``unavailable`` (every node harvests nothing)."""
+        if self._reader is None:
+            return self._snapshot
+        now = self.clock()
+        try:
+            snapshot = self._reader.fetch(now)
+        except PrometheusError as exc:
+            if self._snapshot.error is None:
+                log.warning("utilization unavailable, harvesting paused: %s", exc)
+            snapshot = UtilizationSnapshot.unavailable(str(exc), now)
+        self._snapshot = snapshot
+        if self._on_refresh is not None:
+            self._on_refresh(snapshot)
+        return snapshot
+
+    def start(self) -> Utilization:
+        self._thread = threading.Thread(target=self._run, name="utilization", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:  # the loop must survive anything; the snapshot says unavailable
+                log.exception("utilization refresh failed")
+                self._snapshot = UtilizationSnapshot.unavailable("internal error while refreshing", self.clock())
+            self._stop.wait(self.interval_s)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self._reader is not None:
+            self._reader.close()
