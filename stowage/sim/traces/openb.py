@@ -158,7 +158,7 @@ def read_openb(
 
     kept.sort(key=lambda k: k[1])  # arrival order, so queue draws follow it
     origin = kept[0][1]
-    queues = tenants.assign_queues(len(kept), seed)
+    queues = tenants.assign_queues(len(kept), seed, stream=2)
     jobs = tuple(
         JobSpec(name, queue, (created - origin) / time_compression,
                 (TaskGroup("pod", 1, demand, max(min_duration_s, run / time_compression)),), intent)

@@ -162,7 +162,7 @@ def tetris_mix(
     target = load * n_nodes * duration_s
     drawn, work = tetris_jobs(rng, mix, capacity, target)
     arrivals = np.sort(rng.uniform(0.0, duration_s, size=len(drawn)))
-    queues = tenants.assign_queues(len(drawn), seed)
+    queues = tenants.assign_queues(len(drawn), seed, stream=1)
     width = len(str(len(drawn)))
     jobs = tuple(
         JobSpec(f"{prefix}-{i + 1:0{width}d}", queue, float(arrival), groups, Opportunistic.AUTO)

@@ -20,7 +20,7 @@ Every queue accepts harvested capacity: whether a job runs opportunistically is 
 job's intent (``true|auto|false``) and the scheduler's decision, not an artefact of the
 tenant model.
 
-Assignment is an independent draw per job from a generator seeded by ``(seed, 7)``, in
+Assignment is an independent draw per job from a generator seeded by ``(seed, 7, stream)``, in
 job order: deterministic per seed, and prefix-stable (the first ``k`` jobs of a trace get
 the same queues whether or not the rest of the trace is read, so ``hours=2`` agrees with
 the full day on those jobs).
@@ -66,11 +66,15 @@ def tenant_queues() -> tuple[QueueSpec, ...]:
     return tuple(QueueSpec(t.name, t.weight, JobOrder.SRTF, True) for t in TENANTS)
 
 
-def assign_queues(n_jobs: int, seed: int) -> list[str]:
-    """Queue name for each of ``n_jobs`` jobs, in job order; deterministic and prefix-stable per seed."""
+def assign_queues(n_jobs: int, seed: int, stream: int = 0) -> list[str]:
+    """Queue name for each of ``n_jobs`` jobs, in job order; deterministic and prefix-stable per seed.
+
+    ``stream`` separates readers (SWIM 0, Tetris mix 1, openb 2), so two readers combined in one
+    workload do not hand out the same queue sequence.
+    """
     if n_jobs <= 0:
         return []
-    rng = np.random.default_rng((seed, _STREAM))
+    rng = np.random.default_rng((seed, _STREAM, stream))
     cumulative = np.cumsum([t.share for t in TENANTS])
     cumulative[-1] = 1.0  # guard against rounding leaving a gap at the top
     draws = rng.random(n_jobs)
@@ -81,7 +85,7 @@ def assign_queues(n_jobs: int, seed: int) -> list[str]:
 def tenant_model() -> dict[str, object]:
     """The tenant model as printed in a report."""
     return {
-        "assignment": "independent draw per job, Zipf(s=1) shares, seeded by (seed, 7)",
+        "assignment": "independent draw per job, Zipf(s=1) shares, seeded by (seed, 7, reader stream)",
         "queues": [
             {"name": t.name, "weight": t.weight, "share": round(t.share, 4), "jobOrder": "SRTF",
              "opportunistic": "Allow"}

@@ -1,0 +1,442 @@
+"""A user's workload file (YAML or JSON): the contract, its validator, and the reverse.
+
+The contract (every key; anything else is rejected)::
+
+    nodes:                     # required, at least one
+      - {name: big, count: 2, cpu: 2, memory: 4Gi, disk: 200Mi, network: 125Mi}
+    queues:                    # optional; absent: one queue `default` (weight 1, SRTF, Allow)
+      - {name: research, weight: 2, jobOrder: SRTF, opportunistic: Allow}
+    jobs:                      # required, at least one
+      - name: etl-1
+        queue: research        # required when `queues` is given, else `default`
+        arrival: 0             # seconds, default 0
+        opportunistic: auto    # true | auto | false, default auto
+        priority: 0            # optional, default 0 (kube-default orders by it)
+        groups:
+          - name: map
+            tasks: 6
+            demand: {cpu: 2, memory: 3Gi, disk: 50Mi}
+            duration: 10       # seconds when it runs alone at full speed
+            usage: 1.0         # optional fraction (0, 1] of demand really used; default: the usage model
+          - {name: reduce, tasks: 2, demand: {cpu: 1, memory: 2Gi}, duration: 20, dependsOn: [map]}
+
+Nodes: ``name``, ``cpu`` and ``memory`` required; ``disk`` and ``network`` (bytes/s) and
+extended resources by their Kubernetes names (``nvidia.com/gpu``, whole numbers) optional;
+``count`` (default 1) and ``harvest`` (default true; false = node label
+``stowage.io/harvest: "false"``) optional. A node with ``count: 1`` keeps its name; ``count: K``
+expands to ``<name>-1`` … ``<name>-K``.
+
+Every problem is reported at once in one :class:`WorkloadError`, each as
+``<path>: <what is wrong>``, the path naming the entry by its name where it has one
+(``jobs[etl-1].groups[reduce].dependsOn: unknown group 'mapp'; known: map``) and by its
+index where it has none or the name is a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stowage.errors import InvalidInput, WorkloadError
+from stowage.labels import Opportunistic
+from stowage.model import JobOrder, QueueOpportunistic
+from stowage.resources import CORE_RESOURCES, CPU, MEMORY, ResourceVector, format_quantity, parse_quantity
+from stowage.sim.traces.shapes import is_extended_resource
+from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup, Workload
+
+__all__ = ["DEFAULT_QUEUE", "load_workload_file", "parse_workload", "workload_to_dict"]
+
+#: The queue a file without ``queues`` gets.
+DEFAULT_QUEUE = QueueSpec("default", 1.0, JobOrder.SRTF, True)
+
+_TOP_KEYS = ("nodes", "queues", "jobs")
+_NODE_KEYS = ("name", "count", "harvest", *CORE_RESOURCES)
+_QUEUE_KEYS = ("name", "weight", "jobOrder", "opportunistic")
+_JOB_KEYS = ("name", "queue", "arrival", "opportunistic", "priority", "groups")
+_GROUP_KEYS = ("name", "tasks", "demand", "duration", "usage", "dependsOn")
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_NAME_ALLOWED = "a name of letters, digits, '-', '_' or '.' (starting and ending alphanumeric)"
+_RESOURCES_ALLOWED = "cpu, memory, disk, network or an extended resource such as nvidia.com/gpu"
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Checker:
+    """Collects every problem; each check returns a usable value or None."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append(f"{path}: {message}")
+
+    def mapping(self, value: object, path: str) -> Mapping[str, Any] | None:
+        if not isinstance(value, Mapping):
+            self.add(path, f"a mapping of keys to values, got {value!r}")
+            return None
+        return value
+
+    def entries(self, value: object, path: str, what: str, required: bool = True) -> list[Any]:
+        if value is None and not required:
+            return []
+        if not isinstance(value, list) or (required and not value):
+            self.add(path, f"a non-empty list of {what}, got {value!r}")
+            return []
+        return value
+
+    def keys(self, entry: Mapping[str, Any], path: str, allowed: Sequence[str], *, extended: bool = False) -> None:
+        for key in entry:
+            if key in allowed or (extended and isinstance(key, str) and is_extended_resource(key)):
+                continue
+            listing = ", ".join(allowed) + (" or an extended resource such as nvidia.com/gpu" if extended else "")
+            self.add(_join(path, key), f"unknown key; allowed: {listing}")
+
+    def required(self, entry: Mapping[str, Any], path: str, keys: Sequence[str]) -> bool:
+        missing = [k for k in keys if k not in entry]
+        for key in missing:
+            self.add(_join(path, key), "required field missing")
+        return not missing
+
+    def name(self, entry: Mapping[str, Any], path: str) -> str | None:
+        value = entry.get("name")
+        if value is None:
+            return None  # reported by required()
+        if not isinstance(value, str) or not _NAME.match(value):
+            self.add(f"{path}.name", f"{_NAME_ALLOWED}, got {value!r}")
+            return None
+        return value
+
+    def quantity(self, value: object, path: str) -> float | None:
+        try:
+            return parse_quantity(value, path)  # type: ignore[arg-type]
+        except InvalidInput as exc:
+            self.problems.append(str(exc))
+            return None
+
+    def positive_whole(self, value: object, path: str) -> int | None:
+        if not _is_whole(value) or value <= 0:  # type: ignore[operator]
+            self.add(path, f"a positive whole number, got {value!r}")
+            return None
+        return int(value)  # type: ignore[arg-type]
+
+
+def _label(entry: object, index: int, names: dict[str, int], kind: str, prefix: str, chk: _Checker) -> str:
+    """The entry's path: ``prefix[name]``, or ``prefix[index]`` for unnamed or duplicate entries."""
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    if isinstance(name, str) and _NAME.match(name):
+        if name in names:
+            chk.add(f"{prefix}[{index}].name", f"duplicate {kind} name {name!r} (also {prefix}[{names[name]}])")
+            return f"{prefix}[{index}]"
+        names[name] = index
+        return f"{prefix}[{name}]"
+    return f"{prefix}[{index}]"
+
+
+def _resources(chk: _Checker, entry: Mapping[str, Any], path: str, names: Sequence[str]) -> dict[str, float]:
+    amounts: dict[str, float] = {}
+    for key in names:
+        if key not in entry:
+            continue
+        amount = chk.quantity(entry[key], f"{path}.{key}")
+        if amount is None:
+            continue
+        if key not in CORE_RESOURCES and amount != int(amount):
+            chk.add(f"{path}.{key}", f"extended resources are whole numbers, got {entry[key]!r}")
+            continue
+        amounts[key] = amount
+    return amounts
+
+
+def _nodes(chk: _Checker, raw: object) -> list[NodeSpec]:
+    nodes: list[NodeSpec] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(chk.entries(raw, "nodes", "nodes")):
+        path = _label(item, index, seen, "node", "nodes", chk)
+        entry = chk.mapping(item, path)
+        if entry is None:
+            continue
+        chk.keys(entry, path, _NODE_KEYS, extended=True)
+        ok = chk.required(entry, path, ("name", "cpu", "memory"))
+        name = chk.name(entry, path)
+        count = chk.positive_whole(entry.get("count", 1), f"{path}.count")
+        harvest = entry.get("harvest", True)
+        if not isinstance(harvest, bool):
+            chk.add(f"{path}.harvest", f"true or false, got {harvest!r}")
+        resource_keys = [k for k in entry if k in CORE_RESOURCES or (isinstance(k, str) and is_extended_resource(k))]
+        amounts = _resources(chk, entry, path, resource_keys)
+        for key in (CPU, MEMORY):
+            if key in amounts and amounts[key] <= 0:
+                chk.add(f"{path}.{key}", f"a positive quantity, got {entry[key]!r}")
+                ok = False
+        if not ok or name is None or count is None or len(amounts) != len(resource_keys):
+            continue
+        capacity = ResourceVector(amounts)
+        names = [name] if count == 1 else [f"{name}-{i}" for i in range(1, count + 1)]
+        nodes.extend(NodeSpec(n, capacity, bool(harvest)) for n in names)
+    expanded: dict[str, int] = {}
+    for node in nodes:
+        expanded[node.name] = expanded.get(node.name, 0) + 1
+    for node_name, times in expanded.items():
+        if times > 1:
+            chk.add(f"nodes[{node_name}]", f"node name {node_name!r} occurs {times} times after expanding "
+                                           "count (count K names nodes <name>-1..<name>-K)")
+    return nodes
+
+
+def _queues(chk: _Checker, raw: object) -> list[QueueSpec]:
+    if raw is None:
+        return [DEFAULT_QUEUE]
+    queues: list[QueueSpec] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(chk.entries(raw, "queues", "queues")):
+        path = _label(item, index, seen, "queue", "queues", chk)
+        entry = chk.mapping(item, path)
+        if entry is None:
+            continue
+        chk.keys(entry, path, _QUEUE_KEYS)
+        ok = chk.required(entry, path, ("name",))
+        name = chk.name(entry, path)
+        weight = entry.get("weight", 1)
+        if not _is_number(weight) or weight <= 0:
+            chk.add(f"{path}.weight", f"a positive number, got {weight!r}")
+            ok = False
+        order = entry.get("jobOrder", JobOrder.SRTF.value)
+        if order not in {o.value for o in JobOrder}:
+            chk.add(f"{path}.jobOrder", f"one of {', '.join(o.value for o in JobOrder)}, got {order!r}")
+            ok = False
+        opp = entry.get("opportunistic", QueueOpportunistic.ALLOW.value)
+        if opp not in {o.value for o in QueueOpportunistic}:
+            chk.add(f"{path}.opportunistic",
+                    f"one of {', '.join(o.value for o in QueueOpportunistic)}, got {opp!r}")
+            ok = False
+        if ok and name is not None:
+            queues.append(QueueSpec(name, float(weight), JobOrder(order), opp == QueueOpportunistic.ALLOW.value))
+    return queues
+
+
+def _cycle(deps: Mapping[str, Sequence[str]]) -> list[list[str]]:
+    """Each dependency cycle once, as the list of groups along it (first in declaration order)."""
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in deps.get(node, ()):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt):], nxt])
+            elif nxt in deps and nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in deps:
+        if node not in state:
+            visit(node)
+    return cycles
+
+
+def _groups(chk: _Checker, raw: object, job_path: str, nodes: Sequence[NodeSpec]) -> list[TaskGroup]:
+    groups: list[TaskGroup] = []
+    seen: dict[str, int] = {}
+    declared: dict[str, tuple[str, list[str]]] = {}  # group name → (path, dependsOn)
+    prefix = f"{job_path}.groups"
+    for index, item in enumerate(chk.entries(raw, prefix, "task groups")):
+        path = _label(item, index, seen, "group", prefix, chk)
+        entry = chk.mapping(item, path)
+        if entry is None:
+            continue
+        chk.keys(entry, path, _GROUP_KEYS)
+        ok = chk.required(entry, path, ("name", "tasks", "demand", "duration"))
+        name = chk.name(entry, path)
+        tasks = chk.positive_whole(entry["tasks"], f"{path}.tasks") if "tasks" in entry else None
+        duration = entry.get("duration")
+        if "duration" in entry and (not _is_number(duration) or duration <= 0):
+            chk.add(f"{path}.duration", f"a positive number of seconds, got {duration!r}")
+            ok = False
+        usage = entry.get("usage")
+        if usage is not None and (not _is_number(usage) or not 0 < usage <= 1):
+            chk.add(f"{path}.usage", f"a fraction in (0, 1], got {usage!r}")
+            ok = False
+        demand = _demand(chk, entry.get("demand"), f"{path}.demand", nodes) if "demand" in entry else None
+        depends = entry.get("dependsOn", [])
+        if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+            chk.add(f"{path}.dependsOn", f"a list of group names, got {depends!r}")
+            depends, ok = [], False
+        if name is not None and name not in declared:
+            declared[name] = (path, list(depends))
+        if ok and name is not None and tasks is not None and demand is not None and path == f"{prefix}[{name}]":
+            groups.append(TaskGroup(name, tasks, demand, float(duration), None if usage is None else float(usage),
+                                    tuple(depends)))
+    for group, (path, depends) in declared.items():
+        known = ", ".join(g for g in declared if g != group) or "none"
+        for dep in depends:
+            if dep not in declared:
+                chk.add(f"{path}.dependsOn", f"unknown group {dep!r}; known: {known}")
+    for cycle in _cycle({g: [d for d in deps if d in declared] for g, (_, deps) in declared.items()}):
+        chk.add(f"{declared[cycle[0]][0]}.dependsOn", f"cycle {' -> '.join(cycle)}")
+    return groups
+
+
+def _demand(chk: _Checker, raw: object, path: str, nodes: Sequence[NodeSpec]) -> ResourceVector | None:
+    entry = chk.mapping(raw, path)
+    if entry is None:
+        return None
+    bad = [k for k in entry if not (k in CORE_RESOURCES or (isinstance(k, str) and is_extended_resource(k)))]
+    for key in bad:
+        chk.add(f"{path}.{key}", f"unknown resource; allowed: {_RESOURCES_ALLOWED}")
+    amounts = _resources(chk, entry, path, [k for k in entry if k not in bad])
+    if bad or len(amounts) != len(entry) - len(bad):
+        return None
+    demand = ResourceVector(amounts)
+    if not demand:
+        chk.add(path, f"at least one positive resource ({_RESOURCES_ALLOWED}), got {dict(entry)!r}")
+        return None
+    if nodes and not any(demand.fits_in(n.capacity) for n in nodes):
+        too_big = [r for r in demand if demand[r] > max(n.capacity[r] for n in nodes)]
+        if too_big:
+            for r in too_big:
+                largest = max(n.capacity[r] for n in nodes)
+                chk.add(f"{path}.{r}", f"more than any node has (largest: {format_quantity(largest, r)}), "
+                                       f"got {entry[r]!r}")
+        else:
+            chk.add(path, "fits on no single node (each resource fits somewhere, never all together)")
+        return None
+    return demand
+
+
+def _jobs(chk: _Checker, raw: object, queues: Sequence[QueueSpec], queues_given: bool,
+          nodes: Sequence[NodeSpec]) -> list[JobSpec]:
+    jobs: list[JobSpec] = []
+    seen: dict[str, int] = {}
+    queue_names = [q.name for q in queues]
+    for index, item in enumerate(chk.entries(raw, "jobs", "jobs")):
+        path = _label(item, index, seen, "job", "jobs", chk)
+        entry = chk.mapping(item, path)
+        if entry is None:
+            continue
+        chk.keys(entry, path, _JOB_KEYS)
+        ok = chk.required(entry, path, ("name", "groups"))
+        name = chk.name(entry, path)
+        if queues_given and "queue" not in entry:
+            chk.add(f"{path}.queue", f"required field missing; known queues: {', '.join(queue_names) or 'none'}")
+            ok = False
+        queue = entry.get("queue", DEFAULT_QUEUE.name)
+        if "queue" in entry and queue not in queue_names and queue_names:
+            chk.add(f"{path}.queue", f"unknown queue {queue!r}; known: {', '.join(queue_names)}")
+            ok = False
+        arrival = entry.get("arrival", 0)
+        if not _is_number(arrival) or arrival < 0:
+            chk.add(f"{path}.arrival", f"a number of seconds >= 0, got {arrival!r}")
+            ok = False
+        priority = entry.get("priority", 0)
+        if not _is_whole(priority):
+            chk.add(f"{path}.priority", f"a whole number, got {priority!r}")
+            ok = False
+        try:
+            intent = Opportunistic.parse(entry.get("opportunistic", "auto"), f"{path}.opportunistic")
+        except InvalidInput as exc:
+            chk.problems.append(str(exc))
+            ok = False
+        groups = _groups(chk, entry["groups"], path, nodes) if "groups" in entry else []
+        declared = entry.get("groups") if isinstance(entry.get("groups"), list) else []
+        if ok and name is not None and groups and len(groups) == len(declared):
+            jobs.append(JobSpec(name, str(queue), float(arrival), tuple(groups), intent, int(priority)))
+    return jobs
+
+
+def parse_workload(data: object, name: str = "workload", source: str = "workload file") -> Workload:
+    """Validate a decoded workload document; raise :class:`WorkloadError` with every problem."""
+    chk = _Checker()
+    doc = chk.mapping(data, "(top level)")
+    if doc is None:
+        raise WorkloadError(chk.problems)
+    chk.keys(doc, "", _TOP_KEYS)
+    chk.required(doc, "", ("nodes", "jobs"))
+    nodes = _nodes(chk, doc["nodes"]) if "nodes" in doc else []
+    queues = _queues(chk, doc.get("queues"))
+    jobs = _jobs(chk, doc["jobs"], queues, doc.get("queues") is not None, nodes) if "jobs" in doc else []
+    if chk.problems:
+        raise WorkloadError(chk.problems)
+    return Workload(
+        name=name,
+        nodes=tuple(nodes),
+        queues=tuple(queues),
+        jobs=tuple(jobs),
+        model={
+            "source": source,
+            "nodes": "as listed; count K expands to <name>-1..<name>-K",
+            "usage": "per group where given, else the engine usage model",
+            "queues": "as listed" if doc.get("queues") is not None else "default (weight 1, SRTF, Allow)",
+        },
+    )
+
+
+def load_workload_file(path: str | Path) -> Workload:
+    """Read and validate a YAML (``.yaml``/``.yml``) or JSON (``.json``) workload file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError([f"{path}: cannot read ({exc.strerror or exc})"]) from exc
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
+        raise WorkloadError([f"{path}: not valid {kind}: {exc}"]) from exc
+    return parse_workload(data, name=path.stem, source=f"workload file {path.name}")
+
+
+def _quantities(vector: Mapping[str, float]) -> dict[str, str]:
+    return {r: format_quantity(v, r) for r, v in vector.items()}
+
+
+def workload_to_dict(workload: Workload) -> dict[str, Any]:
+    """The file form of any :class:`Workload` (e.g. to save a synthetic mix and edit it).
+
+    ``parse_workload(workload_to_dict(w))`` gives back ``w``'s nodes, queues and jobs.
+    """
+    nodes = []
+    for node in workload.nodes:
+        entry: dict[str, Any] = {"name": node.name, **_quantities(node.capacity)}
+        if not node.harvest:
+            entry["harvest"] = False
+        nodes.append(entry)
+    allow, deny = QueueOpportunistic.ALLOW.value, QueueOpportunistic.DENY.value
+    queues = [{"name": q.name, "weight": q.weight, "jobOrder": q.job_order.value,
+               "opportunistic": allow if q.opportunistic_allowed else deny}
+              for q in workload.queues]
+    jobs = []
+    for job in workload.jobs:
+        groups = []
+        for g in job.groups:
+            group: dict[str, Any] = {"name": g.name, "tasks": g.tasks, "demand": _quantities(g.demand),
+                                     "duration": g.duration_s}
+            if g.usage is not None:
+                group["usage"] = g.usage
+            if g.depends_on:
+                group["dependsOn"] = list(g.depends_on)
+            groups.append(group)
+        entry = {"name": job.name, "queue": job.queue, "arrival": job.arrival_s,
+                 "opportunistic": job.opportunistic.value, "groups": groups}
+        if job.priority:
+            entry["priority"] = job.priority
+        jobs.append(entry)
+    return {"nodes": nodes, "queues": queues, "jobs": jobs}
