@@ -23,27 +23,17 @@ INF = -np.inf
 # Two resources (cpu cores, memory GB) unless a case says otherwise.
 ALIGNMENT_CASES = [
     pytest.param([2, 3], [[2, 4]], [[2, 4]], None, [1.0 + 0.75], id="whole-empty-node-dot-product"),
-    pytest.param(
-        [1, 2], [[2, 4]], [[1, 2]], None, [0.25 + 0.25], id="half-free-node-scores-quarter-per-resource"
-    ),
-    pytest.param(
-        [1, 1], [[4, 4], [2, 2]], [[4, 4], [2, 2]], None, [0.5, 1.0], id="normalised-by-each-nodes-capacity"
-    ),
+    pytest.param([1, 2], [[2, 4]], [[1, 2]], None, [0.25 + 0.25], id="half-free-node-scores-quarter-per-resource"),
+    pytest.param([1, 1], [[4, 4], [2, 2]], [[4, 4], [2, 2]], None, [0.5, 1.0], id="normalised-by-each-nodes-capacity"),
     pytest.param([3, 1], [[2, 4]], [[2, 4]], None, [INF], id="infeasible-cpu-is-minus-inf"),
     pytest.param([1, 5], [[2, 4]], [[2, 4]], None, [INF], id="infeasible-memory-is-minus-inf"),
     pytest.param([1, 1], [[2, 4]], [[0.5, 4]], None, [INF], id="fits-capacity-but-not-available"),
-    pytest.param(
-        [1, 0], [[2, 0]], [[2, 0]], None, [0.5], id="zero-capacity-resource-zero-demand-fits-and-adds-0"
-    ),
-    pytest.param(
-        [1, 0.1], [[2, 0]], [[2, 0]], None, [INF], id="zero-capacity-resource-any-demand-infeasible"
-    ),
+    pytest.param([1, 0], [[2, 0]], [[2, 0]], None, [0.5], id="zero-capacity-resource-zero-demand-fits-and-adds-0"),
+    pytest.param([1, 0.1], [[2, 0]], [[2, 0]], None, [INF], id="zero-capacity-resource-any-demand-infeasible"),
     pytest.param([0, 0], [[2, 4]], [[2, 4]], None, [0.0], id="zero-demand-fits-and-scores-zero"),
     pytest.param([-1, 2], [[2, 4]], [[2, 4]], None, [0.5], id="negative-demand-clamped-to-zero"),
     pytest.param([1, 1], [[2, 4]], [[-1, 4]], None, [INF], id="negative-available-clamped-to-zero"),
-    pytest.param(
-        [1, 2], [[2, 4]], [[8, 8]], None, [0.5 + 0.5], id="available-above-capacity-clamped-to-capacity"
-    ),
+    pytest.param([1, 2], [[2, 4]], [[8, 8]], None, [0.5 + 0.5], id="available-above-capacity-clamped-to-capacity"),
     pytest.param([np.nan, 1], [[2, 4]], [[2, 4]], None, [INF], id="nan-demand-never-fits"),
     pytest.param([1, 1], [[np.nan, 4]], [[2, 4]], None, [INF], id="nan-capacity-counts-as-zero"),
     pytest.param(
@@ -75,9 +65,7 @@ ALIGNMENT_CASES = [
 
 @pytest.mark.parametrize(("demand", "capacity", "available", "remote", "expected"), ALIGNMENT_CASES)
 def test_alignment_matches_the_tetris_dot_product(demand, capacity, available, remote, expected):
-    got = alignment(
-        np.array(demand, float), np.array(capacity, float), np.array(available, float), remote=remote
-    )
+    got = alignment(np.array(demand, float), np.array(capacity, float), np.array(available, float), remote=remote)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
@@ -100,9 +88,7 @@ def test_remote_penalty_default_comes_from_packing_settings():
 )
 def test_remote_penalty_is_clamped_to_unit_interval(penalty, expected):
     cap = np.array([[2.0, 4.0]])
-    assert alignment([2.0, 4.0], cap, cap, remote=[True], remote_penalty=penalty)[0] == pytest.approx(
-        expected
-    )
+    assert alignment([2.0, 4.0], cap, cap, remote=[True], remote_penalty=penalty)[0] == pytest.approx(expected)
 
 
 def test_task_matrix_gives_one_row_per_task_and_per_task_remote_mask():
