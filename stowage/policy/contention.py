@@ -62,7 +62,7 @@ def _readonly(a: NDArray) -> NDArray:
     return a
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # numpy fields: compare arrays explicitly
 class ContentionState:
     """What the monitor remembers about one node between samples.
 
@@ -89,7 +89,7 @@ class ContentionState:
         return cls(np.zeros(n_resources, dtype=np.int64), np.zeros(n_resources))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # numpy fields: compare arrays explicitly
 class ContentionDecision:
     """The outcome of one sample, per resource (R,).
 
