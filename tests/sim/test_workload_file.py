@@ -1,0 +1,326 @@
+"""The workload file contract: the documented example loads to the expected Workload, every bad case is
+rejected with an exact message, and any Workload round-trips through the file form."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stowage.errors import WorkloadError
+from stowage.labels import Opportunistic
+from stowage.model import JobOrder
+from stowage.resources import ResourceVector
+from stowage.sim.traces import shapes
+from stowage.sim.traces.synthetic import JobClass, TetrisMix, tetris_mix
+from stowage.sim.traces.workload_file import (
+    DEFAULT_QUEUE,
+    load_workload_file,
+    parse_workload,
+    workload_to_dict,
+)
+from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup
+
+GI, MI = 2**30, 2**20
+
+EXAMPLE = """\
+nodes:                     # count expands to <name>-1..K
+  - {name: big, count: 2, cpu: 2, memory: 4Gi, disk: 200Mi, network: 125Mi}
+queues:
+  - {name: research, weight: 2, jobOrder: SRTF, opportunistic: Allow}
+jobs:
+  - name: etl-1
+    queue: research
+    arrival: 0             # seconds
+    opportunistic: auto    # true | auto | false
+    groups:
+      - name: map
+        tasks: 6
+        demand: {cpu: 2, memory: 3Gi, disk: 50Mi}
+        duration: 10       # seconds when it runs alone at full speed
+        usage: 1.0         # optional fraction of demand really used; default: the usage model
+      - {name: reduce, tasks: 2, demand: {cpu: 1, memory: 2Gi}, duration: 20, dependsOn: [map]}
+"""
+
+BIG = ResourceVector({"cpu": 2, "memory": 4 * GI, "disk": 200 * MI, "network": 125 * MI})
+EXPECTED_NODES = (NodeSpec("big-1", BIG), NodeSpec("big-2", BIG))
+EXPECTED_QUEUES = (QueueSpec("research", 2.0, JobOrder.SRTF, True),)
+EXPECTED_JOBS = (
+    JobSpec(
+        "etl-1", "research", 0.0,
+        (
+            TaskGroup("map", 6, ResourceVector({"cpu": 2, "memory": 3 * GI, "disk": 50 * MI}), 10.0, 1.0),
+            TaskGroup("reduce", 2, ResourceVector({"cpu": 1, "memory": 2 * GI}), 20.0, None, ("map",)),
+        ),
+        Opportunistic.AUTO,
+    ),
+)
+
+
+def example() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE)
+
+
+def test_the_documented_example_loads_to_the_expected_workload(tmp_path: Path) -> None:
+    path = tmp_path / "etl.yaml"
+    path.write_text(EXAMPLE)
+    workload = load_workload_file(path)
+    assert workload.name == "etl"
+    assert workload.nodes == EXPECTED_NODES
+    assert workload.queues == EXPECTED_QUEUES
+    assert workload.jobs == EXPECTED_JOBS
+    assert workload.task_count == 8
+
+
+def test_the_same_example_as_json_loads_the_same(tmp_path: Path) -> None:
+    path = tmp_path / "etl.json"
+    path.write_text(json.dumps(example()))
+    workload = load_workload_file(path)
+    assert (workload.nodes, workload.queues, workload.jobs) == (EXPECTED_NODES, EXPECTED_QUEUES, EXPECTED_JOBS)
+
+
+def test_a_node_with_count_one_keeps_its_name_and_extended_resources_are_accepted() -> None:
+    doc = example()
+    doc["nodes"] = [{"name": "gpu-box", "cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 2}]
+    doc["jobs"][0]["groups"][0]["demand"] = {"cpu": 2, "memory": "3Gi", "nvidia.com/gpu": 1}
+    workload = parse_workload(doc)
+    assert [n.name for n in workload.nodes] == ["gpu-box"]
+    assert workload.nodes[0].capacity["nvidia.com/gpu"] == 2
+    assert workload.jobs[0].groups[0].demand["nvidia.com/gpu"] == 1
+
+
+def test_absent_queues_give_one_default_queue_and_jobs_default_to_it() -> None:
+    doc = example()
+    del doc["queues"]
+    del doc["jobs"][0]["queue"]
+    workload = parse_workload(doc)
+    assert workload.queues == (DEFAULT_QUEUE,)
+    assert workload.queues[0] == QueueSpec("default", 1.0, JobOrder.SRTF, True)
+    assert workload.jobs[0].queue == "default"
+
+
+def test_optional_fields_take_their_defaults() -> None:
+    doc = example()
+    job = doc["jobs"][0]
+    del job["arrival"], job["opportunistic"]
+    job["priority"] = 5
+    doc["nodes"][0]["harvest"] = False
+    workload = parse_workload(doc)
+    assert workload.jobs[0].arrival_s == 0.0
+    assert workload.jobs[0].opportunistic is Opportunistic.AUTO
+    assert workload.jobs[0].priority == 5
+    assert all(not n.harvest for n in workload.nodes)
+
+
+def _set(path: str, value: Any) -> Any:
+    """A mutation of the example: set (or with value DELETE, remove) the dotted path."""
+
+    def mutate(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = doc
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        if value is DELETE:
+            del target[int(last) if last.isdigit() else last]
+        elif isinstance(target, list):
+            target[int(last)] = value
+        else:
+            target[last] = value
+
+    return mutate
+
+
+DELETE = object()
+
+
+def _both(*mutations: Any) -> Any:
+    def mutate(doc: dict[str, Any]) -> None:
+        for m in mutations:
+            m(doc)
+
+    return mutate
+
+
+REJECTED = [
+    pytest.param(_set("name", "x"), ["name: unknown key; allowed: nodes, queues, jobs"], id="unknown-top-level-key"),
+    pytest.param(_set("jobs", DELETE), ["jobs: required field missing"], id="missing-jobs"),
+    pytest.param(_set("nodes", []), ["nodes: a non-empty list of nodes, got []"], id="empty-node-list"),
+    pytest.param(
+        _set("jobs.0.arival", 3),
+        ["jobs[etl-1].arival: unknown key; allowed: name, queue, arrival, opportunistic, priority, groups"],
+        id="unknown-job-key",
+    ),
+    pytest.param(
+        _set("jobs.0.groups.0.durations", 3),
+        ["jobs[etl-1].groups[map].durations: unknown key; allowed: name, tasks, demand, duration, usage, dependsOn"],
+        id="unknown-group-key",
+    ),
+    pytest.param(
+        _set("nodes.0.gpu", 1),
+        ["nodes[big].gpu: unknown key; allowed: name, count, harvest, cpu, memory, disk, network "
+         "or an extended resource such as nvidia.com/gpu"],
+        id="unknown-node-key",
+    ),
+    pytest.param(_set("jobs.0.groups.0.duration", DELETE),
+                 ["jobs[etl-1].groups[map].duration: required field missing"], id="missing-group-duration"),
+    pytest.param(_set("jobs.0.name", DELETE), ["jobs[0].name: required field missing"], id="missing-job-name"),
+    pytest.param(_set("nodes.0.memory", DELETE), ["nodes[big].memory: required field missing"],
+                 id="missing-node-memory"),
+    pytest.param(
+        _set("nodes.0.memory", "4Gb"),
+        ["nodes[big].memory: a Kubernetes quantity such as 500m, 2, 1.5Gi, 128Mi, 1e3 "
+         "(suffixes n u m k M G T P E, Ki..Ei), got '4Gb'"],
+        id="bad-node-quantity",
+    ),
+    pytest.param(
+        _set("jobs.0.groups.1.demand.memory", "-2Gi"),
+        ["jobs[etl-1].groups[reduce].demand.memory: a non-negative quantity, got '-2Gi'"],
+        id="negative-demand",
+    ),
+    pytest.param(
+        _set("jobs.0.groups.1.demand.gpu", 1),
+        ["jobs[etl-1].groups[reduce].demand.gpu: unknown resource; allowed: cpu, memory, disk, network "
+         "or an extended resource such as nvidia.com/gpu"],
+        id="unknown-demand-resource",
+    ),
+    pytest.param(
+        _set("jobs.0.groups.1.dependsOn", ["mapp"]),
+        ["jobs[etl-1].groups[reduce].dependsOn: unknown group 'mapp'; known: map"],
+        id="unknown-dependency",
+    ),
+    pytest.param(
+        _set("jobs.0.groups.0.dependsOn", ["reduce"]),
+        ["jobs[etl-1].groups[map].dependsOn: cycle map -> reduce -> map"],
+        id="dependency-cycle",
+    ),
+    pytest.param(
+        _set("jobs.0.groups.0.dependsOn", ["map"]),
+        ["jobs[etl-1].groups[map].dependsOn: cycle map -> map"],
+        id="group-depends-on-itself",
+    ),
+    pytest.param(
+        _set("jobs.0.groups.1.name", "map"),
+        ["jobs[etl-1].groups[1].name: duplicate group name 'map' (also jobs[etl-1].groups[0])"],
+        id="duplicate-group-name",
+    ),
+    pytest.param(
+        lambda doc: doc["jobs"].append(copy.deepcopy(doc["jobs"][0])),
+        ["jobs[1].name: duplicate job name 'etl-1' (also jobs[0])"],
+        id="duplicate-job-name",
+    ),
+    pytest.param(
+        lambda doc: doc["queues"].append({"name": "research"}),
+        ["queues[1].name: duplicate queue name 'research' (also queues[0])"],
+        id="duplicate-queue-name",
+    ),
+    pytest.param(
+        lambda doc: doc["nodes"].append({"name": "big-1", "cpu": 1, "memory": "1Gi"}),
+        ["nodes[big-1]: node name 'big-1' occurs 2 times after expanding count "
+         "(count K names nodes <name>-1..<name>-K)"],
+        id="node-names-collide-after-expansion",
+    ),
+    pytest.param(_set("nodes.0.count", 0), ["nodes[big].count: a positive whole number, got 0"], id="zero-count"),
+    pytest.param(_set("jobs.0.groups.0.tasks", 0), ["jobs[etl-1].groups[map].tasks: a positive whole number, got 0"],
+                 id="zero-tasks"),
+    pytest.param(_set("jobs.0.groups.0.tasks", 1.5),
+                 ["jobs[etl-1].groups[map].tasks: a positive whole number, got 1.5"], id="fractional-tasks"),
+    pytest.param(_set("jobs.0.groups.1.duration", -5),
+                 ["jobs[etl-1].groups[reduce].duration: a positive number of seconds, got -5"],
+                 id="negative-duration"),
+    pytest.param(_set("jobs.0.groups.1.duration", 0),
+                 ["jobs[etl-1].groups[reduce].duration: a positive number of seconds, got 0"], id="zero-duration"),
+    pytest.param(_set("jobs.0.groups.0.usage", 1.5),
+                 ["jobs[etl-1].groups[map].usage: a fraction in (0, 1], got 1.5"], id="usage-above-one"),
+    pytest.param(_set("jobs.0.arrival", -1), ["jobs[etl-1].arrival: a number of seconds >= 0, got -1"],
+                 id="negative-arrival"),
+    pytest.param(_set("jobs.0.queue", "reserch"), ["jobs[etl-1].queue: unknown queue 'reserch'; known: research"],
+                 id="unknown-queue"),
+    pytest.param(_set("jobs.0.queue", DELETE),
+                 ["jobs[etl-1].queue: required field missing; known queues: research"],
+                 id="missing-queue-when-queues-are-declared"),
+    pytest.param(_set("queues", DELETE), ["jobs[etl-1].queue: unknown queue 'research'; known: default"],
+                 id="queue-named-but-only-the-default-exists"),
+    pytest.param(_set("jobs.0.opportunistic", "maybe"),
+                 ["jobs[etl-1].opportunistic: one of 'true', 'auto', 'false', got 'maybe'"],
+                 id="bad-opportunistic"),
+    pytest.param(_set("queues.0.jobOrder", "LIFO"),
+                 ["queues[research].jobOrder: one of FIFO, SRTF, FSP, got 'LIFO'"], id="bad-job-order"),
+    pytest.param(_set("queues.0.opportunistic", "allow"),
+                 ["queues[research].opportunistic: one of Allow, Deny, got 'allow'"], id="bad-queue-opportunistic"),
+    pytest.param(_set("queues.0.weight", 0), ["queues[research].weight: a positive number, got 0"], id="zero-weight"),
+    pytest.param(
+        _set("jobs.0.groups.0.demand.cpu", 3),
+        ["jobs[etl-1].groups[map].demand.cpu: more than any node has (largest: 2), got 3"],
+        id="demand-larger-than-every-node",
+    ),
+    pytest.param(
+        lambda doc: doc["nodes"][0].update({"nvidia.com/gpu": 0.5}),
+        ["nodes[big].nvidia.com/gpu: extended resources are whole numbers, got 0.5"],
+        id="fractional-extended-resource",
+    ),
+    pytest.param(
+        _set("jobs.0.name", "etl 1"),
+        ["jobs[0].name: a name of letters, digits, '-', '_' or '.' (starting and ending alphanumeric), got 'etl 1'"],
+        id="job-name-with-a-space",
+    ),
+    pytest.param(
+        _both(_set("jobs.0.groups.1.dependsOn", ["mapp"]), _set("nodes.0.count", -1),
+              _set("jobs.0.groups.0.tasks", 0), _set("extra", True)),
+        ["extra: unknown key; allowed: nodes, queues, jobs",
+         "nodes[big].count: a positive whole number, got -1",
+         "jobs[etl-1].groups[map].tasks: a positive whole number, got 0",
+         "jobs[etl-1].groups[reduce].dependsOn: unknown group 'mapp'; known: map"],
+        id="every-problem-is-listed-at-once",
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutate", "problems"), REJECTED)
+def test_a_bad_workload_is_rejected_with_exact_messages(mutate: Any, problems: list[str]) -> None:
+    doc = example()
+    mutate(doc)
+    with pytest.raises(WorkloadError) as caught:
+        parse_workload(doc)
+    assert caught.value.problems == problems
+
+
+@pytest.mark.parametrize(
+    ("text", "suffix", "fragment"),
+    [
+        pytest.param("nodes: [", ".yaml", "not valid YAML", id="broken-yaml"),
+        pytest.param("{", ".json", "not valid JSON", id="broken-json"),
+        pytest.param("- 1\n- 2\n", ".yaml", "(top level): a mapping of keys to values", id="top-level-is-a-list"),
+    ],
+)
+def test_an_unreadable_file_is_rejected_naming_the_file(tmp_path: Path, text: str, suffix: str, fragment: str) -> None:
+    path = tmp_path / f"w{suffix}"
+    path.write_text(text)
+    with pytest.raises(WorkloadError) as caught:
+        load_workload_file(path)
+    assert fragment in str(caught.value)
+
+
+def test_a_missing_file_is_a_workload_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match=r"nope\.yaml: cannot read"):
+        load_workload_file(tmp_path / "nope.yaml")
+
+
+def test_the_example_round_trips_through_the_file_form(tmp_path: Path) -> None:
+    first = parse_workload(example())
+    path = tmp_path / "again.yaml"
+    path.write_text(yaml.safe_dump(workload_to_dict(first)))
+    again = load_workload_file(path)
+    assert (again.nodes, again.queues, again.jobs) == (first.nodes, first.queues, first.jobs)
+
+
+def test_a_synthetic_mix_round_trips_through_the_file_form(tmp_path: Path) -> None:
+    mix = TetrisMix(classes=(JobClass("tiny", 4, 12, 0.5),))
+    workload = tetris_mix(seed=3, n_nodes=4, load=0.5, duration_s=600, node_capacity=shapes.FB_2009_PROFILE, mix=mix)
+    path = tmp_path / "mix.json"
+    path.write_text(json.dumps(workload_to_dict(workload)))
+    again = load_workload_file(path)
+    assert (again.nodes, again.queues, again.jobs) == (workload.nodes, workload.queues, workload.jobs)
