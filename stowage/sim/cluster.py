@@ -1,0 +1,130 @@
+"""Per-node numpy state and the table of running task instances, with the contention model.
+
+Nodes are rows of (N, R) arrays; running tasks are parallel 1-D arrays kept
+compact (a finished task's row is dropped), so every per-task step is one
+vectorised numpy call over the running set.
+
+Contention model (what the simulator charges when a node's real usage exceeds
+its capacity; Tetris §5.3.1 notes kube-scheduler does not account disk and
+network at all, so those nodes really do get over-allocated):
+
+* **cpu**: the kernel's CPU weights rank regular pods first. Opportunistic pods
+  have the minimum weight (DESIGN: cpu request "0"), so they get only what
+  regular pods leave: ``f_opp = clip((C − U_reg)/U_opp, 0, 1)``; regular pods
+  slow only if they alone exceed the node, ``f_reg = min(1, C/U_reg)``.
+* **disk, network** (and extended resources): bandwidth is shared in proportion
+  to use, no priority: ``f = min(1, C/(U_reg + U_opp))`` for every task on it.
+* A task runs at ``min`` of the factors of the resources it uses.
+* **memory** above capacity is not a slowdown: the OOM killer ends
+  opportunistic tasks first (``stowage.sim.monitor``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from stowage.resources import CPU, MEMORY
+
+__all__ = ["Cluster", "Running"]
+
+_F = np.float64
+
+
+@dataclass
+class Running:
+    """Running task instances (one row each)."""
+
+    group: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    node: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    start: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
+    work_left: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
+    rate: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
+    base: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
+    burst_until: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
+    opp: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
+
+    _FIELDS = ("group", "node", "start", "work_left", "rate", "base", "burst_until", "opp")
+
+    def __len__(self) -> int:
+        return int(self.group.shape[0])
+
+    def append(
+        self,
+        group: NDArray[np.int64],
+        node: NDArray[np.int64],
+        start: float,
+        work: NDArray[np.float64],
+        base: NDArray[np.float64],
+        opp: NDArray[np.bool_],
+    ) -> None:
+        n = group.shape[0]
+        self.group = np.concatenate([self.group, group])
+        self.node = np.concatenate([self.node, node])
+        self.start = np.concatenate([self.start, np.full(n, start)])
+        self.work_left = np.concatenate([self.work_left, work])
+        self.rate = np.concatenate([self.rate, np.ones(n)])
+        self.base = np.concatenate([self.base, base])
+        self.burst_until = np.concatenate([self.burst_until, np.full(n, -np.inf)])
+        self.opp = np.concatenate([self.opp, opp])
+
+    def keep(self, mask: NDArray[np.bool_]) -> None:
+        for name in self._FIELDS:
+            setattr(self, name, getattr(self, name)[mask])
+
+
+class Cluster:
+    """Node capacity and the regular / opportunistic allocation on each node."""
+
+    def __init__(self, resources: tuple[str, ...], capacity: NDArray[np.float64], harvest: NDArray[np.bool_]):
+        self.resources = resources
+        self.cap = np.asarray(capacity, dtype=_F)
+        self.n, self.r = self.cap.shape
+        self.harvest = np.asarray(harvest, dtype=bool)
+        self.reg_alloc = np.zeros_like(self.cap)  # Σ requests of regular tasks
+        self.opp_alloc = np.zeros_like(self.cap)  # Σ demands of opportunistic tasks
+        self.usage = np.zeros_like(self.cap)  # the node monitor's last sample
+        self.blocked = np.zeros_like(self.cap)  # OPERA PRESERVE B
+        self.total = self.cap.sum(axis=0)
+        self.cpu = resources.index(CPU)
+        self.mem = resources.index(MEMORY)
+
+    def node_sums(self, values: NDArray[np.float64], node: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Σ of per-task rows (P, R) per node → (N, R)."""
+        out = np.empty((self.n, self.r), dtype=_F)
+        for j in range(self.r):
+            out[:, j] = np.bincount(node, weights=values[:, j], minlength=self.n)
+        return out
+
+    def rates(
+        self, use: NDArray[np.float64], node: NDArray[np.int64], opp: NDArray[np.bool_], uses: NDArray[np.bool_]
+    ) -> NDArray[np.float64]:
+        """Progress rate per running task (fraction of full speed) under the contention model.
+
+        use (P, R) each task's current usage; uses (P, R) whether the task needs
+        the resource at all (demand > 0).
+        """
+        p = use.shape[0]
+        if p == 0:
+            return np.zeros(0)
+        reg_use = self.node_sums(np.where(opp[:, None], 0.0, use), node)
+        opp_use = self.node_sums(np.where(opp[:, None], use, 0.0), node)
+        cap = self.cap
+        total = reg_use + opp_use
+        if not (total > cap * (1 + 1e-9)).any():
+            return np.ones(p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shared = np.where(total > cap, cap / total, 1.0)
+            f_reg = shared.copy()
+            f_opp = shared.copy()
+            c = self.cpu
+            f_reg[:, c] = np.where(reg_use[:, c] > cap[:, c], cap[:, c] / reg_use[:, c], 1.0)
+            left = np.maximum(cap[:, c] - reg_use[:, c], 0.0)
+            f_opp[:, c] = np.where(opp_use[:, c] > left, left / np.where(opp_use[:, c] > 0, opp_use[:, c], 1), 1.0)
+        f_reg[:, self.mem] = 1.0  # memory overload is an OOM kill, not a slowdown
+        f_opp[:, self.mem] = 1.0
+        factor = np.where(opp[:, None], f_opp[node], f_reg[node])
+        factor = np.where(uses, np.nan_to_num(factor, nan=1.0), 1.0)
+        return np.clip(factor.min(axis=1), 0.0, 1.0)

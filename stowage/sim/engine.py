@@ -1,0 +1,416 @@
+"""The discrete-event engine: arrivals, barriers, placements, progress, finishes, evictions.
+
+Hybrid design for speed: the next event is the earliest of the next job
+arrival, the next task finish (``work_left / rate`` over the running set, one
+vectorised min) and, only while something could change there, the node
+monitor's 1 s tick (``stowage.sim.monitor``: usage samples, OOM kills,
+contention policy). Progress rates change only at events and ticks. After each
+event the preset's scheduler places what it can; tasks of one group are
+identical, so candidates are (group × node).
+
+No task is lost: an evicted or OOM-killed opportunistic task goes back to its
+group's pending count and later restarts from zero (its progress counts as
+wasted work).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from stowage.config import StowageSettings
+from stowage.errors import WorkloadError
+from stowage.labels import Opportunistic
+from stowage.model import JobOrder
+from stowage.resources import CORE_RESOURCES, DISK, NETWORK
+from stowage.sim import monitor
+from stowage.sim.cluster import Cluster, Running
+from stowage.sim.metrics import Recorder, RunResult
+from stowage.sim.usage import UsageModel
+from stowage.sim.workload import Workload
+
+if TYPE_CHECKING:
+    from stowage.sim.presets import Preset
+
+__all__ = ["InvariantViolation", "SimConfig", "Simulation", "resource_axis", "simulate"]
+
+_EPS_WORK = 1e-7  # seconds of work below which a task counts as finished (float noise)
+OPP_FALSE, OPP_AUTO, OPP_TRUE = 0, 1, 2
+_OPP_CODE = {Opportunistic.FALSE: OPP_FALSE, Opportunistic.AUTO: OPP_AUTO, Opportunistic.TRUE: OPP_TRUE}
+
+
+class InvariantViolation(AssertionError):
+    """Raised in checking mode when the simulator breaks one of its own invariants."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    settings: StowageSettings = field(default_factory=StowageSettings)
+    usage: UsageModel = field(default_factory=UsageModel)
+    check: bool = False
+    """Assert the invariants at every event (slow; for tests)."""
+    sample_s: float | None = None
+    """Metrics sampling period; None → about 400 samples over the expected span."""
+    max_sim_s: float = 90 * 86400.0
+    """Give up (and count unfinished tasks as lost) past this much simulated time."""
+
+
+def resource_axis(workload: Workload) -> tuple[str, ...]:
+    """cpu, memory, disk, network, then any extended resource in name order."""
+    extra: set[str] = set()
+    for node in workload.nodes:
+        extra.update(node.capacity)
+    for job in workload.jobs:
+        for g in job.groups:
+            extra.update(g.demand)
+    return CORE_RESOURCES + tuple(sorted(extra - set(CORE_RESOURCES)))
+
+
+class Simulation:
+    """One run of one preset over one workload (state and event loop)."""
+
+    def __init__(self, workload: Workload, preset: Preset, config: SimConfig, seed: int) -> None:
+        self.workload, self.preset, self.config, self.seed = workload, preset, config, seed
+        self.settings = config.settings
+        self.usage_model = config.usage
+        self.rng = np.random.default_rng(seed)
+        self.resources = resource_axis(workload)
+        self.kube_resources = np.array([r not in (DISK, NETWORK) for r in self.resources])
+        cap = np.array([n.capacity.to_array(self.resources) for n in workload.nodes], dtype=np.float64)
+        self.cluster = Cluster(self.resources, cap.reshape(len(workload.nodes), len(self.resources)),
+                               np.array([n.harvest for n in workload.nodes], dtype=bool))
+        self._build_static()
+        self.running = Running()
+        self.now = self.t0
+        self.evictions = 0
+        self.oom_kills = 0
+        self.wasted_work_s = 0.0
+        self.task_starts = 0
+        self.opp_done = 0
+        self.tasks_done = 0
+        self._buffer: list[tuple[int, int, int, bool]] = []
+        self._changed = True
+        self._overload_dirty = True
+        self._overload = False
+        self.monitor = monitor.Monitor(self)
+        self.recorder = Recorder(self)
+        self.preset.attach(self)
+
+    # --- static model ---------------------------------------------------------------------------
+
+    def _build_static(self) -> None:
+        wl, res = self.workload, self.resources
+        if not wl.nodes:
+            raise WorkloadError(["nodes: must list at least one node"])
+        self.queue_names = [q.name for q in wl.queues] or ["default"]
+        qidx = {name: i for i, name in enumerate(self.queue_names)}
+        self.q_weight = np.array([q.weight for q in wl.queues] or [1.0])
+        self.q_order = [q.job_order for q in wl.queues] or [JobOrder.SRTF]
+        self.q_opp = np.array([q.opportunistic_allowed for q in wl.queues] or [True])
+        jobs = sorted(range(len(wl.jobs)), key=lambda i: (wl.jobs[i].arrival_s, i))
+        self.jobs = [wl.jobs[i] for i in jobs]
+        problems: list[str] = []
+        g_job, g_demand, g_dur, g_tasks, g_usage, g_deps, self.g_name = [], [], [], [], [], [], []
+        self.j_groups: list[list[int]] = []
+        biggest = self.cluster.cap.max(axis=0)
+        for j, job in enumerate(self.jobs):
+            if job.queue not in qidx:
+                problems.append(f"jobs[{job.name}].queue: {job.queue!r} is not a queue; known: {self.queue_names}")
+            names = {g.name: len(g_job) + k for k, g in enumerate(job.groups)}
+            self.j_groups.append(list(range(len(g_job), len(g_job) + len(job.groups))))
+            for g in job.groups:
+                d = g.demand.to_array(res)
+                too_big = [r for r, x, b in zip(res, d, biggest, strict=True) if x > b * (1 + 1e-9)]
+                if too_big:
+                    problems.append(f"jobs[{job.name}].groups[{g.name}].demand: exceeds every node on {too_big}")
+                missing = [dep for dep in g.depends_on if dep not in names]
+                if missing:
+                    problems.append(f"jobs[{job.name}].groups[{g.name}].dependsOn: unknown groups {missing}")
+                g_job.append(j)
+                g_demand.append(d)
+                g_dur.append(max(float(g.duration_s), 0.0))
+                g_tasks.append(int(g.tasks))
+                g_usage.append(math.nan if g.usage is None else float(g.usage))
+                g_deps.append([names[dep] for dep in g.depends_on if dep in names])
+                self.g_name.append(g.name)
+        if problems:
+            raise WorkloadError(problems)
+        self.n_jobs, self.n_groups = len(self.jobs), len(g_job)
+        self.g_job = np.array(g_job, dtype=np.int64)
+        self.g_demand = np.array(g_demand, dtype=np.float64).reshape(self.n_groups, len(res))
+        self.g_uses = self.g_demand > 0
+        self.g_dur = np.array(g_dur)
+        self.g_tasks = np.array(g_tasks, dtype=np.int64)
+        self.g_usage = np.array(g_usage)
+        self.g_deps = g_deps
+        self.g_children: list[list[int]] = [[] for _ in range(self.n_groups)]
+        for g, deps in enumerate(g_deps):
+            for d in deps:
+                self.g_children[d].append(g)
+        self.j_arrival = np.array([j.arrival_s for j in self.jobs], dtype=np.float64)
+        self.j_queue = np.array([qidx.get(j.queue, 0) for j in self.jobs], dtype=np.int64)
+        self.j_priority = np.array([j.priority for j in self.jobs], dtype=np.int64)
+        self.j_opp = np.array([_OPP_CODE[Opportunistic(j.opportunistic)] for j in self.jobs], dtype=np.int64)
+        self.g_queue = self.j_queue[self.g_job] if self.n_groups else np.zeros(0, np.int64)
+        self.t0 = float(self.j_arrival.min()) if self.n_jobs else 0.0
+        # dynamic
+        self.g_pending = np.zeros(self.n_groups, np.int64)
+        self.g_running = np.zeros(self.n_groups, np.int64)
+        self.g_done = np.zeros(self.n_groups, np.int64)
+        self.g_unmet = np.array([len(d) for d in g_deps], dtype=np.int64)
+        self.g_ready = np.zeros(self.n_groups, bool)
+        self.g_ready_at = np.full(self.n_groups, np.inf)
+        self.j_open_groups = np.array([len(gs) for gs in self.j_groups], dtype=np.int64)
+        self.j_finish = np.full(self.n_jobs, np.nan)
+        self.j_arrived = np.zeros(self.n_jobs, bool)
+        R, Q = len(res), len(self.queue_names)
+        self.job_alloc = np.zeros((self.n_jobs, R))
+        self.queue_alloc = np.zeros((2, Q, R))  # [regular, opportunistic]
+        self.alloc_total = np.zeros(R)
+        self._next_job = 0
+
+    # --- placement API for presets --------------------------------------------------------------
+
+    def ready_groups(self) -> NDArray[np.int64]:
+        """Groups whose barrier is open and that have tasks waiting."""
+        return np.flatnonzero(self.g_ready & (self.g_pending > 0))
+
+    def regular_free(self) -> NDArray[np.float64]:
+        return self.cluster.cap - self.cluster.reg_alloc
+
+    def place(self, g: int, n: int, opp: bool, k: int = 1) -> None:
+        """Start ``k`` tasks of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
+        d = self.g_demand[g] * k
+        c = self.cluster
+        if opp:
+            c.opp_alloc[n] += d
+        else:
+            c.reg_alloc[n] += d
+        self.g_pending[g] -= k
+        self.g_running[g] += k
+        j, q = self.g_job[g], self.g_queue[g]
+        self.job_alloc[j] += d
+        self.queue_alloc[1 if opp else 0, q] += d
+        self.alloc_total += d
+        self.task_starts += k
+        self._buffer.append((g, n, k, opp))
+        self._changed = True
+        self._overload_dirty = True
+        if self.config.check and not opp:
+            self._check_capacity(n)
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        gs = np.repeat([b[0] for b in self._buffer], [b[2] for b in self._buffer]).astype(np.int64)
+        ns = np.repeat([b[1] for b in self._buffer], [b[2] for b in self._buffer]).astype(np.int64)
+        os_ = np.repeat([b[3] for b in self._buffer], [b[2] for b in self._buffer]).astype(bool)
+        base = self.usage_model.draw_base(self.rng, self.g_usage[gs])
+        self.running.append(gs, ns, self.now, self.g_dur[gs].copy(), base, os_)
+        self._buffer.clear()
+
+    # --- removal (finish, eviction) -------------------------------------------------------------
+
+    def _release(self, rows: NDArray[np.int64]) -> None:
+        """Take the allocations of running rows off their nodes, jobs and queues."""
+        run, c = self.running, self.cluster
+        gs, ns, opp = run.group[rows], run.node[rows], run.opp[rows]
+        d = self.g_demand[gs]
+        np.subtract.at(c.reg_alloc, ns[~opp], d[~opp])
+        np.subtract.at(c.opp_alloc, ns[opp], d[opp])
+        np.subtract.at(self.job_alloc, self.g_job[gs], d)
+        np.subtract.at(self.queue_alloc, (opp.astype(np.int64), self.g_queue[gs]), d)
+        self.alloc_total -= d.sum(axis=0)
+        np.maximum(c.reg_alloc, 0.0, out=c.reg_alloc)
+        np.maximum(c.opp_alloc, 0.0, out=c.opp_alloc)
+        np.subtract.at(self.g_running, gs, 1)
+        self._changed = True
+        self._overload_dirty = True
+
+    def evict(self, rows: NDArray[np.int64], *, oom: bool = False) -> None:
+        """Stop running rows (opportunistic only) and put their tasks back in their queue."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return
+        run = self.running
+        if self.config.check and not run.opp[rows].all():
+            raise InvariantViolation("a regular task was chosen for eviction")
+        self._release(rows)
+        gs = run.group[rows]
+        np.add.at(self.g_pending, gs, 1)
+        self.wasted_work_s += float((self.g_dur[gs] - run.work_left[rows]).sum())
+        if oom:
+            self.oom_kills += rows.size
+        else:
+            self.evictions += rows.size
+        self.preset.on_evicted(gs)
+        keep = np.ones(len(run), bool)
+        keep[rows] = False
+        run.keep(keep)
+
+    def _finish_due(self) -> None:
+        run = self.running
+        done = run.work_left <= _EPS_WORK
+        if not done.any():
+            return
+        rows = np.flatnonzero(done)
+        gs = run.group[rows]
+        self._release(rows)
+        np.add.at(self.g_done, gs, 1)
+        self.tasks_done += rows.size
+        self.opp_done += int(run.opp[rows].sum())
+        self.preset.on_finished(gs, self.now - run.start[rows])
+        run.keep(~done)
+        for g in np.unique(gs):
+            if self.g_done[g] == self.g_tasks[g]:
+                self._group_complete(int(g))
+
+    def _group_complete(self, g: int) -> None:
+        for child in self.g_children[g]:
+            self.g_unmet[child] -= 1
+            if self.g_unmet[child] == 0:
+                self._open(child)
+        j = int(self.g_job[g])
+        self.j_open_groups[j] -= 1
+        if self.j_open_groups[j] == 0:
+            self.j_finish[j] = self.now
+            self.preset.on_job_finished(j)
+
+    def _open(self, g: int) -> None:
+        """The barrier before ``g`` is open: its tasks become pending."""
+        self.g_ready[g] = True
+        self.g_ready_at[g] = self.now
+        self.g_pending[g] = self.g_tasks[g]
+        self._changed = True
+        if self.g_tasks[g] == 0:
+            self._group_complete(g)
+
+    def _arrive(self, j: int) -> None:
+        self.j_arrived[j] = True
+        self.preset.on_job_arrived(j)
+        if not self.j_groups[j]:
+            self.j_finish[j] = self.now
+            return
+        for g in self.j_groups[j]:
+            if self.g_unmet[g] == 0:
+                self._open(g)
+
+    # --- progress -------------------------------------------------------------------------------
+
+    def current_use(self) -> NDArray[np.float64]:
+        """(P, R) usage of each running task now."""
+        run = self.running
+        frac = self.usage_model.fraction(self.now, run.start, run.base, run.burst_until)
+        return self.g_demand[run.group] * frac[:, None]
+
+    def overload_possible(self) -> bool:
+        """Whether any node's peak demand exceeds its capacity (only then can usage contend)."""
+        if self._overload_dirty:
+            c = self.cluster
+            self._overload = bool(((c.reg_alloc + c.opp_alloc) > c.cap * (1 + 1e-9)).any())
+            self._overload_dirty = False
+        return self._overload
+
+    def update_rates(self) -> None:
+        run = self.running
+        if not len(run):
+            return
+        if not self.overload_possible():
+            run.rate = np.ones(len(run))
+            return
+        run.rate = self.cluster.rates(self.current_use(), run.node, run.opp, self.g_uses[run.group])
+
+    def _advance(self, t: float) -> None:
+        dt = t - self.now
+        if dt > 0:
+            run = self.running
+            if len(run):
+                run.work_left = run.work_left - run.rate * dt
+            self.recorder.integrate(dt)
+            self.now = t
+
+    def _next_finish(self) -> float:
+        run = self.running
+        if not len(run):
+            return math.inf
+        with np.errstate(divide="ignore"):
+            left = np.where(run.rate > 0, run.work_left / run.rate, np.inf)
+        return self.now + float(left.min())
+
+    def _check_capacity(self, n: int | None = None) -> None:
+        c = self.cluster
+        rows = slice(None) if n is None else slice(n, n + 1)
+        fit_res = self.preset.regular_resources(self)
+        over = c.reg_alloc[rows][:, fit_res] > c.cap[rows][:, fit_res] * (1 + 1e-9) + 1e-9
+        if over.any():
+            raise InvariantViolation(f"regular requests exceed capacity on node(s) {np.flatnonzero(over.any(1))}")
+
+    def _check_all(self) -> None:
+        self._check_capacity()
+        total = self.g_pending + self.g_running + self.g_done
+        if (self.g_ready & (total != self.g_tasks)).any():
+            raise InvariantViolation("a task was lost or duplicated (pending + running + done ≠ tasks)")
+        if np.bincount(self.running.group, minlength=self.n_groups).tolist() != self.g_running.tolist():
+            raise InvariantViolation("running table disagrees with group counts")
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[int], None] | None = None) -> RunResult:
+        interval = self.settings.contention.sample_interval_s
+        next_tick = math.inf
+        n_jobs = self.n_jobs
+        reported = 0
+        while True:
+            ta = float(self.j_arrival[self._next_job]) if self._next_job < n_jobs else math.inf
+            tf = self._next_finish()
+            ticking = self.monitor.needed()
+            if ticking and next_tick == math.inf:
+                next_tick = (math.floor(self.now / interval) + 1) * interval
+            elif not ticking:
+                next_tick = math.inf
+            t = min(ta, tf, next_tick)
+            if t == math.inf or t - self.t0 > self.config.max_sim_s:
+                break
+            self.recorder.sample_until(t)
+            self._advance(t)
+            self._finish_due()
+            while self._next_job < n_jobs and self.j_arrival[self._next_job] <= self.now:
+                self._arrive(self._next_job)
+                self._next_job += 1
+            if next_tick <= self.now:
+                self.monitor.tick()
+                next_tick = self.now + interval
+            if self._changed:
+                self.preset.schedule(self)
+                self._flush()
+                self._changed = False
+                self.update_rates()
+            if self.config.check:
+                self._check_all()
+            if progress is not None and self.tasks_done - reported >= 1000:
+                progress(self.tasks_done - reported)
+                reported = self.tasks_done
+        if progress is not None:
+            progress(self.tasks_done - reported)
+        return self.recorder.result()
+
+
+def simulate(
+    workload: Workload,
+    preset: str | Preset,
+    *,
+    config: SimConfig | None = None,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> RunResult:
+    """Run ``preset`` (a name from ``stowage.sim.presets.PRESETS`` or an instance) over ``workload``."""
+    from stowage.sim import presets
+
+    p = presets.make(preset) if isinstance(preset, str) else preset
+    return Simulation(workload, p, config or SimConfig(), seed).run(progress)

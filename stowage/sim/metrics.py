@@ -1,0 +1,198 @@
+"""What one run measured, and the numbers compared across policies.
+
+* **makespan**: last job finish − first job arrival.
+* **JCT** per job: finish − arrival; mean, median, p95.
+* **utilization** per resource: *allocated* (regular requests + opportunistic
+  demands, integrated exactly between events) and *used* (sampled usage), each
+  as a time average over the makespan divided by the cluster's capacity.
+* **fluid lower bound** on makespan: ``max(max_r W_r / C_r, max_j(a_j + cp_j) − t0)``
+  with ``W_r`` = Σ tasks duration × demand_r, ``C_r`` the cluster's capacity,
+  ``a_j`` a job's arrival and ``cp_j`` its critical path (longest chain of group
+  durations through the barriers): no schedule can beat either.
+* **slowed_jobs_fraction**: jobs whose JCT exceeds the same job's JCT under
+  ``drf`` by more than 10 % (Tetris §5: "fraction of jobs that slow down
+  compared to a fair allocation").
+* **relative integral unfairness** (Tetris §5.4): per job
+  ``∫ (a(t) − f(t))/f(t) dt`` over its runtime, divided by the runtime, with
+  ``a`` the job's dominant share of the cluster and ``f`` its fair share (its
+  queue's weighted share among active queues, split evenly among the queue's
+  active jobs); sampled at the metrics period. Reported: the fraction of jobs
+  below zero and their mean.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from stowage.sim.engine import Simulation
+
+__all__ = ["Recorder", "RunResult", "critical_paths", "fluid_lower_bound", "slowed_fraction"]
+
+SLOWDOWN_TOLERANCE = 0.10
+
+
+def critical_paths(sim: Simulation) -> NDArray[np.float64]:
+    """(J,) longest chain of group durations through the barriers, per job."""
+    finish = np.zeros(sim.n_groups)
+    done = np.zeros(sim.n_groups, bool)
+
+    def longest(g: int, depth: int = 0) -> float:
+        if done[g]:
+            return float(finish[g])
+        if depth > sim.n_groups:
+            return 0.0  # a cycle: the workload reader rejects these; do not recurse forever
+        before = max((longest(d, depth + 1) for d in sim.g_deps[g]), default=0.0)
+        finish[g] = before + (sim.g_dur[g] if sim.g_tasks[g] > 0 else 0.0)
+        done[g] = True
+        return float(finish[g])
+
+    out = np.zeros(sim.n_jobs)
+    for j, groups in enumerate(sim.j_groups):
+        out[j] = max((longest(g) for g in groups), default=0.0)
+    return out
+
+
+def fluid_lower_bound(sim: Simulation) -> float:
+    work = (sim.g_demand * (sim.g_dur * sim.g_tasks)[:, None]).sum(axis=0)
+    total = sim.cluster.total
+    ratio = np.divide(work, total, out=np.zeros_like(work), where=total > 0)
+    by_work = float(ratio.max()) if ratio.size else 0.0
+    if sim.n_jobs == 0:
+        return 0.0
+    by_path = float((sim.j_arrival + critical_paths(sim)).max() - sim.t0)
+    return max(by_work, by_path)
+
+
+def slowed_fraction(jct: NDArray[np.float64], reference: NDArray[np.float64]) -> float:
+    ok = np.isfinite(jct) & np.isfinite(reference)
+    if not ok.any():
+        return 0.0
+    return float((jct[ok] > reference[ok] * (1 + SLOWDOWN_TOLERANCE) + 1e-9).mean())
+
+
+@dataclass
+class RunResult:
+    """Everything one run produced (series for the plots, per-job numbers for comparisons)."""
+
+    policy: str
+    summary: dict[str, Any]
+    jct: NDArray[np.float64]
+    arrival: NDArray[np.float64]
+    series: dict[str, Any] = field(default_factory=dict)
+
+
+class Recorder:
+    """Integrates allocation between events and samples usage and shares at a fixed period."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.lower_bound = fluid_lower_bound(sim)
+        span = max(self.lower_bound, 1.0)
+        cfg = sim.config.sample_s
+        self.period = float(cfg) if cfg else max(1.0, math.ceil(span / 400.0))
+        self.next_sample = sim.t0
+        r, q = len(sim.resources), len(sim.queue_names)
+        self.alloc_integral = np.zeros(r)
+        self.times: list[float] = []
+        self.alloc: list[NDArray[np.float64]] = []
+        self.used: list[NDArray[np.float64]] = []
+        self.shares: list[NDArray[np.float64]] = []
+        self.unfair_sum = np.zeros(sim.n_jobs)
+        self.unfair_n = np.zeros(sim.n_jobs)
+        self._q = q
+
+    def integrate(self, dt: float) -> None:
+        self.alloc_integral += self.sim.alloc_total * dt
+
+    def sample_until(self, t: float) -> None:
+        """Take the samples due at or before ``t`` (state is constant until then)."""
+        if self.next_sample > t:
+            return
+        sim = self.sim
+        saved = sim.now
+        while self.next_sample <= t:
+            sim.now = max(self.next_sample, saved)
+            self._sample(self.next_sample)
+            self.next_sample += self.period
+        sim.now = saved
+
+    def _sample(self, t: float) -> None:
+        sim = self.sim
+        c = sim.cluster
+        use = sim.current_use() if len(sim.running) else np.zeros((0, c.r))
+        used = np.minimum(c.node_sums(use, sim.running.node), c.cap).sum(axis=0) if len(use) else np.zeros(c.r)
+        total = np.where(c.total > 0, c.total, 1.0)
+        self.times.append(t)
+        self.alloc.append(sim.alloc_total / total)
+        self.used.append(used / total)
+        qshare = (sim.queue_alloc.sum(axis=0) / total).max(axis=1)
+        self.shares.append(qshare)
+        # Relative integral unfairness: jobs arrived and not finished.
+        active = sim.j_arrived & np.isnan(sim.j_finish)
+        if active.any():
+            q_active = np.bincount(sim.j_queue[active], minlength=self._q)
+            w = np.where(q_active > 0, sim.q_weight, 0.0)
+            q_fair = w / w.sum() if w.sum() > 0 else w
+            fair = q_fair[sim.j_queue[active]] / np.maximum(q_active[sim.j_queue[active]], 1)
+            share = (sim.job_alloc[active] / total).max(axis=1)
+            idx = np.flatnonzero(active)
+            self.unfair_sum[idx] += np.where(fair > 0, (share - fair) / np.where(fair > 0, fair, 1), 0.0)
+            self.unfair_n[idx] += 1
+
+    def result(self) -> RunResult:
+        sim = self.sim
+        finished = ~np.isnan(sim.j_finish)
+        jct = np.where(finished, sim.j_finish - sim.j_arrival, np.nan)
+        end = float(np.nanmax(sim.j_finish)) if finished.any() else sim.now
+        makespan = max(end - sim.t0, 0.0)
+        total = np.where(sim.cluster.total > 0, sim.cluster.total, 1.0)
+        span = max(sim.now - sim.t0, 1e-9)
+        alloc_mean = self.alloc_integral / total / span
+        used_mean = np.mean(self.used, axis=0) if self.used else np.zeros(len(sim.resources))
+        lost = int(sim.g_tasks.sum() - sim.g_done.sum())
+        ok = np.isfinite(jct)
+        measured = self.unfair_n > 0
+        unfair = np.where(measured, self.unfair_sum / np.maximum(self.unfair_n, 1), 0.0)
+        negative = unfair[measured & (unfair < 0)]
+        summary: dict[str, Any] = {
+            "makespan_s": makespan,
+            "jct_mean_s": float(np.mean(jct[ok])) if ok.any() else 0.0,
+            "jct_p50_s": float(np.median(jct[ok])) if ok.any() else 0.0,
+            "jct_p95_s": float(np.percentile(jct[ok], 95)) if ok.any() else 0.0,
+            "makespan_lower_bound_s": self.lower_bound,
+            "makespan_to_lower_bound": makespan / self.lower_bound if self.lower_bound > 0 else 1.0,
+            "utilization": {
+                r: {"allocated": float(alloc_mean[i]), "used": float(used_mean[i])}
+                for i, r in enumerate(sim.resources)
+            },
+            "opportunistic_fraction": sim.opp_done / max(sim.tasks_done, 1),
+            "evictions": sim.evictions,
+            "oom_kills": sim.oom_kills,
+            "contentions": sim.monitor.contentions,
+            "wasted_work_s": sim.wasted_work_s,
+            "lost_tasks": lost,
+            "tasks": int(sim.g_tasks.sum()),
+            "tasks_started": sim.task_starts,
+            "jobs": sim.n_jobs,
+            "jobs_finished": int(finished.sum()),
+            "slowed_jobs_fraction": 0.0,
+            "unfairness": {
+                "negative_jobs_fraction": float(negative.size / max(int(measured.sum()), 1)),
+                "mean_negative": float(negative.mean()) if negative.size else 0.0,
+            },
+        }
+        series = {
+            "t": np.array(self.times) - sim.t0,
+            "allocated": np.array(self.alloc).reshape(-1, len(sim.resources)),
+            "used": np.array(self.used).reshape(-1, len(sim.resources)),
+            "shares": np.array(self.shares).reshape(-1, len(sim.queue_names)),
+            "resources": sim.resources,
+            "queues": list(sim.queue_names),
+        }
+        return RunResult(sim.preset.name, summary, jct, sim.j_arrival.copy(), series)

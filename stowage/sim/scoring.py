@@ -1,0 +1,161 @@
+"""kube-scheduler's and Trimaran's node scores, as upstream computes them, for the baselines.
+
+These are the *alternatives* Stowage is compared against, not Stowage policy,
+so they live with the simulator. Each scores one pod against every node and
+returns integers in ``0..100`` (``framework.MaxNodeScore``), like upstream:
+
+* ``NodeResourcesFit`` ``LeastAllocated`` (k8s ``least_allocated.go``): per
+  resource ``(cap − req)·100 / cap`` with integer division (0 when the pod would
+  not fit or ``cap`` is 0), then the weighted mean ``Σ s_r·w_r / Σ w_r``, also
+  integer. ``req`` = the node's requested + the pod's request, with upstream's
+  non-zero defaults (100 millicores, 200 MiB) for pods that request nothing.
+* ``MostAllocated`` (``most_allocated.go``): ``min(req, cap)·100 / cap``.
+* ``NodeResourcesBalancedAllocation`` (``balanced_allocation.go``, k8s ≥ 1.26):
+  ``(1 − std(f))·100`` truncated, ``f_r = min(req_r / cap_r, 1)`` over cpu and
+  memory, population standard deviation; requests as given (no non-zero default).
+* Trimaran ``TargetLoadPacking`` (scheduler-plugins
+  ``pkg/trimaran/targetloadpacking``): predicted CPU % =
+  ``100·(measured + missing + pod)/cap`` where ``pod`` is the pod's CPU limit,
+  else its request × ``requests_multiplier`` (1.5); ``missing`` adds the same
+  prediction for pods bound within the last metrics interval (60 s). Score
+  ``round((100 − T)·p/T + T)`` for ``p ≤ T``, ``round(T·(100 − p)/(100 − T))``
+  above, 0 beyond 100 %. Target ``T`` = 40.
+
+CPU is in cores here and converted to millicores, memory in bytes, so the
+integer arithmetic matches upstream's ``int64`` milli-CPU and byte counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "DEFAULT_MEMORY_REQUEST",
+    "DEFAULT_MILLI_CPU_REQUEST",
+    "MAX_NODE_SCORE",
+    "TLP_METRICS_INTERVAL_S",
+    "TLP_REQUESTS_MULTIPLIER",
+    "TLP_TARGET_PERCENT",
+    "balanced_allocation",
+    "kube_scores",
+    "least_allocated",
+    "most_allocated",
+    "target_load_packing",
+]
+
+MAX_NODE_SCORE = 100
+DEFAULT_MILLI_CPU_REQUEST = 100.0  # k8s pkg/scheduler/util: DefaultMilliCPURequest
+DEFAULT_MEMORY_REQUEST = 200.0 * 1024 * 1024  # DefaultMemoryRequest, 200 MiB
+TLP_TARGET_PERCENT = 40.0  # TargetLoadPackingArgs.targetUtilization default
+TLP_REQUESTS_MULTIPLIER = 1.5  # TargetLoadPackingArgs.defaultRequestsMultiplier default
+TLP_METRICS_INTERVAL_S = 60.0  # metricsAgentReportingIntervalSeconds
+
+
+def _to_units(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """[cpu cores, memory bytes] → [milli-CPU, bytes] as whole numbers (upstream's int64)."""
+    out = np.array(values, dtype=np.float64, copy=True)
+    out[..., 0] = np.round(out[..., 0] * 1000.0)
+    out[..., 1] = np.round(out[..., 1])
+    return out
+
+
+def _non_zero(pod: NDArray[np.float64]) -> NDArray[np.float64]:
+    out = pod.copy()
+    if out[0] <= 0:
+        out[0] = DEFAULT_MILLI_CPU_REQUEST
+    if out[1] <= 0:
+        out[1] = DEFAULT_MEMORY_REQUEST
+    return out
+
+
+def _weighted_mean(per_resource: NDArray[np.float64], weights: tuple[float, float]) -> NDArray[np.int64]:
+    w = np.asarray(weights, dtype=np.float64)
+    return np.floor((per_resource * w).sum(axis=1) / w.sum()).astype(np.int64)
+
+
+def least_allocated(
+    requested: NDArray[np.float64],
+    allocatable: NDArray[np.float64],
+    pod: NDArray[np.float64],
+    weights: tuple[float, float] = (1.0, 1.0),
+) -> NDArray[np.int64]:
+    """LeastAllocated score per node. requested, allocatable (N, 2) [cores, bytes]; pod (2,)."""
+    cap = _to_units(allocatable)
+    req = _to_units(requested) + _non_zero(_to_units(pod))
+    safe = np.where(cap > 0, cap, 1.0)
+    per = np.where((cap > 0) & (req <= cap), np.floor((cap - req) * MAX_NODE_SCORE / safe), 0.0)
+    return _weighted_mean(per, weights)
+
+
+def most_allocated(
+    requested: NDArray[np.float64],
+    allocatable: NDArray[np.float64],
+    pod: NDArray[np.float64],
+    weights: tuple[float, float] = (1.0, 1.0),
+) -> NDArray[np.int64]:
+    """MostAllocated score per node; a request above capacity counts as capacity (upstream)."""
+    cap = _to_units(allocatable)
+    req = np.minimum(_to_units(requested) + _non_zero(_to_units(pod)), cap)
+    safe = np.where(cap > 0, cap, 1.0)
+    per = np.where(cap > 0, np.floor(req * MAX_NODE_SCORE / safe), 0.0)
+    return _weighted_mean(per, weights)
+
+
+def balanced_allocation(
+    requested: NDArray[np.float64], allocatable: NDArray[np.float64], pod: NDArray[np.float64]
+) -> NDArray[np.int64]:
+    """BalancedAllocation score per node over cpu and memory (two resources: std = |f₁ − f₂|/2)."""
+    cap = _to_units(allocatable)
+    req = _to_units(requested) + _to_units(pod)
+    safe = np.where(cap > 0, cap, 1.0)
+    frac = np.where(cap > 0, np.minimum(req / safe, 1.0), 0.0)
+    std = np.abs(frac[:, 0] - frac[:, 1]) / 2.0
+    return np.floor((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+
+
+def kube_scores(
+    requested_u: NDArray[np.float64], allocatable_u: NDArray[np.float64], pod_u: NDArray[np.float64], strategy: str
+) -> NDArray[np.float64]:
+    """Fit strategy score + BalancedAllocation in one pass, inputs already in upstream units.
+
+    requested_u, allocatable_u (N, 2) [milli-CPU, bytes] whole numbers; pod_u (2,).
+    ``strategy``: ``"least"`` (LeastAllocated) or ``"most"`` (MostAllocated).
+    Equal to ``least_allocated(...) + balanced_allocation(...)`` (or most_).
+    """
+    cap = allocatable_u
+    safe = np.where(cap > 0, cap, 1.0)
+    req = requested_u + _non_zero(pod_u)
+    if strategy == "least":
+        per = np.where((cap > 0) & (req <= cap), np.floor((cap - req) * MAX_NODE_SCORE / safe), 0.0)
+    else:
+        per = np.where(cap > 0, np.floor(np.minimum(req, cap) * MAX_NODE_SCORE / safe), 0.0)
+    fit = np.floor((per[:, 0] + per[:, 1]) / 2.0)
+    frac = np.where(cap > 0, np.minimum((requested_u + pod_u) / safe, 1.0), 0.0)
+    balanced = np.floor((1.0 - np.abs(frac[:, 0] - frac[:, 1]) / 2.0) * MAX_NODE_SCORE)
+    return fit + balanced
+
+
+def target_load_packing(
+    measured_cpu: NDArray[np.float64],
+    missing_cpu: NDArray[np.float64],
+    capacity_cpu: NDArray[np.float64],
+    pod_cpu_request: float,
+    *,
+    target_percent: float = TLP_TARGET_PERCENT,
+    multiplier: float = TLP_REQUESTS_MULTIPLIER,
+) -> NDArray[np.int64]:
+    """TargetLoadPacking score per node; all CPU amounts in cores, shapes (N,).
+
+    ``missing_cpu`` is already the predicted usage of recently bound pods
+    (request × multiplier each); the pod's own prediction is added here.
+    """
+    pod = pod_cpu_request * multiplier if pod_cpu_request > 0 else 1.0  # defaultRequests: 1 core
+    cap = np.asarray(capacity_cpu, dtype=np.float64)
+    safe = np.where(cap > 0, cap, 1.0)
+    predicted = np.where(cap > 0, 100.0 * (measured_cpu + missing_cpu + pod) / safe, 0.0)
+    t = float(target_percent)
+    below = np.floor((100.0 - t) * predicted / t + t + 0.5)  # Go math.Round: half away from 0
+    above = np.floor(t * (100.0 - predicted) / (100.0 - t) + 0.5)
+    score = np.where(predicted > t, np.where(predicted > 100.0, 0.0, above), below)
+    return score.astype(np.int64)

@@ -1,0 +1,111 @@
+"""How much of its request a simulated task really uses, over its life.
+
+No small public trace has measured per-task usage over time (see the traces
+README), so the simulator states a model and prints it in every report:
+
+* **Base fraction** ``u`` per task, drawn once at start from a Beta
+  distribution with mean ``mean_fraction`` (UBIS §II: tasks use about half of
+  their peak on average) and ``concentration`` = α + β, clipped to
+  ``[min_fraction, 1]``. A task group's explicit ``usage`` replaces the draw.
+* **Ramp-up**: for the first ``ramp_s`` seconds a task's usage grows
+  linearly from ``ramp_start·u`` to ``u`` (containers start small: JVM start,
+  input being opened).
+* **Bursts**: every second a running task starts a burst with probability
+  ``burst_rate_per_s``; for ``burst_s`` seconds it uses its whole request
+  (the peak) on every resource.
+
+So a task's usage vector at time ``t`` is ``demand · f(t)`` with
+``f(t) = 1`` inside a burst, else ``u · ramp(t − start)``. Usage never exceeds
+the request: the peak is what the request was sized for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from stowage.errors import InvalidInput
+
+__all__ = ["UsageModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageModel:
+    """Parameters of the usage model (all printed in the report)."""
+
+    mean_fraction: float = 0.5
+    """Mean of usage / request (UBIS §II: about half of the peak)."""
+    concentration: float = 4.0
+    """α + β of the Beta draw: 4 gives Beta(2, 2) at mean 0.5, a broad hump."""
+    min_fraction: float = 0.05
+    """Floor of the draw: a running task always uses something."""
+    ramp_s: float = 10.0
+    """Seconds over which usage grows to its base fraction after start."""
+    ramp_start: float = 0.2
+    """Usage at start, as a fraction of the base fraction."""
+    burst_rate_per_s: float = 0.01
+    """Chance per second that a task starts a burst to its full request."""
+    burst_s: float = 5.0
+    """Length of a burst."""
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("usage.mean_fraction", self.mean_fraction, 0.0, 1.0),
+            ("usage.min_fraction", self.min_fraction, 0.0, 1.0),
+            ("usage.ramp_start", self.ramp_start, 0.0, 1.0),
+            ("usage.burst_rate_per_s", self.burst_rate_per_s, 0.0, 1.0),
+        )
+        for name, value, lo, hi in checks:
+            if not lo <= value <= hi:
+                raise InvalidInput(name, value, f"a number within [{lo}, {hi}]")
+        for name, value in (
+            ("usage.concentration", self.concentration),
+            ("usage.ramp_s", self.ramp_s),
+            ("usage.burst_s", self.burst_s),
+        ):
+            if not value >= 0.0:
+                raise InvalidInput(name, value, "a number ≥ 0")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def draw_base(self, rng: np.random.Generator, override: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Base fraction per task; ``override`` (NaN = draw) replaces the draw where set."""
+        n = override.shape[0]
+        m = min(max(self.mean_fraction, 1e-6), 1.0 - 1e-6)
+        if self.concentration > 0 and n:
+            a, b = m * self.concentration, (1.0 - m) * self.concentration
+            drawn = rng.beta(a, b, size=n)
+        else:
+            drawn = np.full(n, m)
+        drawn = np.clip(drawn, self.min_fraction, 1.0)
+        return np.where(np.isnan(override), drawn, np.clip(override, 0.0, 1.0))
+
+    def fraction(
+        self,
+        now_s: float,
+        started_s: NDArray[np.float64],
+        base: NDArray[np.float64],
+        burst_until_s: NDArray[np.float64],
+    ) -> NDArray[np.float64]:
+        """``f(t)`` per task: 1 inside a burst, else ``u·ramp(t − start)``."""
+        if self.ramp_s > 0:
+            progress = np.clip((now_s - started_s) / self.ramp_s, 0.0, 1.0)
+            ramp = self.ramp_start + (1.0 - self.ramp_start) * progress
+        else:
+            ramp = 1.0
+        return np.where(burst_until_s > now_s, 1.0, base * ramp)
+
+    def new_bursts(
+        self, rng: np.random.Generator, now_s: float, dt_s: float, burst_until_s: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """Burst end times after one monitor step of ``dt_s`` (tasks already bursting keep theirs)."""
+        n = burst_until_s.shape[0]
+        if self.burst_rate_per_s <= 0 or self.burst_s <= 0 or n == 0:
+            return burst_until_s
+        p = 1.0 - (1.0 - self.burst_rate_per_s) ** max(dt_s, 0.0)
+        start = (rng.random(n) < p) & (burst_until_s <= now_s)
+        return np.where(start, now_s + self.burst_s, burst_until_s)
