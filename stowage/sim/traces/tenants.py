@@ -1,7 +1,7 @@
 """Tenants: the stated, skewed assignment of jobs to queues that no public trace records.
 
 The traces (SWIM, openb) and the Tetris mix carry no tenant or queue, so every reader
-that needs one uses this model (see ``/work/shared/traces/README.md``, "What no small
+that needs one uses this model (the traces' README: "What no small
 public trace has"):
 
 =============  ======  ===========  =========  ================
