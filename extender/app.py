@@ -153,7 +153,8 @@ class _Extender:
         over = set()
         if pod.ours and candidates:
             resources, total = self.model.totals()
-            over = preemption.over_share_queues(self.model.pods(), resources, total, self.queue_weights)
+            pending = {pod.queue} if pod.queue else set()
+            over = preemption.over_share_queues(self.model.pods(), resources, total, self.queue_weights, pending)
 
         def lookup(uid: str) -> preemption.VictimInfo | None:
             return infos.get(uid) or self._victim_info(uid)

@@ -19,6 +19,7 @@ import numpy as np
 from stowage.extender.pods import PodRequest
 
 from stowage.kube.records import PodRecord
+from stowage.policy import fairness
 
 __all__ = ["VictimInfo", "over_share_queues", "select_victims"]
 
@@ -34,20 +35,23 @@ def over_share_queues(
     resources: tuple[str, ...],
     total: np.ndarray,
     weights: Mapping[str, float] | None = None,
+    pending: set[str] | frozenset[str] = frozenset(),
 ) -> set[str]:
     """Queues whose dominant share of the regular pool exceeds their weighted fair share.
 
     ``allocated`` (Q,R) sums the requests of each queue's regular pods; ``total`` (R,)
     is the cluster's allocatable; weights default to 1 (Queue CRs are the operator's).
+    A queue is active when it has regular pods running or is in ``pending`` (the
+    preemptor's queue). With ``s_q = max_r(alloc_qr/total_r)/w_q`` (policy.fairness
+    .dominant_shares) and fair share ``f_q = w_q/Σ_active w``, the queue is over its
+    share when its unweighted dominant share ``s_q·w_q`` exceeds ``f_q``.
     """
-    from stowage.policy import fairness  # the policy module of a sibling part
-
-    queues = sorted({p.queue for p in pods if p.queue and not p.opportunistic})
+    queues = sorted({p.queue for p in pods if p.queue and not p.opportunistic} | set(pending))
     if not queues:
         return set()
     col = {r: i for i, r in enumerate(resources)}
-    allocated = np.zeros((len(queues), len(resources)))
     qi = {q: i for i, q in enumerate(queues)}
+    allocated = np.zeros((len(queues), len(resources)))
     for p in pods:
         if p.opportunistic or not p.queue:
             continue
@@ -55,9 +59,10 @@ def over_share_queues(
             if name in col:
                 allocated[qi[p.queue], col[name]] += amount
     w = np.array([float((weights or {}).get(q, 1.0)) for q in queues])
-    shares = np.asarray(fairness.dominant_shares(allocated, total, w), dtype=np.float64)
-    fair = np.asarray(fairness.fair_share(w, allocated.sum(axis=1) > 0), dtype=np.float64)
-    return {q for q, s, f in zip(queues, shares, fair, strict=True) if s > f}
+    active = (allocated.sum(axis=1) > 0) | np.array([q in pending for q in queues])
+    dominant = fairness.dominant_shares(allocated, total, w) * w
+    fair = fairness.fair_share(w, active)
+    return {q for q, d, f in zip(queues, dominant.tolist(), fair.tolist(), strict=True) if d > f}
 
 
 def select_victims(

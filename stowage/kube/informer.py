@@ -105,8 +105,9 @@ class Informer:
         with self._lock:
             response = self._response
         if response is not None:
-            with contextlib.suppress(Exception):  # closing from another thread may race; the loop exits anyway
-                response.close()
+            # shutdown() (urllib3 ≥ 2.3) interrupts a read blocked in another thread; close() alone does not.
+            with contextlib.suppress(Exception):
+                getattr(response, "shutdown", response.close)()
         if self._thread is not None:
             self._thread.join(timeout_s)
 
