@@ -43,7 +43,8 @@ class EvictingEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         res = request.resource
-        if res is not None and res.plural == "pods" and request.subresource == "eviction" and request.method == kmock.method.POST:
+        is_pod = res is not None and res.plural == "pods"
+        if is_pod and request.subresource == "eviction" and request.method == kmock.method.POST:
             return await self._evict(request)
         return await super()._handle(request)
 

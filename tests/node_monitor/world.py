@@ -124,8 +124,10 @@ class World:
         return [(name, status) for ns, name, status in self.emulator.emu.evictions if ns == self.namespace]
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        return [e for e in self.emulator.live("v1/events") if e.get("reason") == reason
-                and (e["involvedObject"].get("namespace") == self.namespace or e["involvedObject"]["name"] == self.node)]
+        def ours(involved: dict[str, Any]) -> bool:
+            return involved.get("namespace") == self.namespace or involved["name"] == self.node
+
+        return [e for e in self.emulator.live("v1/events") if e.get("reason") == reason and ours(e["involvedObject"])]
 
     def close(self) -> None:
         self.client.close()
