@@ -7,17 +7,15 @@ server does: the pod is deleted (a DELETED watch event follows), or ``429`` is
 returned when a PodDisruptionBudget would be violated (simulated by naming the
 pod in ``refuse``). Everything else is kmock's own behaviour.
 
-The node monitor is synchronous (threads + httpx), so the emulator's asyncio
-loop runs on its own thread; :meth:`Emulator.call` runs a function on that loop.
+The node monitor is synchronous (threads + httpx); the shared harness in
+``tests/support/kube.py`` runs the emulator's asyncio loop on its own thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +23,8 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
+
+from tests.support.kube import KubeEmulator, kube_emulator
 
 __all__ = ["EVENTS", "NODES", "PODS", "Emulator", "EvictingEmulator", "running_emulator", "write_kubeconfig"]
 
@@ -75,20 +75,21 @@ class EvictingEmulator(kmock.KubernetesEmulator):
 
 @dataclass
 class Emulator:
-    """Handle on a running emulator: its ``url``, the ``emu`` itself, and thread-safe helpers."""
+    """A running :class:`EvictingEmulator` (via ``tests.support.kube``) with thread-safe helpers."""
 
-    emu: EvictingEmulator
-    url: str
-    loop: asyncio.AbstractEventLoop
-    _stop: asyncio.Event = field(repr=False)
+    handle: KubeEmulator
+
+    @property
+    def emu(self) -> EvictingEmulator:
+        return self.handle.emulator  # type: ignore[return-value]
+
+    @property
+    def url(self) -> str:
+        return self.handle.url
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the emulator's loop thread and return its result."""
-
-        async def run() -> T:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=10)
+        return self.handle.call(fn)
 
     def put(self, resource: str, obj: dict[str, Any]) -> None:
         """Store an object directly (no watch event: create through the API for that)."""
@@ -116,38 +117,10 @@ class Emulator:
 
 
 @contextlib.contextmanager
-def running_emulator(**options: Any) -> Iterator[Emulator]:
-    """Start an :class:`EvictingEmulator` on 127.0.0.1 (pods, events, nodes declared); stop it on exit."""
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    holder: dict[str, Any] = {}
-
-    async def main() -> None:
-        try:
-            async with EvictingEmulator(**options) as emu, kmock.Server(emu) as server:
-                for resource in (PODS, EVENTS, NODES):
-                    emu.resources[resource] = {}  # kmock lists only declared resources
-                stop = asyncio.Event()
-                holder["handle"] = Emulator(emu, str(server.url).rstrip("/"), loop, stop)
-                started.set()
-                await stop.wait()
-        except BaseException as exc:  # surface start-up failures to the waiting test
-            holder["error"] = exc
-            started.set()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), name="kmock", daemon=True)
-    thread.start()
-    started.wait(timeout=30)
-    if "error" in holder:
-        raise RuntimeError("kmock emulator failed to start") from holder["error"]
-    handle: Emulator = holder["handle"]
-    try:
-        yield handle
-    finally:
-        loop.call_soon_threadsafe(handle._stop.set)
-        thread.join(timeout=30)
-        if not thread.is_alive():  # a client still streaming a watch can hold the server open
-            loop.close()
+def running_emulator() -> Iterator[Emulator]:
+    """The shared kmock harness (``tests/support/kube.py``) with the Eviction subresource added."""
+    with kube_emulator(emulator_cls=EvictingEmulator) as handle:
+        yield Emulator(handle)
 
 
 def write_kubeconfig(path: Path, server: str) -> Path:

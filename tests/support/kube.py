@@ -62,8 +62,15 @@ class KubeEmulator:
 
 
 @contextlib.contextmanager
-def kube_emulator(resources: Sequence[str] = DEFAULT_RESOURCES, startup_timeout_s: float = 10.0) -> Iterator[KubeEmulator]:
-    """Start a kmock emulator on a loopback port; yield a :class:`KubeEmulator`; stop it on exit."""
+def kube_emulator(
+    resources: Sequence[str] = DEFAULT_RESOURCES,
+    startup_timeout_s: float = 10.0,
+    emulator_cls: type[kmock.KubernetesEmulator] = kmock.KubernetesEmulator,
+) -> Iterator[KubeEmulator]:
+    """Start a kmock emulator on a loopback port; yield a :class:`KubeEmulator`; stop it on exit.
+
+    ``emulator_cls``: a subclass adding fidelity a test needs (e.g. an Eviction subresource).
+    """
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     stop: asyncio.Event | None = None
@@ -73,7 +80,7 @@ def kube_emulator(resources: Sequence[str] = DEFAULT_RESOURCES, startup_timeout_
         nonlocal stop
         stop = asyncio.Event()
         try:
-            async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+            async with emulator_cls() as emulator, kmock.Server(emulator) as server:
                 for resource in resources:
                     emulator.resources[resource] = {}
                 state["emulator"], state["url"] = emulator, str(server.url).rstrip("/")
