@@ -55,7 +55,7 @@ def _harvest_message(snap: Snapshot, i: int, demand: np.ndarray) -> str:
     for r in over:
         res = snap.resources[r]
         detail = (
-            f"{snap.t_alloc[r]:.2f} × {human(snap.capacity[i, r], res)}"
+            f"{snap.t_alloc[r]:.2f} × {human(snap.capacity[i, r], res, exact=True)}"
             f" − used {human(snap.usage[i, r], res)} − blocked {human(snap.samples.blocked[i, r], res)}"
         )
         if snap.assumed[i, r] > 0:
@@ -95,7 +95,7 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
         if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + alignment.FEASIBILITY_RTOL):
             parts.append(
                 f"{res} bandwidth {human(demand[r], res)} > free {human(max(cap - used, 0.0), res)}"
-                f" (node declares {human(cap, res)}, pods declared {human(used, res)})"
+                f" (node declares {human(cap, res, exact=True)}, pods declared {human(used, res)})"
             )
     return "; ".join(parts)
 

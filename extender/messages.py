@@ -29,8 +29,11 @@ REASONS: dict[str, str] = {
 _BINARY = (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10))
 
 
-def human(value: float, resource: str) -> str:
-    """A compact human reading: ``1.5`` cores, ``13.2Gi`` bytes, ``80Mi/s`` bandwidth, ``0`` for zero."""
+def human(value: float, resource: str, *, exact: bool = False) -> str:
+    """A compact human reading: ``1.5`` cores, ``13.2Gi`` bytes, ``80Mi/s`` bandwidth, ``0`` for zero.
+
+    ``exact``: a whole number of units prints without a decimal (for declared capacities).
+    """
     if not math.isfinite(value):
         return str(value)
     if value == 0:
@@ -42,5 +45,7 @@ def human(value: float, resource: str) -> str:
         return f"{value:g}"  # extended resources count units
     for unit, size in _BINARY:
         if abs(value) >= size:
-            return f"{value / size:.1f}{unit}{suffix}"
+            scaled = value / size
+            # Declared sizes read as written (16Gi); measured ones with a decimal (13.2Gi).
+            return f"{scaled:.0f}{unit}{suffix}" if exact and scaled == int(scaled) else f"{scaled:.1f}{unit}{suffix}"
     return f"{value:.0f}{suffix}"

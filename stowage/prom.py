@@ -261,6 +261,10 @@ class Utilization:
     def current(self) -> UtilizationSnapshot:
         return self._snapshot
 
+    def replace(self, snapshot: UtilizationSnapshot) -> None:
+        """Install a snapshot directly (a feed without Prometheus: simulator, benchmark, tests)."""
+        self._snapshot = snapshot
+
     def refresh(self) -> UtilizationSnapshot:
         """Fetch once; on failure the snapshot becomes ``unavailable`` (every node harvests nothing)."""
         if self._reader is None:

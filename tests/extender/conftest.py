@@ -1,0 +1,87 @@
+"""A served extender over a cluster model fed with realistic objects: real HTTP on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from stowage.extender.app import create_app
+from stowage.extender.server import serving
+
+from stowage.config import StowageSettings
+from stowage.kube.cluster import ClusterModel
+from stowage.prom import Utilization, UtilizationSnapshot
+
+#: 2024-05-01T10:00:00Z: pods in tests/extender/objects.py were bound half an hour before.
+NOW = 1714557600.0
+
+
+@dataclass
+class Clock:
+    now: float = NOW
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class World:
+    """The extender under test, its inputs, and an HTTP client pointed at it."""
+
+    model: ClusterModel
+    utilization: Utilization
+    clock: Clock
+    url: str
+    http: httpx.Client
+    settings: StowageSettings = field(default_factory=StowageSettings)
+
+    def post(self, verb: str, body: Any) -> httpx.Response:
+        return self.http.post(f"{self.url}/{verb}", json=body)
+
+    def samples(
+        self, nodes: Mapping[str, Mapping[str, Mapping[str, float]]], age_s: float | Mapping[str, float] = 1.0
+    ) -> None:
+        self.utilization.replace(
+            UtilizationSnapshot.from_nodes(nodes, age_s=age_s, fetched_at_s=self.utilization.clock())
+        )
+
+
+WorldFactory = Callable[..., World]
+
+
+@pytest.fixture
+def make_world() -> Iterator[WorldFactory]:
+    """``make_world(nodes, pods=(), samples=None, settings=None)`` → a served :class:`World`."""
+    stack: list[Any] = []
+
+    def build(
+        nodes: list[dict[str, Any]],
+        pods: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        samples: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+        settings: StowageSettings | None = None,
+        synced: bool = True,
+    ) -> World:
+        settings = settings or StowageSettings()
+        clock = Clock()
+        model = ClusterModel(recent_window_s=settings.harvest.ramp_up_s, clock=clock)
+        if synced:
+            model.replace_nodes(nodes)
+            model.replace_pods(list(pods))
+        utilization = Utilization(None)
+        app = create_app(settings, model, utilization)
+        served = serving(app)
+        url = served.__enter__()
+        http = httpx.Client(timeout=10.0)
+        stack.append((served, http))
+        world = World(model, utilization, clock, url, http, settings)
+        if samples is not None:
+            world.samples(samples)
+        return world
+
+    yield build
+    for served, http in stack:
+        http.close()
+        served.__exit__(None, None, None)
