@@ -285,33 +285,38 @@ class PackingPreset(Preset):
         left = (sim.g_pending + sim.g_running).astype(np.float64)
         return remaining_work.remaining_work(sim.g_dur * left, sim.g_demand, sim.g_job, sim.n_jobs, self.mean_cap)
 
-    def _allowed_jobs(self, sim: Simulation, groups: NDArray[np.int64], work: NDArray, pool: int) -> NDArray:
-        """Rows allowed by the fairness knob: queues furthest below their share, then each queue's job order."""
-        queues = sim.g_queue[groups]
-        active = np.bincount(queues, minlength=len(sim.queue_names)) > 0
-        share = fairness.dominant_shares(sim.queue_alloc[pool], sim.cluster.total, sim.q_weight)
-        fair = fairness.fair_share(sim.q_weight, active)
-        deficit = np.where(active, fair - share * np.where(sim.q_weight > 0, sim.q_weight, 1) / 1.0, -np.inf)
+    def _queue_mask(self, sim: Simulation, queues: NDArray[np.int64], pool: int) -> NDArray[np.bool_]:
+        """Rows whose queue the fairness knob lets compete now: the queues furthest below fair share."""
+        nq = len(sim.queue_names)
+        active = np.bincount(queues, minlength=nq) > 0
         act = np.flatnonzero(active)
-        picked = act[fairness.fairness_candidates(deficit[act], self.f)]
-        allowed = np.isin(queues, picked)
+        if act.size <= 1:
+            return np.ones(queues.size, dtype=bool)
+        weighted = fairness.dominant_shares(sim.queue_alloc[pool], sim.cluster.total, sim.q_weight)
+        share = weighted * np.where(sim.q_weight > 0, sim.q_weight, 1.0)  # back to the unweighted share
+        deficit = fairness.fair_share(sim.q_weight, active) - share
+        picked = np.zeros(nq, dtype=bool)
+        picked[act[fairness.fairness_candidates(deficit[act], self.f)]] = True
+        return picked[queues]
+
+    def _job_mask(self, sim: Simulation, groups: NDArray[np.int64], work: NDArray) -> NDArray[np.bool_]:
+        """Rows whose job is among the first ⌈(1−f)·J_q⌉ of its queue in the queue's ``jobOrder``."""
         if not self.job_order:
-            return allowed
-        for q in picked:
-            rows = np.flatnonzero(queues == q)
-            jobs = np.unique(sim.g_job[groups[rows]])
+            return np.ones(groups.size, dtype=bool)
+        jobs_of_rows = sim.g_job[groups]
+        queues = sim.g_queue[groups]
+        allowed_jobs: list[int] = []
+        for q in np.unique(queues).tolist():
+            jobs = np.unique(jobs_of_rows[queues == q])
             order = sim.q_order[q]
             if order is JobOrder.FSP:
                 self.fsp[q].advance(sim.now)
                 rank = {j: i for i, j in enumerate(self.fsp[q].order())}
                 ranked = sorted(jobs.tolist(), key=lambda j: (rank.get(j, math.inf), j))
             else:
-                idx = ordering.order_jobs(order, sim.j_arrival[jobs], work[jobs])
-                ranked = jobs[idx].tolist()
-            k = max(1, math.ceil((1.0 - self.f) * len(ranked)))
-            keep = np.isin(sim.g_job[groups[rows]], ranked[:k])
-            allowed[rows] = keep
-        return allowed
+                ranked = jobs[ordering.order_jobs(order, sim.j_arrival[jobs], work[jobs])].tolist()
+            allowed_jobs.extend(ranked[: max(1, math.ceil((1.0 - self.f) * len(ranked)))])
+        return np.isin(jobs_of_rows, allowed_jobs)
 
     # --- the pass ---------------------------------------------------------------------------------
 
@@ -345,10 +350,13 @@ class PackingPreset(Preset):
         pool = 1 if opp else 0
         p = work[sim.g_job[groups]]
         has_waiters = np.ones(groups.size, dtype=bool)  # the job's end waits on every group
+        frac = sim.g_done[groups] / np.maximum(sim.g_tasks[groups], 1)
+        # Barrier boost and job order depend on finishes and arrivals only: fixed during a pass.
+        boost = fairness.barrier_boost(frac, has_waiters, self.b) * _BOOST
+        jobs_ok = self._job_mask(sim, groups, work)
+        queues = sim.g_queue[groups]
         while groups.size:
-            frac = sim.g_done[groups] / np.maximum(sim.g_tasks[groups], 1)
-            boost = fairness.barrier_boost(frac, has_waiters, self.b) * _BOOST
-            allowed = self._allowed_jobs(sim, groups, work, pool)
+            allowed = jobs_ok & self._queue_mask(sim, queues, pool)
             best = self._best(score, p, boost, allowed)
             if best is None:
                 best = self._best(score, p, boost, np.ones(groups.size, dtype=bool))
@@ -361,7 +369,10 @@ class PackingPreset(Preset):
             score[:, n] = alignment.alignment(d, c.cap[n : n + 1], avail[n : n + 1])[:, 0]
             if sim.g_pending[g] == 0:
                 keep = np.arange(groups.size) != i
-                groups, d, score, p, has_waiters = groups[keep], d[keep], score[keep], p[keep], has_waiters[keep]
+                groups, d, score, p, boost, queues = (
+                    groups[keep], d[keep], score[keep], p[keep], boost[keep], queues[keep]
+                )
+                jobs_ok = self._job_mask(sim, groups, work)
 
     def _best(self, score: NDArray, p: NDArray, boost: NDArray, rows: NDArray[np.bool_]) -> tuple[int, int] | None:
         if not rows.any():
