@@ -1,0 +1,158 @@
+"""Utilization read from a REAL Prometheus server scraping a test exporter with the node monitor's metric names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from stowage.extender.app import create_app
+from stowage.extender.server import serving
+
+from stowage.config import StowageSettings, apply_overrides
+from stowage.kube.cluster import ClusterModel
+from stowage.labels import METRICS
+from stowage.prom import PrometheusReader, Utilization
+from tests.extender.objects import GI, extender_args, node, opportunistic_pod, regular_pod
+from tests.support.kube import wait_until
+from tests.support.prometheus import free_port, prometheus_server, wait_for_query
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]
+
+NODES = [node("n1"), node("n2"), node("n3")]
+
+
+class Exporter:
+    """A tiny node-monitor stand-in: the four node series on a prometheus_client HTTP server."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["node", "resource"]
+        self.usage = Gauge(METRICS.NODE_USAGE, "usage", labels, registry=self.registry)
+        self.capacity = Gauge(METRICS.NODE_CAPACITY, "capacity", labels, registry=self.registry)
+        self.blocked = Gauge(METRICS.NODE_BLOCKED, "blocked", labels, registry=self.registry)
+        self.contention = Gauge(METRICS.NODE_CONTENTION, "contention", labels, registry=self.registry)
+        for name in ("n1", "n2"):
+            self.capacity.labels(name, "cpu").set(16)
+            self.capacity.labels(name, "memory").set(16 * GI)
+            self.contention.labels(name, "cpu").set(0)
+            self.contention.labels(name, "memory").set(0)
+            self.blocked.labels(name, "memory").set(0)
+        self.usage.labels("n1", "cpu").set(2)
+        self.usage.labels("n1", "memory").set(4 * GI)
+        self.blocked.labels("n1", "memory").set(1 * GI)
+        self.usage.labels("n2", "cpu").set(3)
+        self.usage.labels("n2", "memory").set(5 * GI)
+        self.contention.labels("n2", "memory").set(1)
+        self.port = free_port()
+        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def exporter() -> Iterator[Exporter]:
+    exp = Exporter()
+    yield exp
+    exp.close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(exporter: Exporter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with prometheus_server(tmp_path_factory.mktemp("prom"), [exporter.target], scrape_interval_s=0.5) as url:
+        wait_for_query(url, f'{METRICS.NODE_USAGE}{{node="n2",resource="memory"}}')
+        wait_for_query(url, f'{METRICS.NODE_CONTENTION}{{node="n2",resource="memory"}} == 1')
+        yield url
+
+
+def test_a_refresh_reads_every_series_with_its_sample_age(prometheus: str) -> None:
+    reader = PrometheusReader(prometheus)
+    try:
+        snapshot = reader.fetch(fetched_at_s=0.0)
+    finally:
+        reader.close()
+    assert snapshot.error is None
+    assert set(snapshot.index) == {"n1", "n2"}
+    samples = snapshot.lookup(["n1", "n2", "n3"], ("cpu", "memory", "disk"), now_s=0.0)
+    assert samples.present.tolist() == [True, True, False]
+    assert samples.usage.tolist() == [[2.0, 4 * GI, 0.0], [3.0, 5 * GI, 0.0], [0.0, 0.0, 0.0]]
+    assert samples.capacity[0].tolist() == [16.0, 16 * GI, 0.0]
+    assert samples.blocked[0, 1] == 1 * GI
+    assert samples.contention.tolist() == [[False, False, False], [False, True, False], [False, False, False]]
+    # Age is Prometheus' evaluation time minus the sample's own timestamp: at most a few scrape intervals.
+    assert 0.0 <= samples.age_s[0] < 10.0 and samples.age_s[2] == float("inf")
+
+
+def test_the_extender_harvests_from_prometheus_numbers(prometheus: str) -> None:
+    model = ClusterModel()
+    model.replace_nodes(NODES)
+    model.replace_pods([])
+    utilization = Utilization(PrometheusReader(prometheus))
+    utilization.refresh()
+    try:
+        with serving(create_app(StowageSettings(), model, utilization)) as url:
+            pod = opportunistic_pod(cpu="2", memory="10Gi")
+            body = httpx.post(f"{url}/filter", json=extender_args(pod, NODES, cache=True)).json()
+    finally:
+        utilization.stop()
+    # n1: 0.9·16Gi − 4Gi − 1Gi = 9.4Gi < 10Gi; n2 contended; n3 has no samples.
+    assert body["NodeNames"] == []
+    assert body["FailedNodes"]["n1"] == (
+        "opportunistic: memory 10.0Gi > harvestable 9.4Gi (0.90 × 16Gi − used 4.0Gi − blocked 1.0Gi)"
+    )
+    assert "sustained contention on memory" in body["FailedNodes"]["n2"]
+    assert "no stowage_node_usage samples" in body["FailedNodes"]["n3"]
+
+
+def test_samples_older_than_the_limit_harvest_nothing(prometheus: str) -> None:
+    settings = apply_overrides(StowageSettings(), {"harvest": {"utilization_stale_after_s": 1e-6}})
+    model = ClusterModel()
+    model.replace_nodes(NODES[:1])
+    model.replace_pods([])
+    utilization = Utilization(PrometheusReader(prometheus))
+    utilization.refresh()
+    try:
+        with serving(create_app(settings, model, utilization)) as url:
+            pod = opportunistic_pod(cpu="1", memory="1Gi")
+            body = httpx.post(f"{url}/filter", json=extender_args(pod, NODES[:1], cache=True)).json()
+    finally:
+        utilization.stop()
+    assert body["NodeNames"] == []
+    assert "old (limit 0s, harvest.utilization_stale_after_s)" in body["FailedNodes"]["n1"]
+
+
+def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
+    exporter: Exporter, tmp_path: Path
+) -> None:
+    model = ClusterModel()
+    model.replace_nodes(NODES[:1])
+    model.replace_pods([])
+    opp = extender_args(opportunistic_pod(cpu="1", memory="1Gi"), NODES[:1], cache=True)
+    reg = extender_args(regular_pod(), NODES[:1], cache=True)
+    with prometheus_server(tmp_path, [exporter.target], scrape_interval_s=0.5) as prom_url:
+        wait_for_query(prom_url, f'{METRICS.NODE_USAGE}{{node="n1"}}')
+        utilization = Utilization(PrometheusReader(prom_url, timeout_s=1.0), interval_s=0.2).start()
+        app = create_app(StowageSettings(), model, utilization)
+        with serving(app) as url:
+            wait_until(lambda: utilization.current.error is None, 10)
+            assert httpx.post(f"{url}/filter", json=opp).json()["NodeNames"] == ["n1"]
+    # Prometheus is stopped now; the same app keeps answering.
+    try:
+        with serving(app) as url:
+            wait_until(lambda: utilization.current.error is not None, 10)
+            body = httpx.post(f"{url}/filter", json=opp).json()
+            assert body["NodeNames"] == [] and body["Error"] == ""
+            assert "unreachable" in body["FailedNodes"]["n1"]
+            assert httpx.post(f"{url}/filter", json=reg).json()["NodeNames"] == ["n1"]
+            ready = httpx.get(f"{url}/readyz").json()
+            assert ready["status"] == "ready" and "unreachable" in ready["utilization_error"]
+    finally:
+        utilization.stop()
