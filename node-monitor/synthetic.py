@@ -11,6 +11,7 @@ a removed pod stay in its parents, memory leaves with the pod.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,13 @@ class PodState:
     inactive_file: int = 0
     rbytes: int = 0
     wbytes: int = 0
+
+
+def _put(path: Path, text: str) -> None:
+    """Replace a file atomically: a reader sees the old or the new content, as with kernel files, never half."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _add(a: PodState, b: PodState, sign: int = 1, gauges: bool = True) -> None:
@@ -124,13 +132,13 @@ class SyntheticNode:
             d.mkdir(parents=True, exist_ok=True)
             (d / "cgroup.procs").touch()
             user = s.cpu_usec * 3 // 4
-            (d / "cpu.stat").write_text(
+            _put(d / "cpu.stat",
                 f"usage_usec {s.cpu_usec}\nuser_usec {user}\nsystem_usec {s.cpu_usec - user}\n"
                 "nr_periods 0\nnr_throttled 0\nthrottled_usec 0\nnr_bursts 0\nburst_usec 0\n"
             )
-            (d / "memory.current").write_text(f"{s.memory_current}\n")
+            _put(d / "memory.current", f"{s.memory_current}\n")
             anon = max(0, s.memory_current - s.inactive_file)
-            (d / "memory.stat").write_text(
+            _put(d / "memory.stat",
                 f"anon {anon}\nfile {s.inactive_file}\nkernel 0\nkernel_stack 0\npagetables 0\nsec_pagetables 0\n"
                 f"percpu 0\nsock 0\nvmalloc 0\nshmem 0\nfile_mapped 0\nfile_dirty 0\nfile_writeback 0\n"
                 f"swapcached 0\nanon_thp 0\nfile_thp 0\nshmem_thp 0\ninactive_anon 0\nactive_anon {anon}\n"
@@ -139,7 +147,7 @@ class SyntheticNode:
             )
             # The kernel splits I/O per device; two devices check that they are summed.
             r0, w0 = s.rbytes // 2, s.wbytes // 2
-            (d / "io.stat").write_text(
+            _put(d / "io.stat",
                 f"{_DEVICES[0]} rbytes={r0} wbytes={w0} rios=1 wios=1 dbytes=0 dios=0\n"
                 f"{_DEVICES[1]} rbytes={s.rbytes - r0} wbytes={s.wbytes - w0} rios=1 wios=1 dbytes=0 dios=0\n"
                 if s.rbytes or s.wbytes
@@ -149,13 +157,13 @@ class SyntheticNode:
         dirs = self._controller_dirs()
         cpu = dirs["cpu"] / rel
         cpu.mkdir(parents=True, exist_ok=True)
-        (cpu / "cpuacct.usage").write_text(f"{s.cpu_usec * 1000}\n")
-        (cpu / "cpu.shares").write_text("1024\n")
+        _put(cpu / "cpuacct.usage", f"{s.cpu_usec * 1000}\n")
+        _put(cpu / "cpu.shares", "1024\n")
         mem = dirs["memory"] / rel
         mem.mkdir(parents=True, exist_ok=True)
-        (mem / "memory.usage_in_bytes").write_text(f"{s.memory_current}\n")
+        _put(mem / "memory.usage_in_bytes", f"{s.memory_current}\n")
         rss = max(0, s.memory_current - s.inactive_file)
-        (mem / "memory.stat").write_text(
+        _put(mem / "memory.stat",
             f"cache {s.inactive_file}\nrss {rss}\nrss_huge 0\nshmem 0\nmapped_file 0\ndirty 0\nwriteback 0\n"
             f"inactive_anon 0\nactive_anon {rss}\ninactive_file {s.inactive_file}\nactive_file 0\nunevictable 0\n"
             f"hierarchical_memory_limit 9223372036854771712\ntotal_cache {s.inactive_file}\ntotal_rss {rss}\n"
@@ -170,7 +178,7 @@ class SyntheticNode:
             lines += [f"{dev} Read {r}", f"{dev} Write {w}", f"{dev} Sync {r + w}", f"{dev} Async 0",
                       f"{dev} Discard 0", f"{dev} Total {r + w}"]
         lines.append(f"Total {s.rbytes + s.wbytes}")
-        (blk / "blkio.throttle.io_service_bytes_recursive").write_text("\n".join(lines) + "\n")
+        _put(blk / "blkio.throttle.io_service_bytes_recursive", "\n".join(lines) + "\n")
 
     def write_net(self) -> None:
         lines = [
@@ -183,7 +191,7 @@ class SyntheticNode:
         for name, (rx, tx) in self.net.items():
             lines.append(f"{name:>6}: {rx:>9} {rx // 1500:>7}{zeros_rx} {tx:>9} {tx // 1500:>7}{zeros_tx}")
         (self.proc_root / "net").mkdir(parents=True, exist_ok=True)
-        (self.proc_root / "net" / "dev").write_text("\n".join(lines) + "\n")
+        _put(self.proc_root / "net" / "dev", "\n".join(lines) + "\n")
 
     # --- pods ---------------------------------------------------------------------------------
 
