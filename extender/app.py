@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from stowage.extender import filtering, preemption, scoring, snapshot, wire
 from stowage.extender.metrics import ExtenderMetrics
 from stowage.extender.pods import PodRequest, parse_pod
@@ -193,6 +194,19 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         return _problem(f"invalid {request.url.path.rsplit('/', 1)[-1]} request: {wire.describe_validation_error(exc)}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # Same body shape for every error: {"error": "..."} (FastAPI's default is {"detail": ...}).
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 400:
+            detail = f"invalid {request.url.path.rsplit('/', 1)[-1]} request: {detail} (expected a JSON object)"
+        return Response(
+            orjson.dumps({"error": detail}),
+            status_code=exc.status_code,
+            media_type="application/json",
+            headers=getattr(exc, "headers", None),
+        )
 
     bad_request = {400: {"model": wire.Problem, "description": "The body does not match the extender protocol"}}
 
