@@ -114,6 +114,7 @@ class Simulation:
         self.q_opp = np.array([q.opportunistic_allowed for q in wl.queues] or [True])
         jobs = sorted(range(len(wl.jobs)), key=lambda i: (wl.jobs[i].arrival_s, i))
         self.jobs = [wl.jobs[i] for i in jobs]
+        self.j_source = np.array(jobs, dtype=np.int64)  # engine job index → index in workload.jobs
         problems: list[str] = []
         g_job, g_demand, g_dur, g_tasks, g_usage, g_deps, self.g_name = [], [], [], [], [], [], []
         self.j_groups: list[list[int]] = []

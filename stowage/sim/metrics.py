@@ -83,6 +83,7 @@ class RunResult:
     policy: str
     summary: dict[str, Any]
     jct: NDArray[np.float64]
+    """Per job, in ``workload.jobs`` order; NaN for a job that never finished."""
     arrival: NDArray[np.float64]
     series: dict[str, Any] = field(default_factory=dict)
 
@@ -195,4 +196,8 @@ class Recorder:
             "resources": sim.resources,
             "queues": list(sim.queue_names),
         }
-        return RunResult(sim.preset.name, summary, jct, sim.j_arrival.copy(), series)
+        # Per-job arrays in the workload's own job order (the engine sorts jobs by arrival).
+        jct_out, arrival_out = np.empty_like(jct), np.empty_like(jct)
+        jct_out[sim.j_source] = jct
+        arrival_out[sim.j_source] = sim.j_arrival
+        return RunResult(sim.preset.name, summary, jct_out, arrival_out, series)

@@ -54,6 +54,7 @@ def write_plots(results: Mapping[str, RunResult], folder: str | Path) -> list[Pa
     plt.close(fig)
 
     rows, cols = _grid(len(results))
+    top = max([1.05] + [float(r.series["allocated"].max(initial=0.0)) * 1.05 for r in results.values()])
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False, sharey=True)
     for ax, (name, r) in zip(axes.flat, results.items(), strict=False):
         s = r.series
@@ -64,7 +65,7 @@ def write_plots(results: Mapping[str, RunResult], folder: str | Path) -> list[Pa
             ax.plot(t, s["allocated"][:, i], color=color, lw=1, label=f"{resource} allocated")
             ax.plot(t, s["used"][:, i], color=color, lw=1, ls="--", label=f"{resource} used")
         ax.set_title(name, fontsize=9)
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, top)  # above 1: opportunistic pods over-commit
         ax.grid(alpha=0.3)
     for ax in axes.flat[len(results):]:
         ax.axis("off")

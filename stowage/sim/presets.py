@@ -162,7 +162,7 @@ class KubePreset(Preset):
         ready = sim.ready_groups()
         if ready.size == 0:
             return
-        regular = ready[sim.j_opp[sim.g_job[ready]] != _OPP_TRUE]
+        regular = ready[sim.j_opp[sim.g_job[ready]] != _OPP_TRUE] if self.harvesting else ready
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
@@ -325,7 +325,7 @@ class PackingPreset(Preset):
         if ready.size == 0:
             return
         work = self._job_work(sim)
-        regular = ready[sim.j_opp[sim.g_job[ready]] != _OPP_TRUE]
+        regular = ready[sim.j_opp[sim.g_job[ready]] != _OPP_TRUE] if self.harvesting else ready
         self._pack(sim, regular, sim.regular_free(), work, opp=False)
         if self.harvesting:
             ready = sim.ready_groups()

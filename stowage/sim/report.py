@@ -64,7 +64,9 @@ def build_report(
         summary["slowed_jobs_fraction"] = slowed_fraction(r.jct, ref.jct) if ref is not None else 0.0
         if base is not None:
             bs = base.summary
-            summary["makespan_vs_kube_default"] = r.summary["makespan_s"] / bs["makespan_s"] if bs["makespan_s"] else 1.0
+            summary["makespan_vs_kube_default"] = (
+                r.summary["makespan_s"] / bs["makespan_s"] if bs["makespan_s"] else 1.0
+            )
             summary["jct_mean_vs_kube_default"] = (
                 r.summary["jct_mean_s"] / bs["jct_mean_s"] if bs["jct_mean_s"] else 1.0
             )
