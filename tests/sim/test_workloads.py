@@ -19,7 +19,7 @@ from stowage.sim import traces
 from stowage.sim.traces import embedded_default, resolve_workload, shapes, tenants
 from stowage.sim.traces.openb import read_openb
 from stowage.sim.traces.swim import read_swim
-from stowage.sim.traces.synthetic import JobClass, TetrisMix, dominant_work, tetris_mix
+from stowage.sim.traces.synthetic import JobClass, TetrisMix, resource_work, tetris_mix
 from stowage.sim.workload import Workload
 
 GI, MI = 2**30, 2**20
@@ -88,27 +88,33 @@ def test_a_fixed_size_mix_has_the_hand_computed_stages() -> None:
         assert (maps.name, maps.tasks, maps.depends_on) == ("map", 20, ())
         assert (reduces.name, reduces.tasks, reduces.depends_on) == ("reduce", 10, ("map",))
         for group in job.groups:
-            high_cpu = group.demand["cpu"] == 4
+            high_cpu = group.demand["cpu"] == 2
             rate = 20 * MI if high_cpu else 100 * MI
-            assert group.demand["cpu"] in (1, 4)
+            assert group.demand["cpu"] in (0.5, 2)
             assert group.demand["memory"] in (2 * GI, 8 * GI)
             assert group.demand["disk"] == rate
-            # 2 GiB per task at 20 MiB/s (high-cpu) or 100 MiB/s (low-cpu): 102.4 s or 20.48 s.
-            assert group.duration_s == pytest.approx(102.4 if high_cpu else 20.48)
+            # 4 GiB per task at 20 MiB/s (high-cpu) or 100 MiB/s (low-cpu): 204.8 s or 40.96 s.
+            assert group.duration_s == pytest.approx(204.8 if high_cpu else 40.96)
         assert maps.demand["network"] == pytest.approx(0.25 * maps.demand["disk"])
         assert reduces.demand["network"] == reduces.demand["disk"]
 
 
-def test_load_sets_the_offered_dominant_work() -> None:
+def test_load_is_the_offered_load_of_the_busiest_resource() -> None:
     n_nodes, duration = 20, 1800.0
     for load in (0.5, 1.0, 2.0):
         workload = tetris_mix(seed=5, n_nodes=n_nodes, load=load, duration_s=duration, mix=FIXED)
         capacity = workload.nodes[0].capacity
-        works = [sum(dominant_work(g, capacity) for g in j.groups) for j in workload.jobs]
+        per_job = [Counter() for _ in workload.jobs]
+        for counter, job in zip(per_job, workload.jobs, strict=True):
+            for group in job.groups:
+                counter.update(resource_work(group, capacity))
+        total = sum(per_job, Counter())
         target = load * n_nodes * duration
-        # Jobs are drawn until the target is reached: the last one may overshoot, never more than one job.
-        assert target <= sum(works) < target + max(works)
-        assert workload.model["load"] == load
+        # Jobs are drawn until the busiest resource reaches the target: one job's overshoot at most.
+        busiest = max(total.values())
+        assert target <= busiest < target + max(max(c.values()) for c in per_job)
+        assert workload.model["offered_load_per_resource"] == {
+            r: round(w / (n_nodes * duration), 3) for r, w in total.items()}
 
 
 def test_arrivals_are_spread_over_the_window_in_order() -> None:
@@ -316,12 +322,13 @@ def test_the_openb_trace_splits_into_regular_and_opportunistic_pods() -> None:
 def test_the_embedded_default_is_small_busy_and_bundled() -> None:
     workload = embedded_default(seed=0)
     assert len(workload.nodes) == 50 and workload.nodes[0].capacity == shapes.FB_2009_PROFILE
-    assert 8_000 <= workload.task_count <= 15_000
+    assert 8_000 <= workload.task_count <= 12_000
     parts = Counter(j.name.split("-")[0] for j in workload.jobs)
     assert parts["fb"] == 239 and parts["tetris"] > 50
     arrivals = [j.arrival_s for j in workload.jobs]
     assert arrivals == sorted(arrivals) and arrivals[-1] < 7200
     assert workload.model["synthetic"]["load"] == 0.9
+    assert max(workload.model["synthetic"]["offered_load_per_resource"].values()) >= 0.9
     assert embedded_default(seed=0).jobs == workload.jobs
     assert embedded_default(seed=1).jobs != workload.jobs
     assert_well_formed(workload)

@@ -23,6 +23,7 @@ from stowage.sim.workload import Workload
 
 __all__ = [
     "BUNDLED_SWIM",
+    "EMBEDDED_DATA_PER_TASK",
     "EMBEDDED_HOURS",
     "EMBEDDED_NODES",
     "EMBEDDED_SYNTHETIC_LOAD",
@@ -42,6 +43,8 @@ EMBEDDED_HOURS = 2.0
 #: ... plus the Tetris mix over the same hours at this offered load, task counts scaled by this.
 EMBEDDED_SYNTHETIC_LOAD = 0.9
 EMBEDDED_SYNTHETIC_SIZE_SCALE = 0.1
+#: ... and 6 GiB per task instead of 4 (tasks ≈ 60–300 s): fewer, longer tasks keep the run short.
+EMBEDDED_DATA_PER_TASK = 6 * 2**30
 
 WORKLOAD_SPECS = (
     "embedded (default), synthetic, swim (bundled FB-2009 day), swim:PATH, openb:PODS[,NODES], "
@@ -69,9 +72,10 @@ def embedded_default(
     - nodes: 50 × the Facebook 2009 machine profile (12 cores, 32 GiB, 200 MB/s disk, 1 Gbps);
     - FB-2009 (file ``_0``), jobs submitted in the first 2 hours: 239 jobs, bytes scaled by 50/600,
       the SWIM task model (:mod:`stowage.sim.traces.swim`): many small jobs;
-    - the Tetris §5.1 mix, arrivals over the same 2 hours, offered load 0.9 of the cluster's
-      dominant-resource capacity, task counts × 0.1 (10–250 tasks a job): the heavy jobs that
-      make the cluster busy, so that schedulers differ;
+    - the Tetris §5.1 mix, arrivals over the same 2 hours, offered load 0.9 on the busiest
+      resource, task counts × 0.1 (10–250 tasks a job), 6 GiB per task (60–300 s tasks):
+      the heavy jobs that keep the cluster busy past the window, so that schedulers differ;
+    - about 9–10 thousand tasks (9,622 for seed 0), ~320 jobs;
     - queues: the tenant model. Jobs of both parts are merged in arrival order.
     """
     capacity = ResourceVector(node_capacity) if node_capacity is not None else shapes.FB_2009_PROFILE
@@ -79,7 +83,8 @@ def embedded_default(
         fb = read_swim(path, n_nodes=n_nodes, seed=seed, hours=EMBEDDED_HOURS, node_capacity=capacity)
     mix = tetris_mix(
         seed=seed, n_nodes=n_nodes, load=EMBEDDED_SYNTHETIC_LOAD, duration_s=EMBEDDED_HOURS * 3600,
-        node_capacity=capacity, mix=TetrisMix(size_scale=EMBEDDED_SYNTHETIC_SIZE_SCALE),
+        node_capacity=capacity,
+        mix=TetrisMix(size_scale=EMBEDDED_SYNTHETIC_SIZE_SCALE, data_per_task=EMBEDDED_DATA_PER_TASK),
     )
     jobs = tuple(sorted(fb.jobs + mix.jobs, key=lambda j: j.arrival_s))
     return Workload(

@@ -11,24 +11,27 @@ What the paper states (Tetris §5.1, "Workload"), and how we read it:
   ``reduces = T − maps`` for selectivity ``s`` (inflating jobs have more reduces than maps);
 - each stage independently has high-mem (8 GB) or low-mem (2 GB) tasks, and high-cpu or
   low-cpu tasks, "the former [doing] substantial computation per data read or written and
-  hence [having] low peak I/O demands". Ours: high-cpu = 4 cores at 20 MiB/s of I/O,
-  low-cpu = 1 core at 100 MiB/s;
+  hence [having] low peak I/O demands". Ours: high-cpu = 2 cores at 20 MiB/s of I/O,
+  low-cpu = 0.5 core at 100 MiB/s (chosen so that cpu, memory and disk all come near
+  saturation at load 1: no single resource is the bottleneck all the time);
 - arrivals uniform in ``[0, duration_s]`` (paper: [0, 3600] s).
 
 Our model of the rest (the paper gives no durations or bandwidths):
 
-- a task processes ``data_per_task`` (2 GiB × a per-job factor, lognormal σ = 0.5, clipped
-  to [0.25, 4]) at its stage's I/O rate, so duration = data / rate (low-cpu ≈ 20 s,
-  high-cpu ≈ 100 s before the factor);
+- a task processes ``data_per_task`` (4 GiB × a per-job factor, lognormal σ = 0.5, clipped
+  to [0.25, 4]) at its stage's I/O rate, so duration = data / rate (low-cpu ≈ 41 s,
+  high-cpu ≈ 205 s before the factor). At the defaults (250 nodes, load 1) this gives
+  about 110 jobs and 115 thousand tasks an hour (the paper ran "over 100 jobs");
 - map tasks read from disk at the rate, a ``remote_fraction`` (0.25) of it over the network;
   reduce tasks fetch their shuffle over the network and write to disk, both at the rate;
 - no demand exceeds the node's capacity, and resources the node shape does not have
   (e.g. a ``--node-shape`` without disk) are dropped from demands;
-- ``load``: jobs are drawn until their total work reaches ``load × n_nodes × duration_s``,
-  where a task's work is ``duration × max_r(demand_r / capacity_r)`` (node-seconds of its
-  dominant resource). ``load = 1`` offers exactly the cluster's dominant-resource capacity
-  during the arrival window, which no real packing achieves: the cluster is saturated and
-  a backlog builds (high load). ``load`` below ~0.5 leaves it mostly idle;
+- ``load`` is the offered load of the busiest resource: jobs are drawn until
+  ``max_r Σ_tasks duration × demand_r / capacity_r`` reaches ``load × n_nodes × duration_s``
+  (node-seconds of resource ``r`` demanded during the arrival window, against what the
+  cluster has). ``load = 1`` (the default) demands all of the bottleneck resource for the
+  whole window, which only a perfect packing could serve in time: the cluster is
+  saturated and a backlog builds (high load). Below ~0.6 it is mostly idle;
 - nodes: ``n_nodes`` of the Tetris deployment shape (32 cores, 96 GiB, 8 disks, 10 Gbps);
 - queues: the tenant model; opportunistic intent ``auto``; usage: the engine's usage model.
 """
@@ -48,7 +51,7 @@ from stowage.resources import CPU, DISK, MEMORY, NETWORK, ResourceVector
 from stowage.sim.traces import shapes, tenants
 from stowage.sim.workload import JobSpec, TaskGroup, Workload
 
-__all__ = ["JobClass", "TetrisMix", "dominant_work", "tetris_jobs", "tetris_mix"]
+__all__ = ["JobClass", "TetrisMix", "resource_work", "tetris_jobs", "tetris_mix"]
 
 _MIB = 2**20
 _GIB = 2**30
@@ -76,11 +79,11 @@ class TetrisMix:
     )
     high_mem: float = 8 * _GIB
     low_mem: float = 2 * _GIB
-    high_cpu: float = 4.0
-    low_cpu: float = 1.0
+    high_cpu: float = 2.0
+    low_cpu: float = 0.5
     high_cpu_io_rate: float = 20 * _MIB  # bytes/s: compute-heavy tasks have low peak I/O
     low_cpu_io_rate: float = 100 * _MIB
-    data_per_task: float = 2 * _GIB
+    data_per_task: float = 4 * _GIB
     job_factor_sigma: float = 0.5
     job_factor_range: tuple[float, float] = (0.25, 4.0)
     remote_fraction: float = 0.25
@@ -93,10 +96,9 @@ class TetrisMix:
         return model
 
 
-def dominant_work(group: TaskGroup, capacity: Mapping[str, float]) -> float:
-    """Node-seconds of the group's dominant resource: ``tasks × duration × max_r d_r / C_r``."""
-    share = max((group.demand[r] / c for r, c in capacity.items() if c > 0), default=0.0)
-    return group.tasks * group.duration_s * share
+def resource_work(group: TaskGroup, capacity: Mapping[str, float]) -> dict[str, float]:
+    """Node-seconds the group demands of each resource: ``tasks × duration × d_r / C_r``."""
+    return {r: group.tasks * group.duration_s * group.demand[r] / c for r, c in capacity.items() if c > 0}
 
 
 def _demand(amounts: dict[str, float], capacity: Mapping[str, float]) -> ResourceVector:
@@ -121,12 +123,12 @@ def _stage(
 
 def tetris_jobs(
     rng: np.random.Generator, mix: TetrisMix, capacity: Mapping[str, float], target_work: float
-) -> tuple[list[tuple[tuple[TaskGroup, ...], str]], float]:
-    """Draw jobs (groups, description) until their dominant work reaches ``target_work``."""
+) -> tuple[list[tuple[tuple[TaskGroup, ...], str]], dict[str, float]]:
+    """Draw jobs (groups, description) until the busiest resource's work reaches ``target_work``."""
     drawn: list[tuple[tuple[TaskGroup, ...], str]] = []
-    work = 0.0
+    work = dict.fromkeys((r for r, c in capacity.items() if c > 0), 0.0)
     lo, hi = mix.job_factor_range
-    while work < target_work:
+    while max(work.values(), default=target_work) < target_work:
         cls = mix.classes[int(rng.integers(len(mix.classes)))]
         size = int(rng.integers(cls.min_tasks, cls.max_tasks + 1))
         total = max(2, round(size * mix.size_scale))
@@ -136,7 +138,9 @@ def tetris_jobs(
         red_group, red_profile = _stage(rng, mix, "reduce", total - maps, data, capacity, ("map",))
         groups = (map_group, red_group)
         drawn.append((groups, f"{cls.name} map {map_profile} reduce {red_profile}"))
-        work += sum(dominant_work(g, capacity) for g in groups)
+        for group in groups:
+            for r, w in resource_work(group, capacity).items():
+                work[r] += w
     return drawn, work
 
 
@@ -180,8 +184,8 @@ def tetris_mix(
             "n_nodes": n_nodes,
             "node_capacity": capacity.as_quantities(),
             "load": load,
-            "load_definition": "sum of tasks*duration*max_r(demand_r/capacity_r) / (n_nodes*duration_s)",
-            "offered_work_node_s": round(work, 1),
+            "load_definition": "max_r sum(tasks*duration*demand_r/capacity_r) / (n_nodes*duration_s)",
+            "offered_load_per_resource": {r: round(w / (n_nodes * duration_s), 3) for r, w in work.items()},
             "duration_s": duration_s,
             "arrivals": f"uniform in [0, {duration_s:g}] s",
             "jobs": len(jobs),
