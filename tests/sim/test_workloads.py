@@ -3,6 +3,7 @@ docs promise, determinism per seed, and the CLI's workload resolution."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -408,3 +409,13 @@ def test_resolve_workload_rejects_bad_options_naming_them(
 def test_a_node_shape_accepts_extended_resources() -> None:
     shape = shapes.parse_node_shape("cpu=8,memory=32Gi,nvidia.com/gpu=2")
     assert shape == ResourceVector({"cpu": 8, "memory": 32 * GI, "nvidia.com/gpu": 2})
+
+
+def test_every_reader_states_its_model_as_json(tmp_path: Path) -> None:
+    pods, node_list = write_openb(tmp_path)
+    file = tmp_path / "w.yaml"
+    file.write_text(EXAMPLE_FILE)
+    for spec in ("embedded", "synthetic", "swim", f"openb:{pods},{node_list}", str(file)):
+        workload = resolve_workload(spec, nodes=4, node_shape=None, seed=0)
+        text = json.dumps(dict(workload.model))
+        assert "source" in json.loads(text), spec
