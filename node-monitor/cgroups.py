@@ -112,6 +112,8 @@ class Layout:
 
 # --- layout detection ---------------------------------------------------------------------------
 
+_CHUNK = 65536
+_IO_BYTES = re.compile(rb"\b[rw]bytes=(\d+)\b")
 _V1_CPU_DIRS = ("cpu,cpuacct", "cpuacct,cpu", "cpuacct", "cpu")
 _SYSTEMD_POD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9A-Za-z_]+)\.slice$")
 _CGROUPFS_POD = re.compile(r"^pod([0-9A-Za-z-]+)$")
@@ -198,8 +200,12 @@ def _read(path: str) -> bytes | None:
     except OSError:
         return None
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
+        # cgroup files are generated whole on the first read; only a full buffer needs another read.
+        data = os.read(fd, _CHUNK)
+        if len(data) < _CHUNK:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, _CHUNK):
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError:
@@ -236,15 +242,10 @@ def _io_stat_v2(data: bytes | None) -> float | None:
     """Σ rbytes + wbytes over the devices of an ``io.stat`` file (empty file: no I/O yet → 0)."""
     if data is None:
         return None
-    total = 0
-    for line in data.split(b"\n"):
-        for field in line.split()[1:]:
-            if field.startswith((b"rbytes=", b"wbytes=")):
-                try:
-                    total += int(field[7:])
-                except ValueError:
-                    return None
-    return float(total)
+    values = _IO_BYTES.findall(data)
+    if len(values) != 2 * data.count(b"rbytes="):  # a malformed value: unknown, not a partial sum
+        return None
+    return float(sum(int(v) for v in values))
 
 
 def _io_stat_v1(data: bytes | None) -> float | None:

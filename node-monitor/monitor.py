@@ -199,14 +199,24 @@ class NodeMonitor:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event, max_ticks: int | None = None) -> int:
-        """Tick every ``sample_interval_s`` until ``stop`` is set (or ``max_ticks``); return ticks done."""
+    def run(
+        self,
+        stop: threading.Event,
+        max_ticks: int | None = None,
+        on_tick: Callable[[TickReport], None] | None = None,
+    ) -> int:
+        """Tick every ``sample_interval_s`` until ``stop`` is set (or ``max_ticks``); return ticks done.
+
+        ``on_tick`` sees every :class:`TickReport` (benchmarks time reactions with it).
+        """
         interval = float(self.settings.sample_interval_s)
         next_at = self._clock()
         ticks = 0
         while not stop.is_set() and (max_ticks is None or ticks < max_ticks):
             try:
-                self.tick()
+                report = self.tick()
+                if on_tick is not None:
+                    on_tick(report)
             except Exception:  # one bad tick must not end the DaemonSet pod; the next one retries
                 log.exception("node monitor tick failed")
             ticks += 1
