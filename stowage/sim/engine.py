@@ -56,6 +56,8 @@ class SimConfig:
     """Assert the invariants at every event (slow; for tests)."""
     sample_s: float | None = None
     """Metrics sampling period; None → about 400 samples over the expected span."""
+    trace: bool = False
+    """Keep every placement in ``Simulation.log`` as (time, job, group, node, opportunistic)."""
     max_sim_s: float = 90 * 86400.0
     """Give up (and count unfinished tasks as lost) past this much simulated time."""
 
@@ -94,6 +96,7 @@ class Simulation:
         self.opp_done = 0
         self.tasks_done = 0
         self._buffer: list[tuple[int, int, int, bool]] = []
+        self.log: list[tuple[float, str, str, str, bool]] | None = [] if config.trace else None
         self._changed = True
         self._overload_dirty = True
         self._overload = False
@@ -200,6 +203,8 @@ class Simulation:
         self.alloc_total += d
         self.task_starts += k
         self._buffer.append((g, n, k, opp))
+        if self.log is not None:
+            self.log.append((self.now, self.jobs[j].name, self.g_name[g], self.workload.nodes[n].name, opp))
         self._changed = True
         self._overload_dirty = True
         if self.config.check and not opp:
