@@ -72,10 +72,10 @@ def test_fused_kube_scores_equal_the_plugins_added() -> None:
     req = rng.uniform(0, 1, (50, 2)) * cap
     pod = np.array([1.5, 3 * GI])
     to_u = np.array([1000.0, 1.0])
-    fused = scoring.kube_scores(np.rint(req * to_u), np.rint(cap * to_u), np.rint(pod * to_u), "least")
-    assert fused.tolist() == (scoring.least_allocated(req, cap, pod) + scoring.balanced_allocation(req, cap, pod)).tolist()
-    fused = scoring.kube_scores(np.rint(req * to_u), np.rint(cap * to_u), np.rint(pod * to_u), "most")
-    assert fused.tolist() == (scoring.most_allocated(req, cap, pod) + scoring.balanced_allocation(req, cap, pod)).tolist()
+    balanced = scoring.balanced_allocation(req, cap, pod)
+    args = (np.rint(req * to_u), np.rint(cap * to_u), np.rint(pod * to_u))
+    assert scoring.kube_scores(*args, "least").tolist() == (scoring.least_allocated(req, cap, pod) + balanced).tolist()
+    assert scoring.kube_scores(*args, "most").tolist() == (scoring.most_allocated(req, cap, pod) + balanced).tolist()
 
 
 @pytest.mark.parametrize(
