@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stowage.errors import WorkloadError
 from stowage.labels import Opportunistic
@@ -23,7 +25,7 @@ from stowage.sim.traces.workload_file import (
     parse_workload,
     workload_to_dict,
 )
-from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup
+from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup, Workload
 
 GI, MI = 2**30, 2**20
 
@@ -323,4 +325,46 @@ def test_a_synthetic_mix_round_trips_through_the_file_form(tmp_path: Path) -> No
     path = tmp_path / "mix.json"
     path.write_text(json.dumps(workload_to_dict(workload)))
     again = load_workload_file(path)
+    assert (again.nodes, again.queues, again.jobs) == (workload.nodes, workload.queues, workload.jobs)
+
+
+_names = st.from_regex(r"[a-z][a-z0-9-]{0,8}[a-z0-9]", fullmatch=True)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> Workload:
+    node_names = draw(st.lists(_names, min_size=1, max_size=3, unique=True))
+    capacity = ResourceVector({
+        "cpu": draw(st.integers(1, 64_000)) / 1000,
+        "memory": draw(st.integers(1, 2**40)),
+        "network": draw(st.integers(0, 2**34)),
+        "nvidia.com/gpu": draw(st.integers(0, 8)),
+    })
+    nodes = tuple(NodeSpec(n, capacity, draw(st.booleans())) for n in node_names)
+    queues = tuple(
+        QueueSpec(q, draw(st.floats(0.01, 100)), draw(st.sampled_from(JobOrder)), draw(st.booleans()))
+        for q in draw(st.lists(_names, min_size=1, max_size=3, unique=True))
+    )
+    jobs = []
+    for name in draw(st.lists(_names, min_size=1, max_size=4, unique=True)):
+        groups = []
+        for i in range(draw(st.integers(1, 3))):
+            demand = ResourceVector({
+                "cpu": draw(st.integers(1, int(capacity["cpu"] * 1000))) / 1000,
+                "memory": draw(st.integers(0, int(capacity["memory"]))),
+            })
+            groups.append(TaskGroup(
+                f"g{i}", draw(st.integers(1, 1000)), demand, draw(st.floats(0.001, 1e6)),
+                draw(st.none() | st.floats(0.01, 1.0)), (f"g{i - 1}",) if i and draw(st.booleans()) else (),
+            ))
+        jobs.append(JobSpec(name, draw(st.sampled_from([q.name for q in queues])), draw(st.floats(0, 1e6)),
+                            tuple(groups), draw(st.sampled_from(Opportunistic)), draw(st.integers(-100, 100))))
+    return Workload("w", nodes, queues, tuple(jobs))
+
+
+@settings(max_examples=60, deadline=None)
+@given(workload=workloads())
+def test_any_workload_round_trips_through_the_file_form(workload: Workload) -> None:
+    text = yaml.safe_dump(workload_to_dict(workload))
+    again = parse_workload(yaml.safe_load(text))
     assert (again.nodes, again.queues, again.jobs) == (workload.nodes, workload.queues, workload.jobs)
