@@ -60,7 +60,7 @@ def node_capacity(node: Mapping[str, Any]) -> ResourceVector:
         if key in annotations:
             try:  # one at a time: a bad disk annotation must not hide a good network one
                 out.update(node_bandwidth_capacity({key: annotations[key]}))
-            except QuantityError:
+            except InvalidInput:
                 continue
     return ResourceVector(out)
 
