@@ -80,7 +80,7 @@ def simulate(
     except StowageError as exc:
         raise click.ClickException(str(exc)) from exc
     report = build_report(workload, results, shown=chosen, settings=settings, usage=usage, seed=seed)
-    text = json.dumps(report, indent=2, sort_keys=True)
+    text = json.dumps(report, indent=2)  # insertion order: deterministic, policies as asked
 
     out = Path(report_dir)
     out.mkdir(parents=True, exist_ok=True)
