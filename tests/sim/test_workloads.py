@@ -18,10 +18,10 @@ from stowage.labels import Opportunistic
 from stowage.resources import ResourceVector
 from stowage.sim import traces
 from stowage.sim.traces import embedded_default, resolve_workload, shapes, tenants
-from stowage.sim.traces.openb import read_openb
+from stowage.sim.traces.openb import read_openb, spread_nodes
 from stowage.sim.traces.swim import read_swim
 from stowage.sim.traces.synthetic import JobClass, TetrisMix, resource_work, tetris_mix
-from stowage.sim.workload import Workload
+from stowage.sim.workload import NodeSpec, Workload
 
 GI, MI = 2**30, 2**20
 SHARED_TRACES = Path(__file__).parents[2].parent / "shared" / "traces"
@@ -210,6 +210,15 @@ def test_swim_scales_bytes_by_node_count_and_takes_the_first_hours(tmp_path: Pat
     assert len(workload.nodes) == 300
 
 
+def test_swim_on_a_shape_without_bandwidths_drops_them_and_caps_memory(tmp_path: Path) -> None:
+    shape = ResourceVector({"cpu": 8, "memory": 3 * GI})
+    workload = read_swim(write_swim(tmp_path), n_nodes=600, node_capacity=shape)
+    m2, r2 = workload.jobs[2].groups
+    assert m2.demand == ResourceVector({"cpu": 1, "memory": 2 * GI})
+    assert r2.demand == ResourceVector({"cpu": 1, "memory": 3 * GI})  # 4 GiB capped at the node's 3
+    assert_well_formed(workload)
+
+
 def test_swim_queue_assignment_is_deterministic_per_seed(tmp_path: Path) -> None:
     rows = [(f"job{i}", i, 1, MI, 0, 0) for i in range(60)]
     path = write_swim(tmp_path, rows)
@@ -299,6 +308,31 @@ def test_openb_durations_can_include_the_original_wait_and_are_floored(tmp_path:
     assert len(workload.nodes) == 16 and workload.nodes[0].capacity == shapes.OPENB_G2
 
 
+def test_openb_skips_and_counts_pods_no_node_can_hold(tmp_path: Path) -> None:
+    pods, _ = write_openb(tmp_path)
+    small = ResourceVector({"cpu": 4, "memory": 8 * GI, shapes.GPU: 1})
+    workload = read_openb(pods, n_nodes=2, node_capacity=small)
+    # p-guar wants 8 cores and 2 GPUs: no node can ever hold it.
+    assert [j.name for j in workload.jobs] == ["p-ls", "p-be", "p-burst"]
+    assert workload.model["skipped"]["fits_no_node"] == 1
+    assert_well_formed(workload)
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [
+        pytest.param(2, ["a", "c"], id="fewer-nodes-spread-evenly"),
+        pytest.param(4, ["a", "b", "c", "d"], id="all-nodes"),
+        pytest.param(6, ["a", "b", "c", "d", "a-2", "b-2"], id="more-nodes-repeat-the-list"),
+    ],
+)
+def test_a_node_count_spreads_over_the_node_list(n: int, expected: list[str]) -> None:
+    nodes = tuple(NodeSpec(name, ResourceVector({"cpu": i + 1, "memory": GI})) for i, name in enumerate("abcd"))
+    chosen = spread_nodes(nodes, n)
+    assert [c.name for c in chosen] == expected
+    assert [c.capacity["cpu"] for c in chosen] == [{"a": 1, "b": 2, "c": 3, "d": 4}[e[0]] for e in expected]
+
+
 def test_openb_without_the_needed_columns_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "pods.csv"
     path.write_text("name,cpu\nx,1\n")
@@ -358,7 +392,7 @@ jobs: [{name: j, groups: [{name: g, tasks: 1, demand: {cpu: 1}, duration: 5}]}]
         pytest.param("FILE", 5, None, 5, 2, id="workload-file-more-nodes-of-its-shape"),
         pytest.param("FILE", None, "cpu=4,memory=8Gi", 2, 4, id="workload-file-new-shape"),
         pytest.param("openb", None, None, 2, 32, id="openb-with-node-list"),
-        pytest.param("openb", 1, None, 1, 32, id="openb-first-node-of-the-list"),
+        pytest.param("openb", 1, None, 1, 32, id="openb-one-node-spread-over-the-list"),
     ],
 )
 def test_resolve_workload_reads_each_spec(

@@ -18,10 +18,12 @@ The model (stated):
   floored at ``min_duration_s``. Compressing arrivals and run times by the same factor
   keeps the trace's concurrency (its load) unchanged;
 - skipped and counted in ``model``: pods never scheduled (no ``scheduled_time``, phase
-  ``Pending``), and bad rows (missing or non-numeric fields, negative demands, no positive
-  run time);
-- nodes: the node list (first ``n_nodes`` rows if given), else ``n_nodes`` (default 16) of
-  the most common model in it, G2: 96 cores, 384 GiB, 8 GPUs;
+  ``Pending``), bad rows (missing or non-numeric fields, negative demands, no positive
+  run time), and pods no node of the chosen set can hold (``fits_no_node``, e.g. a GPU pod
+  when ``n_nodes`` keeps only CPU nodes);
+- nodes: the node list (``n_nodes`` of it spread evenly over the list if given, keeping the
+  mix of models), else ``n_nodes`` (default 16) of the most common model in it, G2:
+  96 cores, 384 GiB, 8 GPUs;
 - queues: the tenant model; usage: the engine's usage model.
 """
 
@@ -40,7 +42,7 @@ from stowage.resources import CPU, MEMORY, ResourceVector
 from stowage.sim.traces import shapes, tenants
 from stowage.sim.workload import JobSpec, NodeSpec, TaskGroup, Workload
 
-__all__ = ["DEFAULT_TIME_COMPRESSION", "QOS_INTENT", "read_openb", "read_openb_nodes"]
+__all__ = ["DEFAULT_TIME_COMPRESSION", "QOS_INTENT", "read_openb", "read_openb_nodes", "spread_nodes"]
 
 #: 100 × faster: the ~150-day pod list becomes ~36 simulated hours, a 540 s median pod 5.4 s.
 DEFAULT_TIME_COMPRESSION = 100.0
@@ -64,8 +66,23 @@ def _missing_columns(reader: csv.DictReader, needed: tuple[str, ...], path: Path
                              f"{', '.join(reader.fieldnames or ()) or 'nothing'}"])
 
 
+def spread_nodes(nodes: tuple[NodeSpec, ...], n_nodes: int) -> tuple[NodeSpec, ...]:
+    """``n_nodes`` of ``nodes`` spread evenly over the list (node ``floor(i·K/n)``), so the mix of
+    models is kept; past ``K`` the list repeats, copy ``k`` of a node named ``<name>-<k>``."""
+    if n_nodes < 1:
+        raise InvalidInput("n_nodes", n_nodes, "a positive number of nodes")
+    k = len(nodes)
+    if n_nodes <= k:
+        return tuple(nodes[i * k // n_nodes] for i in range(n_nodes))
+    return tuple(
+        nodes[i % k] if i < k else NodeSpec(f"{nodes[i % k].name}-{i // k + 1}", nodes[i % k].capacity)
+        for i in range(n_nodes)
+    )
+
+
 def read_openb_nodes(path: str | Path, n_nodes: int | None = None) -> tuple[NodeSpec, ...]:
-    """Nodes from an openb node list (cpu millicores, memory MiB, GPUs); the first ``n_nodes`` if given."""
+    """Nodes from an openb node list (cpu millicores, memory MiB, GPUs); ``n_nodes`` of them spread
+    evenly over the list if given (:func:`spread_nodes`)."""
     path = Path(path)
     nodes: list[NodeSpec] = []
     problems: list[str] = []
@@ -83,13 +100,11 @@ def read_openb_nodes(path: str | Path, n_nodes: int | None = None) -> tuple[Node
                 continue
             nodes.append(NodeSpec(row["sn"].strip() or f"node-{lineno - 1}",
                                   ResourceVector({CPU: cpu, MEMORY: mem, shapes.GPU: gpu})))
-            if n_nodes is not None and len(nodes) >= n_nodes:
-                break
     if problems:
         raise WorkloadError(problems[:20])
     if not nodes:
         raise WorkloadError([f"{path}: no nodes"])
-    return tuple(nodes)
+    return tuple(nodes) if n_nodes is None else spread_nodes(tuple(nodes), n_nodes)
 
 
 def _num(row: Mapping[str, str], key: str) -> float:
@@ -118,7 +133,7 @@ def read_openb(
         raise InvalidInput("duration_from", duration_from, "'scheduled' or 'creation'")
     if nodes_path is not None and node_capacity is None:
         nodes = read_openb_nodes(nodes_path, n_nodes)
-        node_source = f"{Path(nodes_path).name}" + (f" (first {n_nodes})" if n_nodes else "")
+        node_source = f"{Path(nodes_path).name}" + (f" ({n_nodes} spread over the list)" if n_nodes else "")
     else:
         capacity = ResourceVector(node_capacity) if node_capacity is not None else shapes.OPENB_G2
         nodes = shapes.uniform_nodes(n_nodes or 16, capacity)
@@ -152,6 +167,9 @@ def read_openb(
                 skipped["no_run_time"] += 1
                 continue
             demand = ResourceVector({CPU: cpu, MEMORY: mem, shapes.GPU: math.ceil(gpu)})
+            if not any(demand.fits_in(n.capacity) for n in nodes):
+                skipped["fits_no_node"] += 1
+                continue
             kept.append((row["name"].strip(), created, deleted - start, demand, QOS_INTENT[qos], qos))
     if not kept:
         raise WorkloadError([f"{pods_path}: no usable pods (skipped: {dict(skipped) or 'none read'})"])

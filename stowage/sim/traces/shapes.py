@@ -28,6 +28,7 @@ __all__ = [
     "GPU",
     "OPENB_G2",
     "TETRIS_DEPLOYMENT",
+    "fit_demand",
     "is_extended_resource",
     "parse_node_shape",
     "resize_nodes",
@@ -55,6 +56,12 @@ _SHAPE_ALLOWED = (
 def is_extended_resource(name: str) -> bool:
     """True for a domain-prefixed Kubernetes extended-resource name such as ``nvidia.com/gpu``."""
     return bool(_EXTENDED.match(name)) and not name.startswith("kubernetes.io/")
+
+
+def fit_demand(amounts: Mapping[str, float], capacity: Mapping[str, float]) -> ResourceVector:
+    """A modelled task demand made runnable on ``capacity``: resources the node lacks are dropped
+    (a ``--node-shape`` without disk means disk is not modelled), the rest capped at one node."""
+    return ResourceVector({r: min(v, capacity[r]) for r, v in amounts.items() if capacity.get(r, 0) > 0})
 
 
 def uniform_nodes(count: int, capacity: ResourceVector, prefix: str = "node") -> tuple[NodeSpec, ...]:

@@ -27,6 +27,7 @@ Task model (the trace has no CPU, memory or durations; these are ours, stated):
 - usage: not set (the engine's usage model applies);
 - nodes: ``n_nodes`` of the Facebook machine profile Tetris §5.1 used when replaying these
   traces: 12 cores, 32 GiB, 4 × 50 MB/s disk, 1 Gbps NIC;
+- demands are capped at the node's capacity, and resources the node shape lacks are dropped;
 - queues: the tenant model (:mod:`stowage.sim.traces.tenants`); opportunistic intent ``auto``.
 """
 
@@ -132,16 +133,22 @@ def parse_swim(path: str | Path, *, hours: float | None = None) -> list[SwimRow]
 
 
 def swim_jobs(
-    rows: list[SwimRow], *, n_nodes: int, seed: int, task_model: SwimTaskModel, prefix: str = "fb"
+    rows: list[SwimRow], *, n_nodes: int, seed: int, task_model: SwimTaskModel,
+    node_capacity: Mapping[str, float] = shapes.FB_2009_PROFILE, prefix: str = "fb",
 ) -> tuple[JobSpec, ...]:
-    """Turn SWIM rows into jobs by the recipe in the module docstring."""
+    """Turn SWIM rows into jobs by the recipe in the module docstring.
+
+    Demands are made runnable on ``node_capacity`` (:func:`shapes.fit_demand`).
+    """
     m = task_model
     scale = n_nodes / SWIM_CLUSTER_NODES
-    map_demand = ResourceVector(
-        {CPU: m.map_cpu, MEMORY: m.map_memory, DISK: m.map_rate, NETWORK: m.remote_fraction * m.map_rate}
+    map_demand = shapes.fit_demand(
+        {CPU: m.map_cpu, MEMORY: m.map_memory, DISK: m.map_rate, NETWORK: m.remote_fraction * m.map_rate},
+        node_capacity,
     )
-    reduce_demand = ResourceVector({CPU: m.reduce_cpu, MEMORY: m.reduce_memory, DISK: m.reduce_rate,
-                                    NETWORK: m.reduce_rate})
+    reduce_demand = shapes.fit_demand(
+        {CPU: m.reduce_cpu, MEMORY: m.reduce_memory, DISK: m.reduce_rate, NETWORK: m.reduce_rate}, node_capacity
+    )
     queues = tenants.assign_queues(len(rows), seed)
     jobs: list[JobSpec] = []
     for row, queue in zip(rows, queues, strict=True):
@@ -170,7 +177,7 @@ def read_swim(
     model = task_model or SwimTaskModel()
     capacity = ResourceVector(node_capacity) if node_capacity is not None else shapes.FB_2009_PROFILE
     rows = parse_swim(path, hours=hours)
-    jobs = swim_jobs(rows, n_nodes=n_nodes, seed=seed, task_model=model)
+    jobs = swim_jobs(rows, n_nodes=n_nodes, seed=seed, task_model=model, node_capacity=capacity)
     maps = sum(j.groups[0].tasks for j in jobs)
     reduces = sum(j.task_count for j in jobs) - maps
     return Workload(

@@ -101,11 +101,6 @@ def resource_work(group: TaskGroup, capacity: Mapping[str, float]) -> dict[str, 
     return {r: group.tasks * group.duration_s * group.demand[r] / c for r, c in capacity.items() if c > 0}
 
 
-def _demand(amounts: dict[str, float], capacity: Mapping[str, float]) -> ResourceVector:
-    # Resources the node lacks are dropped; none exceeds what one node has.
-    return ResourceVector({r: min(v, capacity[r]) for r, v in amounts.items() if capacity.get(r, 0) > 0})
-
-
 def _stage(
     rng: np.random.Generator, mix: TetrisMix, name: str, tasks: int, data: float, capacity: Mapping[str, float],
     depends_on: tuple[str, ...] = (),
@@ -118,7 +113,7 @@ def _stage(
     else:
         amounts |= {DISK: rate, NETWORK: rate}
     profile = f"{'high' if high_mem else 'low'}-mem/{'high' if high_cpu else 'low'}-cpu"
-    return TaskGroup(name, tasks, _demand(amounts, capacity), data / rate, depends_on=depends_on), profile
+    return TaskGroup(name, tasks, shapes.fit_demand(amounts, capacity), data / rate, depends_on=depends_on), profile
 
 
 def tetris_jobs(
