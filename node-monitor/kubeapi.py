@@ -13,8 +13,10 @@ every request because the kubelet rotates bound tokens.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import socket
 import ssl
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -140,9 +142,18 @@ class KubeClient:
             timeout=httpx.Timeout(timeout_s),
             headers={"User-Agent": user_agent, "Accept": "application/json"},
         )
+        self._watch_socket: socket.socket | None = None
 
     def close(self) -> None:
+        self.interrupt_watch()
         self._http.close()
+
+    def interrupt_watch(self) -> None:
+        """Wake a thread blocked reading a watch stream (closing the client alone does not)."""
+        sock, self._watch_socket = self._watch_socket, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _headers(self) -> dict[str, str]:
         token = self.config.bearer()
@@ -189,6 +200,8 @@ class KubeClient:
             if not r.is_success:
                 r.read()
                 self._raise(r)
+            stream = r.extensions.get("network_stream")
+            self._watch_socket = stream.get_extra_info("socket") if stream is not None else None
             for line in r.iter_lines():
                 if not line.strip():
                     continue

@@ -173,6 +173,8 @@ class PodWatcher(threading.Thread):
                         break
                     self.store.apply(event)
             except Exception as exc:  # any failure: log, back off, relist; never kill the monitor
+                if self.stop.is_set():  # the stream was interrupted to shut down
+                    return
                 log.warning("pod list/watch failed (%s); retrying in %.1fs", exc, backoff)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, self.backoff_max_s)
