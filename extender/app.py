@@ -114,12 +114,10 @@ class _Extender:
         if not pod.ours:
             return wire.host_priorities(names, [0] * len(names))
         snap = snapshot.take(self.model, self.utilization, self.settings, names, exclude_pod=pod.key)
-        scores = scoring.score_nodes(pod, snap)
-        if pod.opportunistic:
-            best = scoring.best_node(pod, snap)
-            if best is not None:
-                # Hold the slot until the binding shows up, so the next pod cannot take it too.
-                self.model.assume(pod.key, names[best], pod.demand)
+        scores, best = scoring.score_nodes(pod, snap)
+        if pod.opportunistic and best is not None:
+            # Hold the slot until the binding shows up, so the next pod cannot take it too.
+            self.model.assume(pod.key, names[best], pod.demand)
         return wire.host_priorities(names, scores.tolist())
 
     def _victim_info(self, uid: str) -> preemption.VictimInfo | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from stowage.extender.messages import human
+from stowage.extender.messages import human, human_column
 from stowage.extender.pods import PodRequest
 from stowage.extender.snapshot import Snapshot
 
@@ -44,24 +44,47 @@ class FilterOutcome:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+# Reason codes in check order (0 = passes); the first failing check names the node's message.
+_UNKNOWN, _CONTENTION, _BANDWIDTH, _DISABLED, _NO_UTILIZATION, _CAPACITY = range(1, 7)
+_KEYS = {
+    _UNKNOWN: "unknown-node",
+    _CONTENTION: "contention",
+    _BANDWIDTH: "bandwidth",
+    _DISABLED: "harvest-disabled",
+    _NO_UTILIZATION: "utilization-unavailable",
+    _CAPACITY: "harvest-capacity",
+}
+_UNKNOWN_MESSAGE = "opportunistic: node not in Stowage's cache yet (informers syncing or node just added)"
+_DISABLED_MESSAGE = "opportunistic: harvesting disabled on this node (label stowage.io/harvest=false)"
+
+
 def _bandwidth_columns(snap: Snapshot) -> list[int]:
     return [snap.resources.index(r) for r in (DISK, NETWORK) if r in snap.resources]
 
 
-def _harvest_message(snap: Snapshot, i: int, demand: np.ndarray) -> str:
-    a_opp = snap.harvestable[i]
-    over = np.flatnonzero(demand > a_opp * (1.0 + alignment.FEASIBILITY_RTOL))
-    parts = []
-    for r in over:
+def _harvest_messages(snap: Snapshot, rows: np.ndarray, demand: np.ndarray) -> list[str]:
+    """One message per row in ``rows``, formatted a column at a time (this is the filter's hot path)."""
+    a_opp = snap.harvestable[rows]
+    over = demand[None, :] > a_opp * (1.0 + alignment.FEASIBILITY_RTOL)
+    parts: list[list[str]] = [[] for _ in range(rows.size)]
+    for r in np.flatnonzero(over.any(axis=0)).tolist():
         res = snap.resources[r]
-        detail = (
-            f"{snap.t_alloc[r]:.2f} × {human(snap.capacity[i, r], res, exact=True)}"
-            f" − used {human(snap.usage[i, r], res)} − blocked {human(snap.samples.blocked[i, r], res)}"
-        )
-        if snap.assumed[i, r] > 0:
-            detail += f" − assumed {human(snap.assumed[i, r], res)}"
-        parts.append(f"{res} {human(demand[r], res)} > harvestable {human(a_opp[r], res)} ({detail})")
-    return "opportunistic: " + "; ".join(parts)
+        which = np.flatnonzero(over[:, r])
+        sub = rows[which]
+        head = f"{res} {human(float(demand[r]), res)} > harvestable "
+        t_alloc = f"{snap.t_alloc[r]:.2f} × "
+        avail = human_column(a_opp[which, r], res)
+        cap = human_column(snap.capacity[sub, r], res, exact=True)
+        used = human_column(snap.usage[sub, r], res)
+        blocked = human_column(snap.samples.blocked[sub, r], res)
+        assumed_values = snap.assumed[sub, r]
+        assumed = human_column(assumed_values, res) if assumed_values.any() else None
+        for j, k in enumerate(which.tolist()):
+            text = f"{head}{avail[j]} ({t_alloc}{cap[j]} − used {used[j]} − blocked {blocked[j]}"
+            if assumed is not None and assumed[j] != "0":
+                text += f" − assumed {assumed[j]}"
+            parts[k].append(text + ")")
+    return ["opportunistic: " + "; ".join(p) for p in parts]
 
 
 def _utilization_message(snap: Snapshot, i: int) -> str:
@@ -91,10 +114,10 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
     parts = []
     for r in cols:
         res = snap.resources[r]
-        cap, used = snap.view.capacity[i, r], snap.bandwidth_allocated[i, r]
+        cap, used = float(snap.view.capacity[i, r]), float(snap.bandwidth_allocated[i, r])
         if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + alignment.FEASIBILITY_RTOL):
             parts.append(
-                f"{res} bandwidth {human(demand[r], res)} > free {human(max(cap - used, 0.0), res)}"
+                f"{res} bandwidth {human(float(demand[r]), res)} > free {human(max(cap - used, 0.0), res)}"
                 f" (node declares {human(cap, res, exact=True)}, pods declared {human(used, res)})"
             )
     return "; ".join(parts)
@@ -106,43 +129,48 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
     if not pod.ours:
         return FilterOutcome(passed=np.arange(n))
     demand = pod.demand_array(snap.resources)
-    reason = np.full(n, "", dtype=object)
+    reason = np.zeros(n, dtype=np.int8)
 
-    def mark(mask: np.ndarray, key: str) -> None:
-        reason[mask & (reason == "")] = key
+    def mark(mask: np.ndarray, code: int) -> None:
+        reason[mask & (reason == 0)] = code
 
     if pod.opportunistic:
-        mark(~snap.view.known, "unknown-node")
-    mark(snap.contended.any(axis=1), "contention")
+        mark(~snap.view.known, _UNKNOWN)
+    mark(snap.contended.any(axis=1), _CONTENTION)
     cols = _bandwidth_columns(snap)
     if cols and demand[cols].any():
         cap = snap.view.capacity[:, cols]
         free = np.maximum(cap - snap.bandwidth_allocated[:, cols], 0.0)
         over = (cap > 0) & (demand[cols][None, :] > free * (1.0 + alignment.FEASIBILITY_RTOL))
-        mark(over.any(axis=1), "bandwidth")
+        mark(over.any(axis=1), _BANDWIDTH)
     if pod.opportunistic:
-        mark(~snap.view.harvest_enabled, "harvest-disabled")
-        mark(~snap.fresh, "utilization-unavailable")
+        mark(~snap.view.harvest_enabled, _DISABLED)
+        mark(~snap.fresh, _NO_UTILIZATION)
         check = demand.copy()
         check[cols] = 0.0  # bandwidth was checked against declarations above
-        mark(~alignment.feasible(check, snap.harvestable), "harvest-capacity")
+        mark(~alignment.feasible(check, snap.harvestable), _CAPACITY)
 
-    rejected = reason != ""
-    out = FilterOutcome(passed=np.flatnonzero(~rejected))
-    for i in np.flatnonzero(rejected):
-        key = reason[i]
-        out.reasons[key] = out.reasons.get(key, 0) + 1
-        name = snap.names[i]
-        if key == "unknown-node":
-            out.failed[name] = "opportunistic: node not in Stowage's cache yet (informers syncing or node just added)"
-        elif key == "contention":
+    out = FilterOutcome(passed=np.flatnonzero(reason == 0))
+    if out.passed.size == n:
+        return out
+    names = snap.names
+    counts = np.bincount(reason, minlength=len(_KEYS) + 1)
+    out.reasons = {_KEYS[code]: int(counts[code]) for code in _KEYS if counts[code]}
+    capacity_rows = np.flatnonzero(reason == _CAPACITY)
+    if capacity_rows.size:
+        out.failed.update(
+            zip([names[i] for i in capacity_rows.tolist()], _harvest_messages(snap, capacity_rows, demand), strict=True)
+        )
+    for i in np.flatnonzero((reason != 0) & (reason != _CAPACITY)).tolist():
+        code, name = reason[i], names[i]
+        if code == _UNKNOWN:
+            out.failed[name] = _UNKNOWN_MESSAGE
+        elif code == _CONTENTION:
             out.failed[name] = _contention_message(snap, i)
-        elif key == "bandwidth":
+        elif code == _BANDWIDTH:
             out.failed[name] = _bandwidth_message(snap, i, demand, cols)
-        elif key == "harvest-disabled":
-            out.unresolvable[name] = "opportunistic: harvesting disabled on this node (label stowage.io/harvest=false)"
-        elif key == "utilization-unavailable":
-            out.failed[name] = _utilization_message(snap, i)
+        elif code == _DISABLED:
+            out.unresolvable[name] = _DISABLED_MESSAGE
         else:
-            out.failed[name] = _harvest_message(snap, i, demand)
+            out.failed[name] = _utilization_message(snap, i)
     return out

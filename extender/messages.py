@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 
-from stowage.resources import CPU, DISK, NETWORK
+import numpy as np
 
-__all__ = ["REASONS", "human"]
+from stowage.resources import CPU, DISK, MEMORY, NETWORK
+
+__all__ = ["REASONS", "human", "human_column"]
 
 #: reason key → what it means (documented in docs/extender.md).
 REASONS: dict[str, str] = {
@@ -27,25 +29,62 @@ REASONS: dict[str, str] = {
 }
 
 _BINARY = (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10))
+_BYTE_LIKE = frozenset({MEMORY, DISK, NETWORK})
+_SUFFIX = {MEMORY: "", DISK: "/s", NETWORK: "/s"}
 
 
 def human(value: float, resource: str, *, exact: bool = False) -> str:
     """A compact human reading: ``1.5`` cores, ``13.2Gi`` bytes, ``80Mi/s`` bandwidth, ``0`` for zero.
 
     ``exact``: a whole number of units prints without a decimal (for declared capacities).
+    On the filter's hot path: keep it branch-light.
     """
-    if not math.isfinite(value):
-        return str(value)
     if value == 0:
         return "0"
     if resource == CPU:
+        if not math.isfinite(value):
+            return str(value)
         return f"{value:.2f}".rstrip("0").rstrip(".") if abs(value) >= 0.01 else f"{value * 1000:.1f}m"
-    suffix = "/s" if resource in (DISK, NETWORK) else ""
-    if "/" in resource or resource not in ("memory", DISK, NETWORK):
+    if resource not in _BYTE_LIKE or not math.isfinite(value):
         return f"{value:g}"  # extended resources count units
+    suffix = _SUFFIX[resource]
+    magnitude = abs(value)
     for unit, size in _BINARY:
-        if abs(value) >= size:
+        if magnitude >= size:
             scaled = value / size
             # Declared sizes read as written (16Gi); measured ones with a decimal (13.2Gi).
-            return f"{scaled:.0f}{unit}{suffix}" if exact and scaled == int(scaled) else f"{scaled:.1f}{unit}{suffix}"
+            if exact and scaled == int(scaled):
+                return f"{int(scaled)}{unit}{suffix}"
+            return f"{scaled:.1f}{unit}{suffix}"
     return f"{value:.0f}{suffix}"
+
+
+_UNIT_SIZES = np.array([size for _, size in _BINARY])
+_UNIT_NAMES = [unit for unit, _ in _BINARY]
+
+
+def human_column(values: np.ndarray, resource: str, *, exact: bool = False) -> list[str]:
+    """:func:`human` for a whole column at once: the unit is picked with numpy, one f-string per value."""
+    if resource not in _BYTE_LIKE:
+        return [human(v, resource, exact=exact) for v in values.tolist()]
+    suffix = _SUFFIX[resource]
+    magnitude = np.abs(values)
+    # index of the largest unit not above the value; len(_BINARY) means "below 1Ki": plain number
+    which = np.argmax(magnitude[:, None] >= _UNIT_SIZES[None, :], axis=1)
+    which = np.where(magnitude >= _UNIT_SIZES[-1], which, len(_BINARY))
+    sizes = np.append(_UNIT_SIZES, 1.0)[which]
+    scaled = (values / sizes).tolist()
+    names = [*_UNIT_NAMES, ""]
+    out = []
+    for v, raw, w in zip(scaled, values.tolist(), which.tolist(), strict=True):
+        if raw == 0:
+            out.append("0")
+        elif not math.isfinite(raw):
+            out.append(str(raw))
+        elif w == len(_BINARY):
+            out.append(f"{raw:.0f}{suffix}")
+        elif exact and v == int(v):
+            out.append(f"{int(v)}{names[w]}{suffix}")
+        else:
+            out.append(f"{v:.1f}{names[w]}{suffix}")
+    return out

@@ -18,7 +18,7 @@ from stowage.extender.snapshot import Snapshot
 from stowage.policy import alignment
 from stowage.resources import DISK, NETWORK
 
-__all__ = ["best_node", "score_nodes"]
+__all__ = ["score_nodes"]
 
 
 def _raw_scores(pod: PodRequest, snap: Snapshot) -> np.ndarray:
@@ -55,16 +55,13 @@ def _raw_scores(pod: PodRequest, snap: Snapshot) -> np.ndarray:
     return scores
 
 
-def score_nodes(pod: PodRequest, snap: Snapshot) -> np.ndarray:
-    """(N,) int64 in 0..10; every node 0 for pods of other schedulers."""
+def score_nodes(pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, int | None]:
+    """(N,) int64 scores in 0..10, and the index of the best feasible node (None if none fits).
+
+    Pods of other schedulers score 0 everywhere and have no best node.
+    """
     if not pod.ours:
-        return np.zeros(len(snap.names), dtype=np.int64)
-    return alignment.to_extender_scores(_raw_scores(pod, snap))
-
-
-def best_node(pod: PodRequest, snap: Snapshot) -> int | None:
-    """Index of the node the scheduler most likely picks (highest finite alignment), if any."""
-    scores = _raw_scores(pod, snap)
-    if scores.size == 0 or not np.isfinite(scores).any():
-        return None
-    return int(np.argmax(scores))
+        return np.zeros(len(snap.names), dtype=np.int64), None
+    raw = _raw_scores(pod, snap)
+    best = int(np.argmax(raw)) if raw.size and np.isfinite(raw).any() else None
+    return alignment.to_extender_scores(raw), best

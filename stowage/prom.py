@@ -17,6 +17,7 @@ nothing. Regular scheduling never depends on this module.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -114,7 +115,7 @@ class UtilizationSnapshot:
     def lookup(self, names: Sequence[str], resources: Sequence[str], now_s: float) -> NodeSamples:
         """The rows of ``names`` in ``resources`` order; ``now_s`` on the same monotonic clock as fetch."""
         n, r = len(names), len(resources)
-        rows = np.fromiter((self.index.get(name, -1) for name in names), dtype=np.int64, count=n)
+        rows = np.fromiter(map(self.index.get, names, itertools.repeat(-1)), dtype=np.int64, count=n)
         present = rows >= 0
         safe = np.where(present, rows, 0)
         cols = np.array([self.resources.index(x) if x in self.resources else -1 for x in resources], dtype=np.int64)

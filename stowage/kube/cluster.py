@@ -15,6 +15,7 @@ Thread-safety: one lock; informer threads write, request handlers read copies.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -68,6 +69,7 @@ class _Recent:
     demand: ResourceVector
     bound_at_s: float
     provisional: bool
+    array: np.ndarray | None = None  # demand on the resource axis, cached
 
 
 class ClusterModel:
@@ -284,33 +286,41 @@ class ClusterModel:
     # --- reading -------------------------------------------------------------------------------
 
     def _recent_for(self, rows: np.ndarray, exclude: str | None) -> RecentPods:
+        """Recent pods on the requested rows, as arrays; vectorised over both pods and request positions."""
         now = self._clock()
         expired = [k for k, r in self._recent.items() if now - r.bound_at_s >= self.recent_window_s]
         for key in expired:
             del self._recent[key]
-        demands, bound, where = [], [], []
-        for key, rec in self._recent.items():
-            if key == exclude:
-                continue  # a pod re-filtered must not compete with its own provisional placement
-            row = self._index.get(rec.node)
-            if row is None:
-                continue
-            for pos in np.flatnonzero(rows == row):
-                demands.append(self._row_of(rec.demand))
-                bound.append(rec.bound_at_s)
-                where.append(int(pos))
         width = len(self._resources)
-        return RecentPods(
-            demands=np.array(demands).reshape(len(demands), width),
-            bound_at_s=np.array(bound, dtype=np.float64),
-            node_index=np.array(where, dtype=np.int64),
-        )
+        entries = [r for k, r in self._recent.items() if k != exclude]  # a re-filtered pod skips its own slot
+        if not entries or rows.size == 0:
+            return RecentPods(np.zeros((0, width)), np.zeros(0), np.zeros(0, dtype=np.int64))
+        pod_rows = np.fromiter((self._index.get(r.node, -1) for r in entries), dtype=np.int64, count=len(entries))
+        order = np.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        lo = np.searchsorted(sorted_rows, pod_rows, side="left")
+        hi = np.searchsorted(sorted_rows, pod_rows, side="right")
+        counts = np.where(pod_rows >= 0, hi - lo, 0)
+        if not counts.any():
+            return RecentPods(np.zeros((0, width)), np.zeros(0), np.zeros(0, dtype=np.int64))
+        pods = np.repeat(np.arange(len(entries)), counts)
+        # position k of pod p's run: order[lo[p] + offset]
+        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        positions = order[np.repeat(lo, counts) + offsets]
+        demands = np.stack([self._recent_array(entries[p], width) for p in pods.tolist()])
+        bound = np.array([entries[p].bound_at_s for p in pods.tolist()], dtype=np.float64)
+        return RecentPods(demands=demands, bound_at_s=bound, node_index=positions.astype(np.int64))
+
+    def _recent_array(self, rec: _Recent, width: int) -> np.ndarray:
+        if rec.array is None or rec.array.shape[0] != width:
+            rec.array = self._row_of(rec.demand)
+        return rec.array
 
     def view(self, names: Sequence[str], *, exclude_pod: str | None = None) -> NodeView:
         """The rows of ``names`` (copies), in that order; ``exclude_pod`` is left out of ``recent``."""
         with self._lock:
             index = self._index
-            rows = np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+            rows = np.fromiter(map(index.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
             known = rows >= 0
             safe = np.where(known, rows, 0)
 
