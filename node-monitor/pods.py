@@ -160,9 +160,12 @@ class PodWatcher(threading.Thread):
     def run(self) -> None:
         backoff = 0.5
         while not self.stop.is_set():
-            try:
-                if self.on_relist is not None:
+            if self.on_relist is not None:
+                try:
                     self.on_relist()
+                except Exception as exc:  # e.g. no RBAC for nodes get: keep following pods regardless
+                    log.warning("refreshing the node before listing pods failed: %s", exc)
+            try:
                 items, version = self.client.list_pods(self.store.node)
                 self.store.replace(items)
                 backoff = 0.5
