@@ -15,11 +15,13 @@ Failure handling follows the protocol (EXTENDER_PROTOCOL.md §2):
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,6 +42,9 @@ from stowage.prom import Utilization
 __all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
+
+#: How long filter's snapshot may serve the prioritize call that follows it (same pod).
+_REUSE_S = 1.0
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -66,6 +71,7 @@ class _Extender:
         self.utilization = utilization
         self.metrics = metrics
         self.queue_weights = queue_weights
+        self._last_filter: tuple[str, float, list[str], snapshot.Snapshot] | None = None
 
     def nodes_of(self, raw: Mapping[str, Any]) -> tuple[list[str], list[Any] | None]:
         """Node names in request order, and the raw items in Nodes mode (None in NodeNames mode)."""
@@ -92,6 +98,7 @@ class _Extender:
             return wire.filter_result(names, {}, {}, node_items=items)
         snap = snapshot.take(self.model, self.utilization, self.settings, names, exclude_pod=pod.key)
         outcome = filtering.filter_nodes(pod, snap)
+        self._last_filter = (pod.key, time.monotonic(), names, snap)
         for reason, count in outcome.reasons.items():
             self.metrics.rejections.labels(reason).inc(count)
         passed = outcome.passed.tolist()
@@ -113,12 +120,33 @@ class _Extender:
             return wire.host_priorities(names, [0] * len(names))
         if not pod.ours:
             return wire.host_priorities(names, [0] * len(names))
-        snap = snapshot.take(self.model, self.utilization, self.settings, names, exclude_pod=pod.key)
+        snap = self._reuse_filter_snapshot(pod.key, names) or snapshot.take(
+            self.model, self.utilization, self.settings, names, exclude_pod=pod.key
+        )
         scores, best = scoring.score_nodes(pod, snap)
         if pod.opportunistic and best is not None:
             # Hold the slot until the binding shows up, so the next pod cannot take it too.
             self.model.assume(pod.key, names[best], pod.demand)
         return wire.host_priorities(names, scores.tolist())
+
+    def _reuse_filter_snapshot(self, key: str, names: list[str]) -> snapshot.Snapshot | None:
+        """kube-scheduler calls prioritize right after filter with the survivors: reuse filter's rows.
+
+        Only for the same pod, within ``_REUSE_S``, and when every name was in filter's request.
+        """
+        last = self._last_filter
+        if last is None or last[0] != key or time.monotonic() - last[1] > _REUSE_S:
+            return None
+        _, _, filtered, snap = last
+        where = dict(zip(filtered, range(len(filtered)), strict=True)) if len(names) != len(filtered) else None
+        if where is None:
+            if names != filtered:
+                return None
+            return snap
+        positions = np.fromiter(map(where.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
+        if (positions < 0).any():
+            return None
+        return snap.subset(positions, names)
 
     def _victim_info(self, uid: str) -> preemption.VictimInfo | None:
         record = self.model.pod(uid)

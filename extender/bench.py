@@ -156,6 +156,8 @@ class BenchResult:
     orjson_p50_ms: float
     ratio_to_orjson: float
     passed_nodes_median: float
+    server_cpu_ms_per_pod: float
+    pods_per_cpu_second: float
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -197,6 +199,16 @@ def run_requests(url: str, names: list[str], n_requests: int, first_pod: int = 0
 _JSON = {"content-type": "application/json"}
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux ``/proc``): what the server spent, whatever the load."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_once(n_nodes: int, n_requests: int, pods_per_node: int, seed: int, cpu: int | None) -> BenchResult:
     model, utilization, names = build_cluster(n_nodes, pods_per_node, seed)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -219,7 +231,9 @@ def bench_once(n_nodes: int, n_requests: int, pods_per_node: int, seed: int, cpu
                 raise click.ClickException("benchmark server did not start")
             time.sleep(0.05)
         run_requests(url, names, min(20, n_requests), first_pod=10**6)  # warm-up
+        cpu_before = _cpu_seconds(proc.pid)
         out = run_requests(url, names, n_requests)
+        server_cpu_s = _cpu_seconds(proc.pid) - cpu_before
     finally:
         proc.terminate()
         proc.join(10)
@@ -239,6 +253,8 @@ def bench_once(n_nodes: int, n_requests: int, pods_per_node: int, seed: int, cpu
         orjson_p50_ms=float(np.percentile(out["orjson"], 50) * ms),
         ratio_to_orjson=float(np.percentile(both, 50) / max(np.percentile(out["orjson"], 50), 1e-9)),
         passed_nodes_median=float(np.median(out["passed"])),
+        server_cpu_ms_per_pod=server_cpu_s / n_requests * ms,
+        pods_per_cpu_second=n_requests / max(server_cpu_s, 1e-9),
     )
 
 
@@ -275,7 +291,7 @@ def bench_extender(nodes: str, n_requests: int, pods_per_node: int, seed: int, c
     click.echo(f"server pinned to CPU {cpu}" if cpu is not None else "server not pinned")
     header = (
         f"{'nodes':>6} {'filter p50/p99 ms':>18} {'prioritize p50/p99':>19} {'both p50/p99 ms':>16}"
-        f" {'pods/s':>7} {'orjson p50 ms':>13} {'× orjson':>8} {'passed':>6}"
+        f" {'pods/s':>7} {'orjson p50 ms':>13} {'× orjson':>8} {'passed':>6} {'cpu ms/pod':>10} {'pods/cpu-s':>10}"
     )
     click.echo(header)
     for r in results:
@@ -283,4 +299,5 @@ def bench_extender(nodes: str, n_requests: int, pods_per_node: int, seed: int, c
             f"{r.nodes:>6} {r.filter_p50_ms:>8.2f}/{r.filter_p99_ms:<9.2f} {r.prioritize_p50_ms:>8.2f}/"
             f"{r.prioritize_p99_ms:<10.2f} {r.both_p50_ms:>7.2f}/{r.both_p99_ms:<8.2f} {r.pods_per_s:>7.0f}"
             f" {r.orjson_p50_ms:>13.3f} {r.ratio_to_orjson:>8.1f} {r.passed_nodes_median:>6.0f}"
+            f" {r.server_cpu_ms_per_pod:>10.2f} {r.pods_per_cpu_second:>10.0f}"
         )

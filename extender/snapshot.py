@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from stowage.config import StowageSettings
-from stowage.kube.cluster import ClusterModel, NodeView
+from stowage.kube.cluster import ClusterModel, NodeView, RecentPods
 from stowage.policy import harvest
 from stowage.prom import NodeSamples, Utilization
 
@@ -39,6 +39,42 @@ class Snapshot:
         self.names = view.names
         self.resources = view.resources
         self.stale_after_s = settings.harvest.utilization_stale_after_s
+
+    def subset(self, positions: np.ndarray, names: Sequence[str]) -> Snapshot:
+        """The same snapshot restricted to ``positions`` (prioritize reuses filter's snapshot this way)."""
+        v, smp = self.view, self.samples
+        recent_keep = np.isin(v.recent.node_index, positions)
+        remap = np.full(len(self.names), -1, dtype=np.int64)
+        remap[positions] = np.arange(positions.size)
+        view = NodeView(
+            names=names,
+            resources=v.resources,
+            known=v.known[positions],
+            capacity=v.capacity[positions],
+            allocatable=v.allocatable[positions],
+            regular_requests=v.regular_requests[positions],
+            opportunistic_demand=v.opportunistic_demand[positions],
+            harvest_enabled=v.harvest_enabled[positions],
+            recent=RecentPods(
+                v.recent.demands[recent_keep],
+                v.recent.bound_at_s[recent_keep],
+                remap[v.recent.node_index[recent_keep]],
+            ),
+        )
+        samples = NodeSamples(
+            present=smp.present[positions],
+            age_s=smp.age_s[positions],
+            usage=smp.usage[positions],
+            capacity=smp.capacity[positions],
+            blocked=smp.blocked[positions],
+            contention=smp.contention[positions],
+            error=smp.error,
+        )
+        out = Snapshot(view, samples, self.settings, self.now_s)
+        for name in ("fresh", "capacity", "usage", "assumed", "harvestable", "regular_available"):
+            if name in self.__dict__:  # computed already: carry the rows over instead of recomputing
+                out.__dict__[name] = self.__dict__[name][positions]
+        return out
 
     @cached_property
     def fresh(self) -> np.ndarray:
@@ -105,6 +141,8 @@ def take(
     exclude_pod: str | None = None,
 ) -> Snapshot:
     """Copy what the request needs out of the model and the latest utilization snapshot."""
-    view = model.view(names, exclude_pod=exclude_pod)
-    samples = utilization.current.lookup(names, view.resources, utilization.clock())
+    current = utilization.current
+    view = model.view(names, exclude_pod=exclude_pod, join=(current, current.index))
+    assert view.joined is not None
+    samples = current.lookup_rows(view.joined, view.resources, utilization.clock())
     return Snapshot(view, samples, settings, model.now())

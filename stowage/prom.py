@@ -114,25 +114,28 @@ class UtilizationSnapshot:
 
     def lookup(self, names: Sequence[str], resources: Sequence[str], now_s: float) -> NodeSamples:
         """The rows of ``names`` in ``resources`` order; ``now_s`` on the same monotonic clock as fetch."""
-        n, r = len(names), len(resources)
-        rows = np.fromiter(map(self.index.get, names, itertools.repeat(-1)), dtype=np.int64, count=n)
+        rows = np.fromiter(map(self.index.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
+        return self.lookup_rows(rows, resources, now_s)
+
+    def lookup_rows(self, rows: np.ndarray, resources: Sequence[str], now_s: float) -> NodeSamples:
+        """Like :meth:`lookup` with the rows of ``index`` already resolved (−1 = no samples)."""
+        n, r = rows.shape[0], len(resources)
         present = rows >= 0
-        safe = np.where(present, rows, 0)
         cols = np.array([self.resources.index(x) if x in self.resources else -1 for x in resources], dtype=np.int64)
         have_col = cols >= 0
-        safe_cols = np.where(have_col, cols, 0)
+        if self.age_s.shape[0] == 0:
+            zeros = np.zeros((n, r))
+            return NodeSamples(present, np.full(n, np.inf), zeros, zeros, zeros, zeros.astype(bool), self.error)
+        safe = np.where(present, rows, 0)
+        flat = safe[:, None] * max(len(self.resources), 1) + np.where(have_col, cols, 0)[None, :]
+        missing = ~(present[:, None] & have_col[None, :])
 
         def take(a: np.ndarray, fill: Any) -> np.ndarray:
-            if a.shape[0] == 0:
-                return np.full((n, r), fill, dtype=a.dtype)
-            out = a[safe][:, safe_cols]
-            out[~present] = fill
-            out[:, ~have_col] = fill
+            out = a.reshape(-1)[flat]
+            out[missing] = fill
             return out
 
-        age = np.full(n, np.inf)
-        if self.age_s.shape[0]:
-            age = np.where(present, self.age_s[safe] + max(0.0, now_s - self.fetched_at_s), np.inf)
+        age = np.where(present, self.age_s[safe] + max(0.0, now_s - self.fetched_at_s), np.inf)
         return NodeSamples(
             present=present,
             age_s=age,

@@ -61,6 +61,7 @@ class NodeView:
     opportunistic_demand: np.ndarray  # (N,R) real demand of opportunistic pods (+ their bandwidth)
     harvest_enabled: np.ndarray  # (N,) bool
     recent: RecentPods
+    joined: np.ndarray | None = None  # (N,) row of each node in the index passed as ``join`` (−1: absent)
 
 
 @dataclass(slots=True)
@@ -94,6 +95,8 @@ class ClusterModel:
         self._pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self._recent: dict[str, _Recent] = {}
+        self._join_cache: tuple[object, int, np.ndarray] | None = None
+        self.index_version = 0  # bumped whenever a node row is added or freed
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
 
@@ -135,6 +138,7 @@ class ClusterModel:
                 )
                 self._harvest = np.pad(self._harvest, (0, grow[0][1]))
         self._index[name] = row
+        self.index_version += 1
         return row
 
     # --- nodes ---------------------------------------------------------------------------------
@@ -163,6 +167,7 @@ class ClusterModel:
             array[row] = 0.0
         self._harvest[row] = False
         self._free.append(row)
+        self.index_version += 1
 
     def replace_nodes(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: the model's nodes become exactly these (after a (re)list)."""
@@ -316,8 +321,29 @@ class ClusterModel:
             rec.array = self._row_of(rec.demand)
         return rec.array
 
-    def view(self, names: Sequence[str], *, exclude_pod: str | None = None) -> NodeView:
-        """The rows of ``names`` (copies), in that order; ``exclude_pod`` is left out of ``recent``."""
+    def _joined(self, rows: np.ndarray, known: np.ndarray, join: tuple[object, Mapping[str, int]]) -> np.ndarray:
+        """Rows of another name index (e.g. a utilization snapshot) for ``rows``, via a cached translation."""
+        owner, index = join
+        cached = self._join_cache
+        if cached is None or cached[0] is not owner or cached[1] != self.index_version:
+            table = np.full(max(self._rows, 1), -1, dtype=np.int64)
+            for name, row in self._index.items():
+                table[row] = index.get(name, -1)
+            self._join_cache = cached = (owner, self.index_version, table)
+        return np.where(known, cached[2][np.where(known, rows, 0)], -1)
+
+    def view(
+        self,
+        names: Sequence[str],
+        *,
+        exclude_pod: str | None = None,
+        join: tuple[object, Mapping[str, int]] | None = None,
+    ) -> NodeView:
+        """The rows of ``names`` (copies), in that order; ``exclude_pod`` is left out of ``recent``.
+
+        ``join=(owner, {name: row})`` also returns each node's row in that other index
+        (``NodeView.joined``); the translation is cached per ``owner`` object and node set.
+        """
         with self._lock:
             index = self._index
             rows = np.fromiter(map(index.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
@@ -339,6 +365,7 @@ class ClusterModel:
                 opportunistic_demand=take(self._opportunistic),
                 harvest_enabled=take(self._harvest),
                 recent=self._recent_for(rows, exclude_pod),
+                joined=None if join is None else self._joined(rows, known, join),
             )
 
     def totals(self) -> tuple[tuple[str, ...], np.ndarray]:

@@ -1,0 +1,73 @@
+"""The assembled extender: informers against the kmock emulator feed the served app; the CLI's surface."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from kubernetes import client
+from stowage.extender.cli import extender
+from stowage.extender.server import ExtenderRuntime, serving
+
+from stowage.config import StowageSettings
+from tests.extender.objects import extender_args, node, opportunistic_pod, regular_pod
+from tests.support.kube import kube_emulator, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def api_node(name: str, cpu: str = "16") -> dict:
+    """A node the typed client accepts (its models require every nodeInfo field; we send none)."""
+    obj = node(name, cpu=cpu)
+    del obj["status"]["nodeInfo"]
+    return obj
+
+
+def test_the_runtime_becomes_ready_and_answers_from_the_watched_cluster() -> None:
+    with kube_emulator() as cluster:
+        core = client.CoreV1Api(cluster.api)
+        core.create_node(api_node("n1"))
+        core.create_namespaced_pod("batch", regular_pod("busy-0", cpu="15", memory="1Gi", node_name="n1"))
+        runtime = ExtenderRuntime(StowageSettings(), cluster.api, prometheus_url=None)
+        with runtime, serving(runtime.app) as url, httpx.Client(timeout=10.0) as http:
+            wait_until(lambda: http.get(f"{url}/readyz").status_code == 200, 10)
+            core.create_node(api_node("n2", cpu="32"))
+            wait_until(lambda: "n2" in runtime.model.node_names(), 10)
+            nodes = [node("n1"), node("n2", cpu="32")]
+            regular = http.post(f"{url}/filter", json=extender_args(regular_pod(cpu="4"), nodes, cache=True)).json()
+            assert regular["NodeNames"] == ["n1", "n2"]  # fit is kube-scheduler's job; no contention known
+            scores = http.post(f"{url}/prioritize", json=extender_args(regular_pod(cpu="4"), nodes, cache=True)).json()
+            # n1 has 1 core left of 16 (the watched pod requests 15): infeasible there, best on n2.
+            assert scores == [{"Host": "n1", "Score": 0}, {"Host": "n2", "Score": 10}]
+            opp = http.post(f"{url}/filter", json=extender_args(opportunistic_pod(), nodes, cache=True)).json()
+            assert opp["NodeNames"] == []
+            assert "no Prometheus URL configured" in opp["FailedNodes"]["n1"]
+
+
+def test_the_cli_help_names_every_flag() -> None:
+    result = CliRunner().invoke(extender, ["--help"])
+    assert result.exit_code == 0
+    for flag in ("--kubeconfig", "--prometheus-url", "--host", "--port", "--config", "--log-level"):
+        assert flag in result.output
+    assert "[default: 8888" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        pytest.param(["--kubeconfig", "/nonexistent/kubeconfig"], "/nonexistent/kubeconfig", id="missing-kubeconfig"),
+        pytest.param(["--port", "0"], "0 is not in the range", id="port-out-of-range"),
+    ],
+)
+def test_the_cli_rejects_bad_flags_with_a_message(args: list[str], phrase: str) -> None:
+    result = CliRunner().invoke(extender, args)
+    assert result.exit_code == 2
+    assert phrase in result.output
+
+
+def test_the_cli_reports_every_bad_config_key(tmp_path) -> None:
+    config = tmp_path / "stowage.yaml"
+    config.write_text("harvest:\n  t_alloc: {cpu: 1.5}\n  ramp_up_seconds: 3\n")
+    result = CliRunner().invoke(extender, ["--config", str(config)])
+    assert result.exit_code == 2
+    assert "harvest.t_alloc.cpu" in result.output and "harvest.ramp_up_seconds" in result.output
