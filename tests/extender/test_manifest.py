@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
+from stowage.extender.app import create_app
 
 from stowage.config import StowageSettings
-from stowage.extender.app import create_app
 from stowage.kube.cluster import ClusterModel
 from stowage.labels import SCHEDULER_NAME
 from stowage.prom import Utilization
