@@ -65,6 +65,11 @@ _UNIT_NAMES = [unit for unit, _ in _BINARY]
 
 def human_column(values: np.ndarray, resource: str, *, exact: bool = False) -> list[str]:
     """:func:`human` for a whole column at once: the unit is picked with numpy, one f-string per value."""
+    if resource == CPU and np.isfinite(values).all():
+        # cores with one decimal; declared whole cores without (the filter's hot path: no per-value branching)
+        if exact:
+            return [str(int(v)) if v == int(v) else f"{v:.1f}" for v in values.tolist()]
+        return [f"{v:.1f}" if v else "0" for v in values.tolist()]
     if resource not in _BYTE_LIKE:
         return [human(v, resource, exact=exact) for v in values.tolist()]
     suffix = _SUFFIX[resource]

@@ -96,6 +96,8 @@ class ClusterModel:
         self._pods_by_node: dict[str, set[str]] = {}
         self._recent: dict[str, _Recent] = {}
         self._join_cache: tuple[object, int, np.ndarray] | None = None
+        self._recent_cache: tuple[tuple[int, ...], Any] | None = None
+        self._recent_version = 0  # bumped on every change to _recent
         self.index_version = 0  # bumped whenever a node row is added or freed
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
@@ -213,6 +215,7 @@ class ClusterModel:
         recent = self._recent.get(key)
         if recent is not None and not recent.provisional:
             del self._recent[key]
+            self._recent_version += 1
 
     def _put_pod(self, pod: Mapping[str, Any], now: float) -> None:
         key = pod_key(pod)
@@ -225,9 +228,11 @@ class ClusterModel:
         self._pods_by_node.setdefault(record.node, set()).add(key)
         self._add_pod_to_row(record, +1)
         # A binding replaces any provisional placement; it counts from when it was bound.
-        self._recent.pop(key, None)
+        if self._recent.pop(key, None) is not None:
+            self._recent_version += 1
         if now - record.bound_at_s < self.recent_window_s:
             self._recent[key] = _Recent(record.node, record.demand, record.bound_at_s, provisional=False)
+            self._recent_version += 1
 
     def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: the model's pods become exactly these."""
@@ -248,7 +253,8 @@ class ClusterModel:
             if event_type == "DELETED":
                 key = pod_key(pod)
                 self._remove_pod(key)
-                self._recent.pop(key, None)
+                if self._recent.pop(key, None) is not None:
+                    self._recent_version += 1
             else:
                 self._put_pod(pod, now)
 
@@ -263,6 +269,7 @@ class ClusterModel:
                 return  # already bound: the informer's record is authoritative
             self._ensure_columns((demand,))
             self._recent[key] = _Recent(node, demand, self._clock(), provisional=True)
+            self._recent_version += 1
 
     def pod(self, key: str) -> PodRecord | None:
         with self._lock:
@@ -290,17 +297,37 @@ class ClusterModel:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def _recent_for(self, rows: np.ndarray, exclude: str | None) -> RecentPods:
-        """Recent pods on the requested rows, as arrays; vectorised over both pods and request positions."""
+    def _recent_table(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Keys, node rows (P,), demands (P,R) and bind times (P,) of recent pods; cached until either changes."""
         now = self._clock()
         expired = [k for k, r in self._recent.items() if now - r.bound_at_s >= self.recent_window_s]
         for key in expired:
             del self._recent[key]
+            self._recent_version += 1
+        version = (self._recent_version, self.index_version, len(self._resources), len(self._recent))
+        cached = self._recent_cache
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        entries = list(self._recent.items())
         width = len(self._resources)
-        entries = [r for k, r in self._recent.items() if k != exclude]  # a re-filtered pod skips its own slot
-        if not entries or rows.size == 0:
+        table = (
+            [k for k, _ in entries],
+            np.fromiter((self._index.get(r.node, -1) for _, r in entries), dtype=np.int64, count=len(entries)),
+            np.stack([self._recent_array(r, width) for _, r in entries]) if entries else np.zeros((0, width)),
+            np.fromiter((r.bound_at_s for _, r in entries), dtype=np.float64, count=len(entries)),
+        )
+        self._recent_cache = (version, table)
+        return table
+
+    def _recent_for(self, rows: np.ndarray, exclude: str | None) -> RecentPods:
+        """Recent pods on the requested rows, as arrays; vectorised over both pods and request positions."""
+        keys, pod_rows, demands, bound = self._recent_table()
+        width = len(self._resources)
+        if not keys or rows.size == 0:
             return RecentPods(np.zeros((0, width)), np.zeros(0), np.zeros(0, dtype=np.int64))
-        pod_rows = np.fromiter((self._index.get(r.node, -1) for r in entries), dtype=np.int64, count=len(entries))
+        pod_rows = pod_rows.copy()
+        if exclude is not None and exclude in self._recent:
+            pod_rows[keys.index(exclude)] = -1  # a re-filtered pod must not compete with its own slot
         order = np.argsort(rows, kind="stable")
         sorted_rows = rows[order]
         lo = np.searchsorted(sorted_rows, pod_rows, side="left")
@@ -308,13 +335,11 @@ class ClusterModel:
         counts = np.where(pod_rows >= 0, hi - lo, 0)
         if not counts.any():
             return RecentPods(np.zeros((0, width)), np.zeros(0), np.zeros(0, dtype=np.int64))
-        pods = np.repeat(np.arange(len(entries)), counts)
+        pods = np.repeat(np.arange(len(keys)), counts)
         # position k of pod p's run: order[lo[p] + offset]
         offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
         positions = order[np.repeat(lo, counts) + offsets]
-        demands = np.stack([self._recent_array(entries[p], width) for p in pods.tolist()])
-        bound = np.array([entries[p].bound_at_s for p in pods.tolist()], dtype=np.float64)
-        return RecentPods(demands=demands, bound_at_s=bound, node_index=positions.astype(np.int64))
+        return RecentPods(demands=demands[pods], bound_at_s=bound[pods], node_index=positions.astype(np.int64))
 
     def _recent_array(self, rec: _Recent, width: int) -> np.ndarray:
         if rec.array is None or rec.array.shape[0] != width:
