@@ -102,7 +102,8 @@ class NodeMonitor:
             self._layout_logged = usage.layout
         pods = self.pods.snapshot() if self.pods is not None else {}
         now = raw.taken_at_s
-        self._pending = {uid: until for uid, until in self._pending.items() if until > now and uid in pods}
+        # Kept until the deadline even once the API object is gone: the cgroup (and its usage) can outlive it.
+        self._pending = {uid: until for uid, until in self._pending.items() if until > now}
         cap = self.capacity()
         has_opp = any(p.opportunistic for p in pods.values())
         # NaN (not known yet) counts as not over: a first sample or a counter reset is no evidence of contention.
@@ -128,7 +129,7 @@ class NodeMonitor:
         pod_usage = np.nan_to_num(usage.pods, nan=0.0)
         started = np.array([i.started_at_s if i is not None else math.nan for i in infos], dtype=np.float64)
         candidate = np.array([i is not None and i.opportunistic and i.uid not in self._pending for i in infos], bool)
-        pending = np.array([i is not None and i.uid in self._pending for i in infos], dtype=bool)
+        pending = np.array([uid in self._pending for uid in usage.pod_uids], dtype=bool)
         # Pods already on their way out will free their usage: project it away before choosing more.
         projected = np.nan_to_num(usage.node, nan=0.0) - pod_usage[pending].sum(axis=0)
         threshold = self.settings.t_preempt.array(RESOURCES) * cap

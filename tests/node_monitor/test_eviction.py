@@ -139,6 +139,15 @@ def test_pods_being_evicted_are_not_chosen_again_while_they_terminate(make_world
     assert value(text, METRICS.EVICTIONS_TOTAL, node=world.node, policy="neutral", resource="memory") == 2
 
 
+def test_an_evicted_pod_gone_from_the_api_but_still_running_is_not_replaced_by_more_victims(make_world) -> None:
+    world = make_world([REGULAR, OLD, MIDDLE, NEW])
+    world.tick(3)
+    assert world.evicted() == [("opp-new", 201), ("opp-middle", 201)]
+    world.refresh()  # the watcher's view: the evicted pods are gone, their cgroups still shutting down
+    world.tick(3)  # another sustained period with the same usage
+    assert world.evicted() == [("opp-new", 201), ("opp-middle", 201)]  # opp-old is spared
+
+
 def test_aggressive_policy_ignores_cpu_contention(make_world) -> None:
     pods = [PodSpec("opp-busy", started_s=5, memory=GiB)]
     world = make_world(pods, policy=ContentionPolicy.AGGRESSIVE, allocatable={"cpu": "1", "memory": "10Gi"})
