@@ -12,7 +12,9 @@ This module and :mod:`stowage.node_monitor.netdev` are the only code that reads
                                 <root>/memory and <root>/blkio
 
 ``<uid_>`` is the pod uid with dashes turned into underscores (systemd forbids
-dashes inside a slice name component). Files read per cgroup:
+dashes inside a slice name component). A kubelet started with ``--cgroup-root=/kubelet``
+(kind, nested nodes) nests the same tree one level down: ``kubelet/kubepods/…`` or
+``kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/…``. Files read per cgroup:
 
 =========  =================================================  ==============================================
 resource   cgroup v2                                          cgroup v1
@@ -115,16 +117,31 @@ class Layout:
 _CHUNK = 65536
 _IO_BYTES = re.compile(rb"\b[rw]bytes=(\d+)\b")
 _V1_CPU_DIRS = ("cpu,cpuacct", "cpuacct,cpu", "cpuacct", "cpu")
-_SYSTEMD_POD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9A-Za-z_]+)\.slice$")
 _CGROUPFS_POD = re.compile(r"^pod([0-9A-Za-z-]+)$")
+#: Where the kubelet puts the pods' parent cgroup: at the top, or under ``--cgroup-root=/kubelet``
+#: (kind and other nested nodes). A systemd slice's name prefixes every slice below it.
+_KUBEPODS = (
+    ("kubepods.slice", Driver.SYSTEMD),
+    ("kubepods", Driver.CGROUPFS),
+    ("kubelet.slice/kubelet-kubepods.slice", Driver.SYSTEMD),
+    ("kubelet/kubepods", Driver.CGROUPFS),
+)
 
 
 def _kubepods_in(base: Path) -> tuple[Driver | None, str | None]:
-    if (base / "kubepods.slice").is_dir():
-        return Driver.SYSTEMD, "kubepods.slice"
-    if (base / "kubepods").is_dir():
-        return Driver.CGROUPFS, "kubepods"
+    for rel, driver in _KUBEPODS:
+        if (base / rel).is_dir():
+            return driver, rel
     return None, None
+
+
+def _slice_prefix(kubepods: str) -> str:
+    """``kubelet.slice/kubelet-kubepods.slice`` → ``kubelet-kubepods``."""
+    return kubepods.rsplit("/", 1)[-1].removesuffix(".slice")
+
+
+def _systemd_pod(prefix: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(prefix)}(?:-(burstable|besteffort))?-pod([0-9A-Za-z_]+)\.slice$")
 
 
 def detect_layout(root: Path | str) -> Layout | None:
@@ -151,10 +168,11 @@ def _qos_dirs(layout: Layout) -> list[tuple[str, QoS | None]]:
     assert layout.kubepods is not None
     k = layout.kubepods
     if layout.driver is Driver.SYSTEMD:
+        prefix = _slice_prefix(k)
         return [
             (k, None),  # guaranteed pods and the two QoS slices; QoS read from the name
-            (f"{k}/kubepods-burstable.slice", QoS.BURSTABLE),
-            (f"{k}/kubepods-besteffort.slice", QoS.BESTEFFORT),
+            (f"{k}/{prefix}-burstable.slice", QoS.BURSTABLE),
+            (f"{k}/{prefix}-besteffort.slice", QoS.BESTEFFORT),
         ]
     return [(k, QoS.GUARANTEED), (f"{k}/burstable", QoS.BURSTABLE), (f"{k}/besteffort", QoS.BESTEFFORT)]
 
@@ -165,6 +183,7 @@ def list_pods(layout: Layout) -> list[PodCgroup]:
         return []
     pods: list[PodCgroup] = []
     systemd = layout.driver is Driver.SYSTEMD
+    pattern = _systemd_pod(_slice_prefix(layout.kubepods)) if systemd else _CGROUPFS_POD
     for rel, qos in _qos_dirs(layout):
         try:
             entries = list(os.scandir(layout.memory / rel))
@@ -172,7 +191,7 @@ def list_pods(layout: Layout) -> list[PodCgroup]:
             continue
         for entry in entries:
             if systemd:
-                m = _SYSTEMD_POD.match(entry.name)
+                m = pattern.match(entry.name)
                 if m is None:
                     continue
                 # In the top slice only guaranteed pods match "kubepods-pod…"; the QoS slices
@@ -182,7 +201,7 @@ def list_pods(layout: Layout) -> list[PodCgroup]:
                     continue
                 uid = m.group(2).replace("_", "-")
             else:
-                m = _CGROUPFS_POD.match(entry.name)
+                m = pattern.match(entry.name)
                 if m is None:
                     continue
                 pod_qos, uid = qos or QoS.GUARANTEED, m.group(1)

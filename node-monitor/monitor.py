@@ -169,7 +169,7 @@ class NodeMonitor:
                 break
         if not outcomes:
             log.warning("sustained contention on %s (%s) but no opportunistic pod to evict",
-                        ", ".join(p.resource for p in pressure), self.node)
+                        self.node, ", ".join(p.resource for p in pressure))
         self.evictor.node_event(evicted, pressure)
         return outcomes
 

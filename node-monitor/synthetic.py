@@ -54,8 +54,8 @@ def _add(a: PodState, b: PodState, sign: int = 1, gauges: bool = True) -> None:
 class SyntheticNode:
     """A kubelet-shaped cgroup tree under ``root`` and a ``net/dev`` file under ``proc_root``.
 
-    ``version`` 1 or 2; ``driver`` systemd or cgroupfs. ``write_node=False``
-    leaves the kubepods aggregate files unwritten (for tests of missing files).
+    ``version`` 1 or 2; ``driver`` systemd or cgroupfs; ``nested`` puts the tree
+    under the kubelet's ``--cgroup-root=/kubelet`` as kind does.
     """
 
     def __init__(
@@ -64,12 +64,14 @@ class SyntheticNode:
         version: int = 2,
         driver: Driver = Driver.SYSTEMD,
         proc_root: Path | str | None = None,
+        nested: bool = False,
     ) -> None:
         if version not in (1, 2):
             raise ValueError(f"version: must be 1 or 2, got {version!r}")
         self.root = Path(root)
         self.version = version
         self.driver = Driver(driver)
+        self.nested = nested
         self.proc_root = Path(proc_root) if proc_root is not None else self.root.parent / "proc"
         self.pods: dict[str, tuple[QoS, PodState]] = {}
         self.kubepods = PodState()
@@ -81,18 +83,24 @@ class SyntheticNode:
 
     @property
     def kubepods_rel(self) -> str:
-        return "kubepods.slice" if self.driver is Driver.SYSTEMD else "kubepods"
+        if self.driver is Driver.SYSTEMD:
+            return "kubelet.slice/kubelet-kubepods.slice" if self.nested else "kubepods.slice"
+        return "kubelet/kubepods" if self.nested else "kubepods"
+
+    @property
+    def slice_prefix(self) -> str:
+        return "kubelet-kubepods" if self.nested else "kubepods"
 
     def qos_rel(self, qos: QoS) -> str:
         k = self.kubepods_rel
         if qos is QoS.GUARANTEED:
             return k
-        return f"{k}/kubepods-{qos}.slice" if self.driver is Driver.SYSTEMD else f"{k}/{qos}"
+        return f"{k}/{self.slice_prefix}-{qos}.slice" if self.driver is Driver.SYSTEMD else f"{k}/{qos}"
 
     def pod_rel(self, uid: str, qos: QoS) -> str:
         if self.driver is Driver.SYSTEMD:
             infix = "" if qos is QoS.GUARANTEED else f"-{qos}"
-            return f"{self.qos_rel(qos)}/kubepods{infix}-pod{uid.replace('-', '_')}.slice"
+            return f"{self.qos_rel(qos)}/{self.slice_prefix}{infix}-pod{uid.replace('-', '_')}.slice"
         return f"{self.qos_rel(qos)}/pod{uid}"
 
     def _controller_dirs(self) -> dict[str, Path]:

@@ -46,6 +46,17 @@ def test_every_pod_is_found_with_its_qos_class(make_node, version, driver) -> No
     assert found == {UID_G: QoS.GUARANTEED, UID_B: QoS.BURSTABLE, UID_BE: QoS.BESTEFFORT}
 
 
+@pytest.mark.parametrize("driver", [Driver.SYSTEMD, Driver.CGROUPFS])
+def test_a_kubelet_with_its_own_cgroup_root_as_in_kind_is_found(tmp_path: Path, driver: Driver) -> None:
+    node = SyntheticNode(tmp_path / "cg", 2, driver, tmp_path / "proc", nested=True)
+    _three_pods(node)
+    assert (tmp_path / "cg" / ("kubelet.slice" if driver is Driver.SYSTEMD else "kubelet")).is_dir()
+    sample = Sampler(node.root, node.proc_root).sample()
+    assert {u: p.qos for u, p in sample.pods.items()} == {
+        UID_G: QoS.GUARANTEED, UID_B: QoS.BURSTABLE, UID_BE: QoS.BESTEFFORT}
+    assert sample.node is not None and sample.node.memory_bytes == (300 + 200 + 50) << 20
+
+
 def test_systemd_slice_names_turn_uid_dashes_into_underscores(make_node) -> None:
     node = make_node(2, Driver.SYSTEMD)
     node.add_pod(UID_B, QoS.BURSTABLE)
