@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,23 @@ def test_bench_metrics_render_110_pods(benchmark, tmp_path: Path) -> None:
     monitor.tick()
     text = benchmark(metrics.render)
     assert text.count(b"stowage_pod_usage{") == PODS * 3  # cpu, memory, disk per pod
+
+
+def test_the_bench_command_reports_every_measurement_it_was_asked_for(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from stowage.bench import bench
+
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(bench, ["node-monitor", "--pods", "5", "--repeat", "10", "--skip", "rss",
+                                        "--skip", "reaction", "--json", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("one sample, 5 pods") == 3
+    assert {"sample_v2-systemd", "sample_v2-cgroupfs", "sample_v1-cgroupfs"} <= set(json.loads(out.read_text()))
+
+
+def test_the_reaction_measurement_sees_the_eviction_request() -> None:
+    from stowage.node_monitor.bench import measure_reaction
+
+    result = measure_reaction(interval_s=0.2, sustained_count=3, pods=5, runs=1)
+    assert len(result["reaction_s"]) == 1 and result["reaction_s"][0] > 0  # an eviction arrived (no timing assert)
