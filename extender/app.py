@@ -71,7 +71,7 @@ class _Extender:
         self.utilization = utilization
         self.metrics = metrics
         self.queue_weights = queue_weights
-        self._last_filter: tuple[str, float, list[str], snapshot.Snapshot] | None = None
+        self._last_filter: tuple[str, float, list[str], snapshot.Snapshot, list[str], np.ndarray] | None = None
 
     def nodes_of(self, raw: Mapping[str, Any]) -> tuple[list[str], list[Any] | None]:
         """Node names in request order, and the raw items in Nodes mode (None in NodeNames mode)."""
@@ -98,7 +98,8 @@ class _Extender:
             return wire.filter_result(names, {}, {}, node_items=items)
         snap = snapshot.take(self.model, self.utilization, self.settings, names, exclude_pod=pod.key)
         outcome = filtering.filter_nodes(pod, snap)
-        self._last_filter = (pod.key, time.monotonic(), names, snap)
+        passed_names = [names[i] for i in outcome.passed.tolist()]
+        self._last_filter = (pod.key, time.monotonic(), names, snap, passed_names, outcome.passed)
         for reason, count in outcome.reasons.items():
             self.metrics.rejections.labels(reason).inc(count)
         passed = outcome.passed.tolist()
@@ -106,7 +107,7 @@ class _Extender:
             # Prioritize is skipped for a single feasible node: this is where the pod lands.
             self.model.assume(pod.key, names[passed[0]], pod.demand)
         return wire.filter_result(
-            [names[i] for i in passed],
+            passed_names,
             outcome.failed,
             outcome.unresolvable,
             node_items=None if items is None else [items[i] for i in passed],
@@ -137,12 +138,12 @@ class _Extender:
         last = self._last_filter
         if last is None or last[0] != key or time.monotonic() - last[1] > _REUSE_S:
             return None
-        _, _, filtered, snap = last
-        where = dict(zip(filtered, range(len(filtered)), strict=True)) if len(names) != len(filtered) else None
-        if where is None:
-            if names != filtered:
-                return None
+        _, _, filtered, snap, passed_names, passed = last
+        if names == passed_names:  # the usual case: exactly the nodes filter kept, in its order
+            return snap.subset(passed, names)
+        if names == filtered:
             return snap
+        where = dict(zip(filtered, range(len(filtered)), strict=True))
         positions = np.fromiter(map(where.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
         if (positions < 0).any():
             return None

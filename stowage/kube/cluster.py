@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from stowage.kube.recent import RecentSlots
 from stowage.kube.records import NodeRecord, PodRecord, node_record, pod_key, pod_record
 from stowage.resources import CORE_RESOURCES, ResourceVector
 
@@ -64,15 +65,6 @@ class NodeView:
     joined: np.ndarray | None = None  # (N,) row of each node in the index passed as ``join`` (−1: absent)
 
 
-@dataclass(slots=True)
-class _Recent:
-    node: str
-    demand: ResourceVector
-    bound_at_s: float
-    provisional: bool
-    array: np.ndarray | None = None  # demand on the resource axis, cached
-
-
 class ClusterModel:
     """Nodes and pods as numpy rows; fed by :class:`stowage.kube.informer.Informer` callbacks."""
 
@@ -94,10 +86,8 @@ class ClusterModel:
         self._nodes: dict[str, NodeRecord] = {}
         self._pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
-        self._recent: dict[str, _Recent] = {}
+        self._recent = RecentSlots(len(self._resources))
         self._join_cache: tuple[object, int, np.ndarray] | None = None
-        self._recent_cache: tuple[tuple[int, ...], Any] | None = None
-        self._recent_version = 0  # bumped on every change to _recent
         self.index_version = 0  # bumped whenever a node row is added or freed
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
@@ -118,6 +108,7 @@ class ClusterModel:
         for name in new:
             self._col[name] = len(self._resources)
             self._resources.append(name)
+        self._recent.widen(len(self._resources))
         pad = ((0, 0), (0, len(new)))
         self._capacity, self._allocatable, self._regular, self._opportunistic = (np.pad(a, pad) for a in self._arrays())
 
@@ -212,10 +203,8 @@ class ClusterModel:
             peers.discard(key)
             if not peers:
                 del self._pods_by_node[old.node]
-        recent = self._recent.get(key)
-        if recent is not None and not recent.provisional:
-            del self._recent[key]
-            self._recent_version += 1
+        if key in self._recent and not self._recent.is_provisional(key):
+            self._recent.remove(key)
 
     def _put_pod(self, pod: Mapping[str, Any], now: float) -> None:
         key = pod_key(pod)
@@ -228,11 +217,16 @@ class ClusterModel:
         self._pods_by_node.setdefault(record.node, set()).add(key)
         self._add_pod_to_row(record, +1)
         # A binding replaces any provisional placement; it counts from when it was bound.
-        if self._recent.pop(key, None) is not None:
-            self._recent_version += 1
+        self._recent.remove(key)
         if now - record.bound_at_s < self.recent_window_s:
-            self._recent[key] = _Recent(record.node, record.demand, record.bound_at_s, provisional=False)
-            self._recent_version += 1
+            self._recent.put(
+                key,
+                record.node,
+                self._index.get(record.node, -1),
+                self._row_of(record.demand),
+                record.bound_at_s,
+                provisional=False,
+            )
 
     def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: the model's pods become exactly these."""
@@ -253,8 +247,7 @@ class ClusterModel:
             if event_type == "DELETED":
                 key = pod_key(pod)
                 self._remove_pod(key)
-                if self._recent.pop(key, None) is not None:
-                    self._recent_version += 1
+                self._recent.remove(key)
             else:
                 self._put_pod(pod, now)
 
@@ -268,8 +261,9 @@ class ClusterModel:
             if key in self._pods:
                 return  # already bound: the informer's record is authoritative
             self._ensure_columns((demand,))
-            self._recent[key] = _Recent(node, demand, self._clock(), provisional=True)
-            self._recent_version += 1
+            self._recent.put(
+                key, node, self._index.get(node, -1), self._row_of(demand), self._clock(), provisional=True
+            )
 
     def pod(self, key: str) -> PodRecord | None:
         with self._lock:
@@ -297,54 +291,35 @@ class ClusterModel:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def _recent_table(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-        """Keys, node rows (P,), demands (P,R) and bind times (P,) of recent pods; cached until either changes."""
-        now = self._clock()
-        expired = [k for k, r in self._recent.items() if now - r.bound_at_s >= self.recent_window_s]
-        for key in expired:
-            del self._recent[key]
-            self._recent_version += 1
-        version = (self._recent_version, self.index_version, len(self._resources), len(self._recent))
-        cached = self._recent_cache
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        entries = list(self._recent.items())
-        width = len(self._resources)
-        table = (
-            [k for k, _ in entries],
-            np.fromiter((self._index.get(r.node, -1) for _, r in entries), dtype=np.int64, count=len(entries)),
-            np.stack([self._recent_array(r, width) for _, r in entries]) if entries else np.zeros((0, width)),
-            np.fromiter((r.bound_at_s for _, r in entries), dtype=np.float64, count=len(entries)),
-        )
-        self._recent_cache = (version, table)
-        return table
-
     def _recent_for(self, rows: np.ndarray, exclude: str | None) -> RecentPods:
         """Recent pods on the requested rows, as arrays; vectorised over both pods and request positions."""
-        keys, pod_rows, demands, bound = self._recent_table()
+        recent = self._recent
+        recent.expire(self._clock(), self.recent_window_s)
+        recent.resolve_rows(self._index, self.index_version)
         width = len(self._resources)
-        if not keys or rows.size == 0:
+        live = recent.alive.copy()
+        excluded = recent.slot(exclude) if exclude is not None else None
+        if excluded is not None:
+            live[excluded] = False  # a re-filtered pod must not compete with its own slot
+        slots = np.flatnonzero(live & (recent.node_row >= 0))
+        if slots.size == 0 or rows.size == 0:
             return RecentPods(np.zeros((0, width)), np.zeros(0), np.zeros(0, dtype=np.int64))
-        pod_rows = pod_rows.copy()
-        if exclude is not None and exclude in self._recent:
-            pod_rows[keys.index(exclude)] = -1  # a re-filtered pod must not compete with its own slot
+        pod_rows = recent.node_row[slots]
         order = np.argsort(rows, kind="stable")
         sorted_rows = rows[order]
         lo = np.searchsorted(sorted_rows, pod_rows, side="left")
-        hi = np.searchsorted(sorted_rows, pod_rows, side="right")
-        counts = np.where(pod_rows >= 0, hi - lo, 0)
+        counts = np.searchsorted(sorted_rows, pod_rows, side="right") - lo
         if not counts.any():
             return RecentPods(np.zeros((0, width)), np.zeros(0), np.zeros(0, dtype=np.int64))
-        pods = np.repeat(np.arange(len(keys)), counts)
-        # position k of pod p's run: order[lo[p] + offset]
+        pods = np.repeat(slots, counts)
+        # a node named k times in the request gets the pod at each of its k positions
         offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
         positions = order[np.repeat(lo, counts) + offsets]
-        return RecentPods(demands=demands[pods], bound_at_s=bound[pods], node_index=positions.astype(np.int64))
-
-    def _recent_array(self, rec: _Recent, width: int) -> np.ndarray:
-        if rec.array is None or rec.array.shape[0] != width:
-            rec.array = self._row_of(rec.demand)
-        return rec.array
+        return RecentPods(
+            demands=recent.demand[pods, :width],
+            bound_at_s=recent.bound_at_s[pods],
+            node_index=positions.astype(np.int64),
+        )
 
     def _joined(self, rows: np.ndarray, known: np.ndarray, join: tuple[object, Mapping[str, int]]) -> np.ndarray:
         """Rows of another name index (e.g. a utilization snapshot) for ``rows``, via a cached translation."""
