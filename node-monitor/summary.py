@@ -50,10 +50,6 @@ class Usage:
     pods: np.ndarray
     layout: str
 
-    @property
-    def has_pods_cgroup(self) -> bool:
-        return not math.isnan(self.node[_MEM])
-
 
 def rate(before: float | None, after: float | None, dt: float) -> float:
     """``(after − before)/dt``, or NaN when either is unknown, the counter went backwards, or dt ≤ 0."""
