@@ -43,10 +43,11 @@ class Running:
     work_left: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
     rate: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
     base: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
+    io_base: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
     burst_until: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
     opp: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
 
-    _FIELDS = ("group", "node", "start", "work_left", "rate", "base", "burst_until", "opp")
+    _FIELDS = ("group", "node", "start", "work_left", "rate", "base", "io_base", "burst_until", "opp")
 
     def __len__(self) -> int:
         return int(self.group.shape[0])
@@ -58,6 +59,7 @@ class Running:
         start: float,
         work: NDArray[np.float64],
         base: NDArray[np.float64],
+        io_base: NDArray[np.float64],
         opp: NDArray[np.bool_],
     ) -> None:
         n = group.shape[0]
@@ -67,6 +69,7 @@ class Running:
         self.work_left = np.concatenate([self.work_left, work])
         self.rate = np.concatenate([self.rate, np.ones(n)])
         self.base = np.concatenate([self.base, base])
+        self.io_base = np.concatenate([self.io_base, io_base])
         self.burst_until = np.concatenate([self.burst_until, np.full(n, -np.inf)])
         self.opp = np.concatenate([self.opp, opp])
 

@@ -83,6 +83,7 @@ class Simulation:
         self.rng = np.random.default_rng(seed)
         self.resources = resource_axis(workload)
         self.kube_resources = np.array([r not in (DISK, NETWORK) for r in self.resources])
+        self.io_resources = ~self.kube_resources
         cap = np.array([n.capacity.to_array(self.resources) for n in workload.nodes], dtype=np.float64)
         self.cluster = Cluster(self.resources, cap.reshape(len(workload.nodes), len(self.resources)),
                                np.array([n.harvest for n in workload.nodes], dtype=bool))
@@ -216,8 +217,10 @@ class Simulation:
         gs = np.repeat([b[0] for b in self._buffer], [b[2] for b in self._buffer]).astype(np.int64)
         ns = np.repeat([b[1] for b in self._buffer], [b[2] for b in self._buffer]).astype(np.int64)
         os_ = np.repeat([b[3] for b in self._buffer], [b[2] for b in self._buffer]).astype(bool)
-        base = self.usage_model.draw_base(self.rng, self.g_usage[gs])
-        self.running.append(gs, ns, self.now, self.g_dur[gs].copy(), base, os_)
+        override = self.g_usage[gs]
+        base = self.usage_model.draw_base(self.rng, override)
+        io = self.usage_model.io_base(base, override)
+        self.running.append(gs, ns, self.now, self.g_dur[gs].copy(), base, io, os_)
         self._buffer.clear()
 
     # --- removal (finish, eviction) -------------------------------------------------------------
@@ -312,7 +315,8 @@ class Simulation:
         """(P, R) usage of each running task now."""
         run = self.running
         frac = self.usage_model.fraction(self.now, run.start, run.base, run.burst_until)
-        return self.g_demand[run.group] * frac[:, None]
+        io = self.usage_model.fraction(self.now, run.start, run.io_base, run.burst_until)
+        return self.g_demand[run.group] * np.where(self.io_resources, io[:, None], frac[:, None])
 
     def overload_possible(self) -> bool:
         """Whether any node's peak demand exceeds its capacity (only then can usage contend)."""

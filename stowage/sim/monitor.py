@@ -17,6 +17,7 @@ and no node's peak demand exceeds its capacity.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +36,8 @@ class Monitor:
         r = len(sim.resources)
         self.states = [contention.ContentionState.initial(r) for _ in range(sim.cluster.n)]
         self.active = np.zeros(sim.cluster.n, dtype=bool)  # state not initial: must be stepped
+        self.counts = np.zeros((sim.cluster.n, r), dtype=np.int64)  # consecutive over-threshold samples
+        self.blocked_any = np.zeros(sim.cluster.n, dtype=bool)
         self.threshold = sim.settings.contention.t_preempt.array(sim.resources) * sim.cluster.cap
         self.last_tick = sim.now
         self.last_sample = -np.inf
@@ -96,17 +99,28 @@ class Monitor:
         c = sim.cluster
         run = sim.running
         has_opp = np.bincount(run.node[run.opp], minlength=c.n) > 0 if len(run) else np.zeros(c.n, bool)
-        hot = (c.usage > self.threshold).any(axis=1) | self.active
+        over = c.usage > self.threshold
+        # A node with no opportunistic pod and nothing blocked has nothing to relieve and nothing
+        # to decay (contention.step: relieve needs has_opportunistic; PRESERVE only moves B > 0):
+        # its only change is the consecutive-sample count, advanced here for all such nodes at
+        # once and handed to the policy state when the node next matters.
+        quiet = ~has_opp & ~self.blocked_any
+        self.counts[quiet] = np.where(over[quiet], self.counts[quiet] + 1, 0)
         settings = sim.settings.contention
         victims: list[int] = []
         use = None
-        for n in np.flatnonzero(hot):
+        for n in np.flatnonzero(~quiet & (over.any(axis=1) | self.active | self.counts.any(axis=1))):
+            state = self.states[n]
+            if not np.array_equal(state.over_counts, self.counts[n]):
+                state = replace(state, over_counts=self.counts[n].copy())
             state, decision = contention.step(
-                self.states[n], c.usage[n], c.cap[n], sim.now, settings, sim.resources, bool(has_opp[n])
+                state, c.usage[n], c.cap[n], sim.now, settings, sim.resources, bool(has_opp[n])
             )
             self.states[n] = state
+            self.counts[n] = state.over_counts
             self.active[n] = bool(state.over_counts.any() or state.blocked.any())
             c.blocked[n] = decision.blocked if decision.blocked.shape == (c.r,) else 0.0
+            self.blocked_any[n] = bool(c.blocked[n].any())
             if decision.acts and has_opp[n]:
                 self.contentions += 1
                 if use is None:

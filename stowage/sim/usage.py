@@ -14,9 +14,15 @@ README), so the simulator states a model and prints it in every report:
   ``burst_rate_per_s``; for ``burst_s`` seconds it uses its whole request
   (the peak) on every resource.
 
-So a task's usage vector at time ``t`` is ``demand · f(t)`` with
-``f(t) = 1`` inside a burst, else ``u · ramp(t − start)``. Usage never exceeds
-the request: the peak is what the request was sized for.
+* **Bandwidth** (disk, network): the workload readers derive a task's
+  duration as bytes ÷ its declared rate (``stowage.sim.traces``), so a task
+  streams at that rate while it runs: its I/O base fraction is ``io_fraction``
+  (1.0), not the draw. ``io_fraction = None`` uses the draw for I/O too.
+
+So a task's usage of resource ``r`` at time ``t`` is ``demand_r · f_r(t)`` with
+``f_r(t) = 1`` inside a burst, else ``u_r · ramp(t − start)`` (``u_r`` the I/O
+fraction on disk and network, the drawn fraction elsewhere). Usage never
+exceeds the request: the peak is what the request was sized for.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class UsageModel:
     """Chance per second that a task starts a burst to its full request."""
     burst_s: float = 5.0
     """Length of a burst."""
+    io_fraction: float | None = 1.0
+    """Disk and network use as a fraction of demand (None: the same draw as cpu and memory)."""
 
     def __post_init__(self) -> None:
         checks = (
@@ -57,6 +65,7 @@ class UsageModel:
             ("usage.min_fraction", self.min_fraction, 0.0, 1.0),
             ("usage.ramp_start", self.ramp_start, 0.0, 1.0),
             ("usage.burst_rate_per_s", self.burst_rate_per_s, 0.0, 1.0),
+            ("usage.io_fraction", 1.0 if self.io_fraction is None else self.io_fraction, 0.0, 1.0),
         )
         for name, value, lo, hi in checks:
             if not lo <= value <= hi:
@@ -83,6 +92,11 @@ class UsageModel:
             drawn = np.full(n, m)
         drawn = np.clip(drawn, self.min_fraction, 1.0)
         return np.where(np.isnan(override), drawn, np.clip(override, 0.0, 1.0))
+
+    def io_base(self, drawn: NDArray[np.float64], override: NDArray[np.float64]) -> NDArray[np.float64]:
+        """I/O base fraction per task: the group's explicit usage, else ``io_fraction``, else the draw."""
+        io = drawn if self.io_fraction is None else np.full_like(drawn, self.io_fraction)
+        return np.where(np.isnan(override), io, np.clip(override, 0.0, 1.0))
 
     def fraction(
         self,
