@@ -65,6 +65,9 @@ _UNIT_NAMES = [unit for unit, _ in _BINARY]
 
 def human_column(values: np.ndarray, resource: str, *, exact: bool = False) -> list[str]:
     """:func:`human` for a whole column at once: the unit is picked with numpy, one f-string per value."""
+    if values.size > 1 and values.min() == values.max():
+        # one node type, or all zero (blocked, assumed): format once
+        return [human(float(values[0]), resource, exact=exact)] * values.size
     if resource == CPU and np.isfinite(values).all():
         # cores with one decimal; declared whole cores without (the filter's hot path: no per-value branching)
         if exact:

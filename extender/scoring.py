@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 from stowage.extender.pods import PodRequest
-from stowage.extender.snapshot import Snapshot
+from stowage.extender.snapshot import ScoringView, Snapshot
 
 from stowage.policy import alignment
 from stowage.resources import DISK, NETWORK
@@ -21,14 +21,14 @@ from stowage.resources import DISK, NETWORK
 __all__ = ["score_nodes"]
 
 
-def _raw_scores(pod: PodRequest, snap: Snapshot) -> np.ndarray:
+def _raw_scores(pod: PodRequest, snap: Snapshot | ScoringView) -> np.ndarray:
     demand = pod.demand_array(snap.resources)
     capacity = snap.capacity
     available = (snap.harvestable if pod.opportunistic else snap.regular_available).copy()
     cols = [snap.resources.index(r) for r in (DISK, NETWORK) if r in snap.resources]
     if cols:
         # Bandwidth availability is what the node declares less what its pods declared, for either class.
-        available[:, cols] = np.maximum(snap.view.capacity[:, cols] - snap.bandwidth_allocated[:, cols], 0.0)
+        available[:, cols] = np.maximum(snap.declared_capacity[:, cols] - snap.bandwidth_allocated[:, cols], 0.0)
     remote = None
     if pod.data_nodes:
         remote = np.fromiter((n not in pod.data_nodes for n in snap.names), dtype=bool, count=len(snap.names))
@@ -37,7 +37,7 @@ def _raw_scores(pod: PodRequest, snap: Snapshot) -> np.ndarray:
             demand, capacity, available, remote=remote, remote_penalty=snap.settings.packing.remote_penalty
         )
     # Group nodes by which bandwidth resources they declare; undeclared ones drop out of the demand.
-    declared = snap.view.capacity[:, cols] > 0
+    declared = snap.declared_capacity[:, cols] > 0
     scores = np.full(len(snap.names), -np.inf)
     for pattern in {tuple(row) for row in declared}:
         rows = np.flatnonzero((declared == np.array(pattern)).all(axis=1))
@@ -55,7 +55,7 @@ def _raw_scores(pod: PodRequest, snap: Snapshot) -> np.ndarray:
     return scores
 
 
-def score_nodes(pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, int | None]:
+def score_nodes(pod: PodRequest, snap: Snapshot | ScoringView) -> tuple[np.ndarray, int | None]:
     """(N,) int64 scores in 0..10, and the index of the best feasible node (None if none fits).
 
     Pods of other schedulers score 0 everywhere and have no best node.

@@ -21,11 +21,11 @@ from functools import cached_property
 import numpy as np
 
 from stowage.config import StowageSettings
-from stowage.kube.cluster import ClusterModel, NodeView, RecentPods
+from stowage.kube.cluster import ClusterModel, NodeView
 from stowage.policy import harvest
 from stowage.prom import NodeSamples, Utilization
 
-__all__ = ["Snapshot", "take"]
+__all__ = ["ScoringView", "Snapshot", "take"]
 
 
 class Snapshot:
@@ -40,41 +40,14 @@ class Snapshot:
         self.resources = view.resources
         self.stale_after_s = settings.harvest.utilization_stale_after_s
 
-    def subset(self, positions: np.ndarray, names: Sequence[str]) -> Snapshot:
-        """The same snapshot restricted to ``positions`` (prioritize reuses filter's snapshot this way)."""
-        v, smp = self.view, self.samples
-        recent_keep = np.isin(v.recent.node_index, positions)
-        remap = np.full(len(self.names), -1, dtype=np.int64)
-        remap[positions] = np.arange(positions.size)
-        view = NodeView(
-            names=names,
-            resources=v.resources,
-            known=v.known[positions],
-            capacity=v.capacity[positions],
-            allocatable=v.allocatable[positions],
-            regular_requests=v.regular_requests[positions],
-            opportunistic_demand=v.opportunistic_demand[positions],
-            harvest_enabled=v.harvest_enabled[positions],
-            recent=RecentPods(
-                v.recent.demands[recent_keep],
-                v.recent.bound_at_s[recent_keep],
-                remap[v.recent.node_index[recent_keep]],
-            ),
-        )
-        samples = NodeSamples(
-            present=smp.present[positions],
-            age_s=smp.age_s[positions],
-            usage=smp.usage[positions],
-            capacity=smp.capacity[positions],
-            blocked=smp.blocked[positions],
-            contention=smp.contention[positions],
-            error=smp.error,
-        )
-        out = Snapshot(view, samples, self.settings, self.now_s)
-        for name in ("fresh", "capacity", "usage", "assumed", "harvestable", "regular_available"):
-            if name in self.__dict__:  # computed already: carry the rows over instead of recomputing
-                out.__dict__[name] = self.__dict__[name][positions]
-        return out
+    def subset(self, positions: np.ndarray, names: Sequence[str]) -> ScoringView:
+        """The rows at ``positions``, indexed lazily: prioritize reuses filter's snapshot this way."""
+        return ScoringView(self, positions, names)
+
+    @cached_property
+    def declared_capacity(self) -> np.ndarray:
+        """(N,R) what the node declares (Kubernetes capacity, bandwidth annotations); 0 where undeclared."""
+        return self.view.capacity
 
     @cached_property
     def fresh(self) -> np.ndarray:
@@ -130,6 +103,37 @@ class Snapshot:
     def bandwidth_allocated(self) -> np.ndarray:
         """(N,R) what all pods on the node declared (only disk/network columns are meaningful)."""
         return self.view.regular_requests + self.view.opportunistic_demand
+
+
+class ScoringView:
+    """What prioritize needs of a :class:`Snapshot`, for a subset of its nodes; rows taken on first use."""
+
+    def __init__(self, parent: Snapshot, positions: np.ndarray, names: Sequence[str]) -> None:
+        self._parent = parent
+        self._positions = positions
+        self.names = names
+        self.resources = parent.resources
+        self.settings = parent.settings
+
+    @cached_property
+    def capacity(self) -> np.ndarray:
+        return self._parent.capacity[self._positions]
+
+    @cached_property
+    def declared_capacity(self) -> np.ndarray:
+        return self._parent.declared_capacity[self._positions]
+
+    @cached_property
+    def harvestable(self) -> np.ndarray:
+        return self._parent.harvestable[self._positions]
+
+    @cached_property
+    def regular_available(self) -> np.ndarray:
+        return self._parent.regular_available[self._positions]
+
+    @cached_property
+    def bandwidth_allocated(self) -> np.ndarray:
+        return self._parent.bandwidth_allocated[self._positions]
 
 
 def take(

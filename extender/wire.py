@@ -203,7 +203,8 @@ def error_filter_result(message: str) -> dict[str, Any]:
 
 def host_priorities(names: list[str], scores: list[int]) -> list[dict[str, Any]]:
     """The prioritize response: a bare array of ``{"Host", "Score"}``."""
-    return [{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)]
+    # scores arrive as Python ints (ndarray.tolist()); no per-entry conversion on this hot path
+    return [{"Host": n, "Score": s} for n, s in zip(names, scores)]  # noqa: B905 - equal by construction
 
 
 def preemption_result(victims: dict[str, tuple[list[str], int]]) -> dict[str, Any]:
