@@ -3,9 +3,9 @@
 The node monitor exports ``stowage_node_usage``, ``stowage_node_capacity``,
 ``stowage_node_blocked`` and ``stowage_node_contention``, each labelled
 ``{node, resource}`` (names from :class:`stowage.labels.METRICS`). Every refresh
-makes two instant queries:
+makes five instant queries:
 
-1. each series: usage and capacity in full, blocked and contention where non-zero;
+1. one per series: usage and capacity in full, blocked and contention where non-zero;
 2. ``timestamp(stowage_node_usage)``: when each usage sample was taken. The age
    ``evaluation time − sample time`` is computed on Prometheus' own clock, so
    clock skew between hosts does not matter.
