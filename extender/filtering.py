@@ -3,6 +3,8 @@
 Checks, in order; the first that fails names the node's message (reason keys in
 ``messages.REASONS``):
 
+0. ``missing-resource`` — opportunistic pods only: the pod needs a resource no node in
+   the model offers (unresolvable on every node).
 1. ``unknown-node`` — opportunistic pods only: a node the model does not know has
    no harvestable capacity we could vouch for. Regular pods pass (fail safe).
 2. ``contention`` — every Stowage pod: the node monitor reports sustained contention
@@ -45,8 +47,9 @@ class FilterOutcome:
 
 
 # Reason codes in check order (0 = passes); the first failing check names the node's message.
-_UNKNOWN, _CONTENTION, _BANDWIDTH, _DISABLED, _NO_UTILIZATION, _CAPACITY = range(1, 7)
+_MISSING, _UNKNOWN, _CONTENTION, _BANDWIDTH, _DISABLED, _NO_UTILIZATION, _CAPACITY = range(1, 8)
 _KEYS = {
+    _MISSING: "missing-resource",
     _UNKNOWN: "unknown-node",
     _CONTENTION: "contention",
     _BANDWIDTH: "bandwidth",
@@ -134,6 +137,9 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
     def mark(mask: np.ndarray, code: int) -> None:
         reason[mask & (reason == 0)] = code
 
+    missing = pod.missing_resources(snap.resources) if pod.opportunistic else []
+    if missing:
+        reason[:] = _MISSING  # no node offers it: nothing to harvest anywhere
     if pod.opportunistic:
         mark(~snap.view.known, _UNKNOWN)
     mark(snap.contended.any(axis=1), _CONTENTION)
@@ -163,7 +169,11 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
         )
     for i in np.flatnonzero((reason != 0) & (reason != _CAPACITY)).tolist():
         code, name = reason[i], names[i]
-        if code == _UNKNOWN:
+        if code == _MISSING:
+            out.unresolvable[name] = (
+                f"opportunistic: no node in Stowage's cache offers {', '.join(missing)}; nothing of it to harvest"
+            )
+        elif code == _UNKNOWN:
             out.failed[name] = _UNKNOWN_MESSAGE
         elif code == _CONTENTION:
             out.failed[name] = _contention_message(snap, i)

@@ -186,6 +186,16 @@ def test_unknown_nodes_reject_opportunistic_pods_but_not_regular_ones(world: Wor
     assert reg["NodeNames"] == ["n1", "ghost"]
 
 
+def test_an_opportunistic_pod_needing_a_resource_no_node_has_is_unresolvable_everywhere(world: World) -> None:
+    pod = opportunistic_pod()
+    pod["metadata"]["annotations"]["stowage.io/demand"] = '{"cpu": "1", "example.com/fpga": "1"}'
+    body = world.post("filter", extender_args(pod, NODES, cache=True)).json()
+    assert body["NodeNames"] == [] and body["FailedNodes"] == {}
+    assert body["FailedAndUnresolvableNodes"]["n1"] == (
+        "opportunistic: no node in Stowage's cache offers example.com/fpga; nothing of it to harvest"
+    )
+
+
 def test_a_malformed_stowage_annotation_rejects_every_node_with_the_field_named(world: World) -> None:
     pod = opportunistic_pod(annotations={"stowage.io/demand": "{not json"})
     body = world.post("filter", extender_args(pod, NODES, cache=True)).json()
