@@ -46,6 +46,8 @@ class Running:
     io_base: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
     burst_until: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
     opp: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
+    version: int = 0
+    """Bumped on every change of the rows or their bursts (keys caches of derived arrays)."""
 
     _FIELDS = ("group", "node", "start", "work_left", "rate", "base", "io_base", "burst_until", "opp")
 
@@ -72,10 +74,12 @@ class Running:
         self.io_base = np.concatenate([self.io_base, io_base])
         self.burst_until = np.concatenate([self.burst_until, np.full(n, -np.inf)])
         self.opp = np.concatenate([self.opp, opp])
+        self.version += 1
 
     def keep(self, mask: NDArray[np.bool_]) -> None:
         for name in self._FIELDS:
             setattr(self, name, getattr(self, name)[mask])
+        self.version += 1
 
 
 class Cluster:
@@ -112,8 +116,12 @@ class Cluster:
         p = use.shape[0]
         if p == 0:
             return np.zeros(0)
-        reg_use = self.node_sums(np.where(opp[:, None], 0.0, use), node)
-        opp_use = self.node_sums(np.where(opp[:, None], use, 0.0), node)
+        any_opp = bool(opp.any())
+        if any_opp:
+            reg_use = self.node_sums(np.where(opp[:, None], 0.0, use), node)
+            opp_use = self.node_sums(np.where(opp[:, None], use, 0.0), node)
+        else:
+            reg_use, opp_use = self.node_sums(use, node), np.zeros_like(self.cap)
         cap = self.cap
         total = reg_use + opp_use
         if not (total > cap * (1 + 1e-9)).any():

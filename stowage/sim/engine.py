@@ -98,7 +98,10 @@ class Simulation:
         self.tasks_done = 0
         self._buffer: list[tuple[int, int, int, bool]] = []
         self.log: list[tuple[float, str, str, str, bool]] | None = [] if config.trace else None
+        self._use_key: tuple[float, int] | None = None
+        self._use = np.zeros((0, len(self.resources)))
         self._changed = True
+        self.regular_changed = True  # regular capacity freed or new work since the last pass
         self._overload_dirty = True
         self._overload = False
         self.monitor = monitor.Monitor(self)
@@ -239,6 +242,7 @@ class Simulation:
         np.maximum(c.opp_alloc, 0.0, out=c.opp_alloc)
         np.subtract.at(self.g_running, gs, 1)
         self._changed = True
+        self.regular_changed = True
         self._overload_dirty = True
 
     def evict(self, rows: NDArray[np.int64], *, oom: bool = False) -> None:
@@ -296,6 +300,7 @@ class Simulation:
         self.g_ready_at[g] = self.now
         self.g_pending[g] = self.g_tasks[g]
         self._changed = True
+        self.regular_changed = True
         if self.g_tasks[g] == 0:
             self._group_complete(g)
 
@@ -314,9 +319,13 @@ class Simulation:
     def current_use(self) -> NDArray[np.float64]:
         """(P, R) usage of each running task now."""
         run = self.running
-        frac = self.usage_model.fraction(self.now, run.start, run.base, run.burst_until)
-        io = self.usage_model.fraction(self.now, run.start, run.io_base, run.burst_until)
-        return self.g_demand[run.group] * np.where(self.io_resources, io[:, None], frac[:, None])
+        key = (self.now, run.version)
+        if self._use_key != key:
+            both = self.usage_model.fraction(self.now, run.start, np.stack([run.base, run.io_base], axis=1),
+                                             run.burst_until)
+            self._use = self.g_demand[run.group] * np.where(self.io_resources, both[:, 1:2], both[:, 0:1])
+            self._use_key = key
+        return self._use
 
     def overload_possible(self) -> bool:
         """Whether any node's peak demand exceeds its capacity (only then can usage contend)."""
@@ -399,6 +408,7 @@ class Simulation:
                 self.preset.schedule(self)
                 self._flush()
                 self._changed = False
+                self.regular_changed = False
                 self.update_rates()
             if self.config.check:
                 self._check_all()

@@ -63,6 +63,7 @@ class Monitor:
         self.last_tick = sim.now
         if len(run):
             run.burst_until = sim.usage_model.new_bursts(sim.rng, sim.now, dt, run.burst_until)
+            run.version += 1
         use = self.sample()
         self._oom(use)
         if sim.preset.harvesting:

@@ -163,6 +163,8 @@ class KubePreset(Preset):
         if ready.size == 0:
             return
         regular = ready[sim.j_opp[sim.g_job[ready]] != _OPP_TRUE] if self.harvesting else ready
+        if not sim.regular_changed:
+            regular = regular[:0]  # only a monitor tick since the last pass: regular room is unchanged
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
@@ -171,9 +173,16 @@ class KubePreset(Preset):
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:
+            failed: list[NDArray[np.float64]] = []  # demands that fit nowhere in this pass
             for g in self._queue_order(sim, regular):
+                d = sim.g_demand[g]
+                # Room only shrinks during a pass: a demand at least as big as one that failed fails too.
+                if failed and (np.array(failed) <= d).all(axis=1).any():
+                    continue
                 while sim.g_pending[g] > 0 and self._place_regular(sim, int(g), free, fit_res):
                     pass
+                if sim.g_pending[g] > 0:
+                    failed.append(d)
         if self.harvesting:
             self._schedule_opportunistic(sim)
 
@@ -203,13 +212,18 @@ class KubePreset(Preset):
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
+        ready = ready[alignment.feasible(sim.g_demand[ready], avail).any(axis=1)]
         c = sim.cluster
         inv = np.divide(1.0, c.cap, out=np.zeros_like(c.cap), where=c.cap > 0)
+        failed: list[NDArray[np.float64]] = []  # as in the regular pass: room only shrinks
         for g in self._queue_order(sim, ready):
             d = sim.g_demand[g]
+            if failed and (np.array(failed) <= d).all(axis=1).any():
+                continue
             while sim.g_pending[g] > 0:
                 ok = alignment.feasible(d, avail)
                 if not ok.any():
+                    failed.append(d)
                     break
                 # Spread like LeastAllocated, on the harvestable room.
                 n = self._pick(((avail - d) * inv).sum(axis=1), ok)
@@ -231,6 +245,7 @@ class PackingPreset(Preset):
         self.remote_penalty = k.remote_penalty
         self.mean_cap = sim.cluster.cap.mean(axis=0)
         self._cap_norm = np.where(self.mean_cap > 0, self.mean_cap, 1.0)
+        self._static_features: dict[int, dict[str, str]] = {}
         self.fsp = [ordering.FspTracker(1.0) for _ in sim.queue_names]
         self.classifier = None
         if self.use_classifier:
@@ -261,23 +276,29 @@ class PackingPreset(Preset):
 
         sim = self.sim
         j = int(sim.g_job[g])
+        static = self._static_features.get(g)
+        if static is None:
+            static = self._static_features[g] = {
+                "framework": sim.queue_names[sim.g_queue[g]],
+                "app": _app_name(sim.jobs[j].name),
+                "stage": sim.g_name[g],
+                "demand": classifier.bucket_demand(
+                    dict(zip(sim.resources, (sim.g_demand[g] / self._cap_norm).tolist(), strict=True))
+                ),
+            }
         groups = sim.j_groups[j]
         done = sum(int(sim.g_done[x]) for x in groups) / max(sum(int(sim.g_tasks[x]) for x in groups), 1)
-        return {
-            "framework": sim.queue_names[sim.g_queue[g]],
-            "app": _app_name(sim.jobs[j].name),
-            "stage": sim.g_name[g],
-            "progress": classifier.bucket_progress(done),
-            "demand": classifier.bucket_demand(dict(zip(sim.resources, (sim.g_demand[g] / self._cap_norm).tolist(),
-                                                        strict=True))),
-        }
+        return {**static, "progress": classifier.bucket_progress(done)}
 
     def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None:
         if self.classifier is None:
             return
         # OPERA §III-B: learned "upon the completion of tasks", from how long they really ran.
+        features: dict[int, dict[str, str]] = {}
         for g, duration in zip(groups.tolist(), durations.tolist(), strict=True):
-            self.classifier.observe(self._features(g), duration)
+            if g not in features:
+                features[g] = self._features(g)
+            self.classifier.observe(features[g], duration)
 
     # --- ordering ---------------------------------------------------------------------------------
 
@@ -324,18 +345,25 @@ class PackingPreset(Preset):
         ready = sim.ready_groups()
         if ready.size == 0:
             return
-        work = self._job_work(sim)
-        regular = ready[sim.j_opp[sim.g_job[ready]] != _OPP_TRUE] if self.harvesting else ready
-        self._pack(sim, regular, sim.regular_free(), work, opp=False)
+        work = _Lazy(lambda: self._job_work(sim))
+        if sim.regular_changed:  # after a bare monitor tick the regular room is unchanged
+            regular = ready[sim.j_opp[sim.g_job[ready]] != _OPP_TRUE] if self.harvesting else ready
+            self._pack(sim, regular, sim.regular_free(), work, opp=False)
         if self.harvesting:
             ready = sim.ready_groups()
             ready = ready[self._opp_eligible(sim, ready)]
+            if not ready.size:
+                return
+            avail = self._harvestable(sim)
+            # Only groups that fit some node's harvestable room need the classifier's opinion.
+            ready = ready[alignment.feasible(sim.g_demand[ready], avail).any(axis=1)]
             if self.classifier is not None and ready.size:
                 auto = sim.j_opp[sim.g_job[ready]] == _OPP_AUTO
-                short = np.array([self.classifier.is_short(self._features(int(g))) for g in ready])
-                ready = ready[~auto | short]
+                short = np.array([not a or self.classifier.is_short(self._features(int(g)))
+                                  for g, a in zip(ready.tolist(), auto.tolist(), strict=True)], dtype=bool)
+                ready = ready[short]
             if ready.size:
-                self._pack(sim, ready, self._harvestable(sim), work, opp=True)
+                self._pack(sim, ready, avail, work, opp=True)
 
     def _pack(self, sim: Simulation, groups: NDArray[np.int64], avail: NDArray, work: NDArray, opp: bool) -> None:
         if groups.size == 0:
@@ -348,6 +376,7 @@ class PackingPreset(Preset):
         if groups.size == 0:
             return
         pool = 1 if opp else 0
+        work = work() if isinstance(work, _Lazy) else work
         p = work[sim.g_job[groups]]
         has_waiters = np.ones(groups.size, dtype=bool)  # the job's end waits on every group
         frac = sim.g_done[groups] / np.maximum(sim.g_tasks[groups], 1)
@@ -387,6 +416,18 @@ class PackingPreset(Preset):
         if not np.isfinite(combined[i, n]):
             return None
         return int(idx[i]), int(n)
+
+
+class _Lazy:
+    """A value computed on first call and then kept (remaining work: only if a pass gets that far)."""
+
+    def __init__(self, make: object) -> None:
+        self._make, self._value = make, None
+
+    def __call__(self) -> NDArray[np.float64]:
+        if self._value is None:
+            self._value = self._make()  # type: ignore[operator]
+        return self._value
 
 
 def _app_name(job_name: str) -> str:

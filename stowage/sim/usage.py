@@ -105,12 +105,14 @@ class UsageModel:
         base: NDArray[np.float64],
         burst_until_s: NDArray[np.float64],
     ) -> NDArray[np.float64]:
-        """``f(t)`` per task: 1 inside a burst, else ``u·ramp(t − start)``."""
+        """``f(t)`` per task: 1 inside a burst, else ``u·ramp(t − start)``; ``base`` (P,) or (P, K)."""
         if self.ramp_s > 0:
             progress = np.clip((now_s - started_s) / self.ramp_s, 0.0, 1.0)
             ramp = self.ramp_start + (1.0 - self.ramp_start) * progress
         else:
             ramp = 1.0
+        if base.ndim == 2:
+            return np.where((burst_until_s > now_s)[:, None], 1.0, base * np.reshape(ramp, (-1, 1)))
         return np.where(burst_until_s > now_s, 1.0, base * ramp)
 
     def new_bursts(
