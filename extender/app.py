@@ -16,6 +16,7 @@ Failure handling follows the protocol (EXTENDER_PROTOCOL.md §2):
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -47,8 +48,26 @@ log = logging.getLogger(__name__)
 _REUSE_S = 1.0
 
 
+def _encode(body: Any) -> bytes:
+    """orjson; the stdlib for the rare body orjson refuses (a lone UTF-16 surrogate echoed from the request)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def _zero_scores(raw: Mapping[str, Any]) -> tuple[list[str], list[int]]:
+    """Every offered node with score 0, read without touching the model (the failure path)."""
+    if raw.get("NodeNames") is not None:
+        names = [str(n) for n in raw["NodeNames"]]
+    else:
+        items = (raw.get("Nodes") or {}).get("items") or []
+        names = [str(((item or {}).get("metadata") or {}).get("name") or "") for item in items]
+    return names, [0] * len(names)
+
+
 def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    return Response(_encode(body), status_code=status, media_type="application/json")
 
 
 def _problem(message: str) -> Response:
@@ -242,7 +261,7 @@ def create_app(
         if exc.status_code == 400:
             detail = f"invalid {request.url.path.rsplit('/', 1)[-1]} request: {detail} (expected a JSON object)"
         return Response(
-            orjson.dumps({"error": detail}),
+            _encode({"error": detail}),
             status_code=exc.status_code,
             media_type="application/json",
             headers=getattr(exc, "headers", None),
@@ -279,8 +298,7 @@ def create_app(
             body: Any = ext.prioritize(raw)
         except Exception:  # zero scores: we simply contribute nothing
             log.exception("prioritize failed")
-            names, _ = ext.nodes_of(raw)
-            body = wire.host_priorities(names, [0] * len(names))
+            body = wire.host_priorities(*_zero_scores(raw))
         metrics.request_seconds.labels("prioritize").observe(time.perf_counter() - start)
         return _json(body)
 

@@ -388,6 +388,14 @@ def test_invalid_json_gets_400(world: World) -> None:
     assert "not valid JSON" in response.json()["error"]
 
 
+def test_a_node_name_with_a_lone_surrogate_is_echoed_as_valid_json(world: World) -> None:
+    # JSON allows "\ud800"; Python decodes it to a lone surrogate that orjson refuses to encode.
+    body = b'{"Pod": {"spec": {"schedulerName": "default-scheduler"}}, "Nodes": null, "NodeNames": ["\\ud800"]}'
+    response = world.http.post(f"{world.url}/filter", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    assert response.json()["NodeNames"] == ["\ud800"]
+
+
 def test_an_internal_failure_in_filter_is_reported_in_error_not_as_a_500(world: World) -> None:
     from stowage.prom import UtilizationSnapshot
 
