@@ -16,8 +16,9 @@
   ``∫ (a(t) − f(t))/f(t) dt`` over its runtime, divided by the runtime, with
   ``a`` the job's dominant share of the cluster and ``f`` its fair share (its
   queue's weighted share among active queues, split evenly among the queue's
-  active jobs); sampled at the metrics period. Reported: the fraction of jobs
-  below zero and their mean.
+  active jobs, capped at the dominant share of the job's unfinished tasks: a
+  fair scheme gives no job more than it can use); sampled at the metrics
+  period. Reported: the fraction of jobs below zero and their mean.
 """
 
 from __future__ import annotations
@@ -140,11 +141,17 @@ class Recorder:
             q_active = np.bincount(sim.j_queue[active], minlength=self._q)
             w = np.where(q_active > 0, sim.q_weight, 0.0)
             q_fair = w / w.sum() if w.sum() > 0 else w
-            fair = q_fair[sim.j_queue[active]] / np.maximum(q_active[sim.j_queue[active]], 1)
-            share = (sim.job_alloc[active] / total).max(axis=1)
             idx = np.flatnonzero(active)
-            self.unfair_sum[idx] += np.where(fair > 0, (share - fair) / np.where(fair > 0, fair, 1), 0.0)
-            self.unfair_n[idx] += 1
+            even = q_fair[sim.j_queue[idx]] / np.maximum(q_active[sim.j_queue[idx]], 1)
+            # A fair scheme gives a job no more than it can use: its unfinished tasks' demand.
+            left = (sim.g_pending + sim.g_running).astype(np.float64)[:, None] * sim.g_demand
+            demand = np.zeros((sim.n_jobs, c.r))
+            np.add.at(demand, sim.g_job, left)
+            fair = np.minimum(even, (demand[idx] / total).max(axis=1))
+            share = (sim.job_alloc[idx] / total).max(axis=1)
+            ok = fair > 0
+            self.unfair_sum[idx[ok]] += (share[ok] - fair[ok]) / fair[ok]
+            self.unfair_n[idx[ok]] += 1
 
     def result(self) -> RunResult:
         sim = self.sim
