@@ -76,6 +76,7 @@ class Informer:
         request_timeout_s: float = 30.0,
         backoff: Backoff | None = None,
         list_kwargs: Mapping[str, Any] | None = None,
+        page_size: int = 500,
     ) -> None:
         self.name = name
         self._list_fn = list_fn
@@ -85,6 +86,7 @@ class Informer:
         self._request_timeout_s = float(request_timeout_s)
         self._backoff = backoff or Backoff()
         self._list_kwargs = dict(list_kwargs or {})
+        self._page_size = int(page_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._response: Any = None
@@ -153,21 +155,32 @@ class Informer:
             pass
 
     def _list(self) -> str | None:
-        try:
-            response = self._call(_request_timeout=self._request_timeout_s)
-        except ApiException as exc:
-            if exc.status == 410:
-                raise WatchExpired() from exc
-            raise
-        try:
-            body = orjson.loads(response.data)
-        finally:
-            self._release(response)
-        items = body.get("items") or []
+        """A consistent list in pages of ``page_size`` (the API server's ``continue`` tokens)."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"_request_timeout": self._request_timeout_s, "limit": self._page_size}
+            if token:
+                kwargs["_continue"] = token
+            try:
+                response = self._call(**kwargs)
+            except ApiException as exc:
+                if exc.status == 410:  # the continue token expired: start the list again
+                    raise WatchExpired() from exc
+                raise
+            try:
+                body = orjson.loads(response.data)
+            finally:
+                self._release(response)
+            items.extend(body.get("items") or [])
+            meta = body.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                break
         self._on_replace(items)
         self.relists += 1
         self.synced.set()
-        return (body.get("metadata") or {}).get("resourceVersion")
+        return meta.get("resourceVersion")
 
     def _watch(self, version: str | None) -> str | None:
         kwargs: dict[str, Any] = {

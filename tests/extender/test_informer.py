@@ -200,3 +200,24 @@ def test_extended_resources_grow_the_resource_axis(model: ClusterModel) -> None:
     view = model.view(["n1", "g1"])
     assert view.resources[-1] == "nvidia.com/gpu"
     assert np.array_equal(view.capacity[:, -1], [0.0, 4.0])
+
+
+def test_a_long_list_is_read_page_by_page(cluster: KubeEmulator, model: ClusterModel) -> None:
+    nodes = kmock.resource("", "v1", "nodes")
+
+    def paginate() -> None:
+        lists = cluster.emulator[kmock.action.LIST, nodes]
+        lists[0:1] << {"metadata": {"resourceVersion": "7", "continue": "page-2"}, "items": [node("n1")]}
+        lists[1:2] << {"metadata": {"resourceVersion": "7"}, "items": [node("n2")]}
+
+    cluster.call(paginate)
+    informers = start(cluster, model)
+    try:
+        wait_until(lambda: model.nodes_synced.is_set(), 10)
+        assert sorted(model.node_names()) == ["n1", "n2"]
+        params = cluster.call(lambda: [dict(r.params) for r in cluster.emulator[kmock.action.LIST, nodes]])
+        assert params[0].get("limit") == "500" and "continue" not in params[0]
+        assert params[1].get("continue") == "page-2"
+    finally:
+        for informer in informers:
+            informer.stop()
