@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from stowage import labels
-from stowage.kube.records import pod_key, tracked
+from stowage.kube.records import container_limits, pod_key, tracked
 from stowage.resources import ResourceVector, pod_demand
 
 __all__ = ["PodRequest", "parse_pod"]
@@ -49,7 +49,10 @@ def parse_pod(pod: Mapping[str, Any]) -> PodRequest:
         return PodRequest(pod_key(pod), name, False, False, ResourceVector(), ResourceVector(), frozenset(), None)
     intent = labels.pod_intent(pod)
     requests = tracked(pod_demand(pod))
-    demand = tracked(intent.demand) if (intent.is_opportunistic and intent.demand is not None) else requests
+    demand = requests
+    if intent.is_opportunistic:
+        # the webhook's annotation; without it, the limits (its requests are explicit zeros)
+        demand = tracked(intent.demand) if intent.demand is not None else requests.max(tracked(container_limits(pod)))
     return PodRequest(
         key=pod_key(pod),
         name=name,

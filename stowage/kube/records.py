@@ -18,7 +18,16 @@ from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.resources import ResourceVector, pod_demand
 
-__all__ = ["NodeRecord", "PodRecord", "node_record", "parse_timestamp", "pod_key", "pod_record", "tracked"]
+__all__ = [
+    "NodeRecord",
+    "PodRecord",
+    "container_limits",
+    "node_record",
+    "parse_timestamp",
+    "pod_key",
+    "pod_record",
+    "tracked",
+]
 
 #: Resources kube-scheduler accounts for itself and Stowage leaves alone.
 _IGNORED = frozenset({"pods", "ephemeral-storage"})
@@ -105,6 +114,20 @@ def node_record(node: Mapping[str, Any]) -> NodeRecord:
     )
 
 
+def container_limits(pod: Mapping[str, Any]) -> ResourceVector:
+    """Σ of the containers' limits: an opportunistic pod's demand when its ``stowage.io/demand`` is missing.
+
+    The webhook always writes the annotation; without it (a pod created around the webhook)
+    its requests are the explicit zeros of an opportunistic pod, so the limits are the only
+    honest statement of what it will use.
+    """
+    total = ResourceVector()
+    for i, c in enumerate((pod.get("spec") or {}).get("containers") or []):
+        limits = ((c or {}).get("resources") or {}).get("limits")
+        total = total + ResourceVector.parse(limits, f"spec.containers[{i}].resources.limits")
+    return total
+
+
 def pod_key(pod: Mapping[str, Any]) -> str:
     """The UID, or ``namespace/name`` when the object has none (the emulator in tests does not set UIDs)."""
     meta = pod.get("metadata") or {}
@@ -149,7 +172,12 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
     except InvalidInput as exc:
         problems.append(str(exc))
         requests = ResourceVector()
-    demand = declared if (opportunistic and declared is not None) else requests
+    demand = requests
+    if opportunistic:
+        try:
+            demand = declared if declared is not None else requests.max(container_limits(pod))
+        except InvalidInput as exc:
+            problems.append(str(exc))
     return PodRecord(
         key=pod_key(pod),
         uid=str(meta.get("uid") or ""),

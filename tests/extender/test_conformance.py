@@ -186,6 +186,14 @@ def test_unknown_nodes_reject_opportunistic_pods_but_not_regular_ones(world: Wor
     assert reg["NodeNames"] == ["n1", "ghost"]
 
 
+def test_an_opportunistic_pod_without_its_demand_annotation_counts_at_its_limits(world: World) -> None:
+    pod = opportunistic_pod(memory="12Gi")  # limits memory 12Gi, requests explicit 0
+    del pod["metadata"]["annotations"]["stowage.io/demand"]
+    body = world.post("filter", extender_args(pod, NODES, cache=True)).json()
+    assert body["NodeNames"] == []  # n1 has 0.9·16Gi − 4Gi = 10.4Gi harvestable
+    assert body["FailedNodes"]["n1"].startswith("opportunistic: memory 12.0Gi > harvestable 10.4Gi")
+
+
 def test_an_opportunistic_pod_needing_a_resource_no_node_has_is_unresolvable_everywhere(world: World) -> None:
     pod = opportunistic_pod()
     pod["metadata"]["annotations"]["stowage.io/demand"] = '{"cpu": "1", "example.com/fpga": "1"}'
