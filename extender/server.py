@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import socket
 import threading
 import time
@@ -91,8 +92,18 @@ class ExtenderRuntime:
     def serve(self, host: str, port: int, log_level: str = "info") -> None:
         """Serve until interrupted (blocks)."""
         server = uvicorn.Server(self.uvicorn_config(host, port, log_level))
-        with self:
-            server.run()
+        # uvicorn shuts down gracefully on SIGTERM/SIGINT, restores the handlers it found and then
+        # re-raises the signal. A no-op handler here lets the runtime stop its threads and the
+        # process exit 0 instead of dying by the signal.
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            with self:
+                server.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def uvicorn_config(self, host: str, port: int, log_level: str = "info", **kwargs: Any) -> uvicorn.Config:
         return uvicorn.Config(self.app, host=host, port=port, log_level=log_level.lower(), access_log=False, **kwargs)
