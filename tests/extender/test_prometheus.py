@@ -147,7 +147,8 @@ def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
     # Prometheus is stopped now; the same app keeps answering.
     try:
         with serving(app) as url:
-            wait_until(lambda: utilization.current.error is not None, 10)
+            # A refresh during Prometheus' shutdown may have seen its 503; wait for one after it.
+            wait_until(lambda: "unreachable" in (utilization.current.error or ""), 10)
             body = httpx.post(f"{url}/filter", json=opp).json()
             assert body["NodeNames"] == [] and body["Error"] == ""
             assert "unreachable" in body["FailedNodes"]["n1"]
