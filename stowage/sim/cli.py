@@ -20,6 +20,11 @@ from stowage.sim.presets import PRESETS
 __all__ = ["simulate"]
 
 
+def _announce(name: str, result: object, wall_s: float) -> None:
+    summary = getattr(result, "summary", {})
+    click.echo(f"  {name}: {summary.get('tasks_started', 0)} task starts in {wall_s:.1f}s", err=True)
+
+
 @click.command("simulate")
 @click.option("--workload", "workload_spec", default="embedded", show_default=True, metavar="SPEC",
               help="embedded | synthetic | swim | swim:PATH | openb:PODS[,NODES] | FILE (.yaml/.json).")
@@ -76,7 +81,7 @@ def simulate(
     click.echo(f"workload: {workload.name}: {len(workload.nodes)} nodes, {len(workload.jobs)} jobs, "
                f"{workload.task_count} tasks; seed {seed}", err=True)
     try:
-        results, wall = run_all(workload, chosen, config=config, seed=seed)
+        results, wall = run_all(workload, chosen, config=config, seed=seed, on_done=_announce)
     except StowageError as exc:
         raise click.ClickException(str(exc)) from exc
     report = build_report(workload, results, shown=chosen, settings=settings, usage=usage, seed=seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from stowage.sim.engine import SimConfig, simulate
 from stowage.sim.metrics import RunResult
@@ -22,12 +22,13 @@ def run_all(
     config: SimConfig | None = None,
     seed: int = 0,
     progress: bool | None = None,
+    on_done: Callable[[str, RunResult, float], None] | None = None,
 ) -> tuple[dict[str, RunResult], dict[str, float]]:
     """Results per preset (plus ``drf`` and ``kube-default`` as references) and wall seconds per run.
 
     Every run starts from the same seed, so each preset sees the same random
     stream from the same state. ``progress``: a tqdm bar on stderr (default: only
-    when stderr is a terminal).
+    when stderr is a terminal). ``on_done(name, result, wall_s)`` after each run.
     """
     wanted = list(dict.fromkeys(policies))
     runs = wanted + [p for p in (RATIO_BASELINE, SLOWDOWN_REFERENCE) if p not in wanted]
@@ -48,6 +49,8 @@ def run_all(
                 workload, name, config=config, seed=seed, progress=bar.update if bar is not None else None
             )
             wall[name] = time.perf_counter() - start
+            if on_done is not None:
+                on_done(name, results[name], wall[name])
     finally:
         if bar is not None:
             bar.close()
