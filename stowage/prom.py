@@ -47,8 +47,9 @@ class NodeSamples:
     """Samples of the nodes of one request, lined up with its node order and resource axis.
 
     ``present`` (N,) False where Prometheus has no usage sample for the node; ``age_s`` (N,)
-    seconds since the oldest usage sample of the node (inf where absent); ``usage``,
-    ``capacity``, ``blocked`` (N,R) in base units (0 where absent); ``contention`` (N,R)
+    seconds since the oldest usage sample of the node (inf where absent); ``usage`` (N,R) in base
+    units, NaN where absent (unknown usage harvests nothing); ``capacity``, ``blocked`` (N,R)
+    (0 where absent); ``contention`` (N,R)
     True where the node monitor reports sustained contention.
     """
 
@@ -140,7 +141,7 @@ class UtilizationSnapshot:
         return NodeSamples(
             present=present,
             age_s=age,
-            usage=take(self.usage, 0.0),
+            usage=take(self.usage, np.nan),
             capacity=take(self.capacity, 0.0),
             blocked=take(self.blocked, 0.0),
             contention=take(self.contention, False),
@@ -219,6 +220,9 @@ class PrometheusReader:
             values[key] = max(values.get(key, value), value)  # duplicate scrapes: keep the larger
         shape = (len(nodes), len(resources))
         arrays = {name: np.zeros(shape) for name in _SERIES}
+        # A usage series that is absent (the monitor's first sample, a counter reset) is unknown, not 0:
+        # reading it as 0 would harvest that resource as if the node were idle.
+        arrays[METRICS.NODE_USAGE] = np.full(shape, np.nan)
         for (name, i, j), value in values.items():
             if name in arrays:
                 arrays[name][i, j] = value

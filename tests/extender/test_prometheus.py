@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from stowage.extender.app import create_app
@@ -83,7 +84,8 @@ def test_a_refresh_reads_every_series_with_its_sample_age(prometheus: str) -> No
     assert set(snapshot.index) == {"n1", "n2"}
     samples = snapshot.lookup(["n1", "n2", "n3"], ("cpu", "memory", "disk"), now_s=0.0)
     assert samples.present.tolist() == [True, True, False]
-    assert samples.usage.tolist() == [[2.0, 4 * GI, 0.0], [3.0, 5 * GI, 0.0], [0.0, 0.0, 0.0]]
+    # Usage nobody published (disk here, all of n3) is unknown, never 0: unknown harvests nothing.
+    np.testing.assert_array_equal(samples.usage, [[2.0, 4 * GI, np.nan], [3.0, 5 * GI, np.nan], [np.nan] * 3])
     assert samples.capacity[0].tolist() == [16.0, 16 * GI, 0.0]
     assert samples.blocked[0, 1] == 1 * GI
     assert samples.contention.tolist() == [[False, False, False], [False, True, False], [False, False, False]]
