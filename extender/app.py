@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from stowage.extender import filtering, preemption, scoring, snapshot, wire
 from stowage.extender.metrics import ExtenderMetrics
 from stowage.extender.pods import PodRequest, parse_pod
+from stowage.extender.tails import HarvestTails
 
 from stowage import __version__
 from stowage.config import StowageSettings
@@ -90,6 +91,9 @@ class _Extender:
         self.utilization = utilization
         self.metrics = metrics
         self.queue_weights = queue_weights
+        self.tails = HarvestTails()
+        self.entries = wire.HostEntries()
+        self.snapshots = snapshot.Snapshots(model, utilization, settings)
         self._last_pod: tuple[Mapping[str, Any], PodRequest] | None = None
         self._last_filter: tuple[str, float, list[str], snapshot.Snapshot, list[str], np.ndarray] | None = None
 
@@ -128,8 +132,8 @@ class _Extender:
             return wire.filter_result([], {}, {n: message for n in names}, node_items=[] if items is not None else None)
         if not pod.ours:
             return wire.filter_result(names, {}, {}, node_items=items)
-        snap = snapshot.take(self.model, self.utilization, self.settings, names, exclude_pod=pod.key)
-        outcome = filtering.filter_nodes(pod, snap)
+        snap = self.snapshots.take(names, exclude_pod=pod.key)
+        outcome = filtering.filter_nodes(pod, snap, self.tails)
         passed_names = [names[i] for i in outcome.passed.tolist()]
         self._last_filter = (pod.key, time.monotonic(), names, snap, passed_names, outcome.passed)
         for reason, count in outcome.reasons.items():
@@ -145,22 +149,21 @@ class _Extender:
             node_items=None if items is None else [items[i] for i in passed],
         )
 
-    def prioritize(self, raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def prioritize(self, raw: Mapping[str, Any]) -> bytes:
+        """The encoded ``[{"Host", "Score"}, ...]`` (:func:`wire.host_priorities_json`)."""
         names, _ = self.nodes_of(raw)
         try:
             pod = self.parse(raw["Pod"])
         except InvalidInput:
-            return wire.host_priorities(names, [0] * len(names))
+            return wire.host_priorities_json(names, [0] * len(names))
         if not pod.ours:
-            return wire.host_priorities(names, [0] * len(names))
-        snap = self._reuse_filter_snapshot(pod.key, names) or snapshot.take(
-            self.model, self.utilization, self.settings, names, exclude_pod=pod.key
-        )
+            return wire.host_priorities_json(names, [0] * len(names))
+        snap = self._reuse_filter_snapshot(pod.key, names) or self.snapshots.take(names, exclude_pod=pod.key)
         scores, best = scoring.score_nodes(pod, snap)
         if pod.opportunistic and best is not None:
             # Hold the slot until the binding shows up, so the next pod cannot take it too.
             self.model.assume(pod.key, names[best], pod.demand)
-        return wire.host_priorities(names, scores.tolist())
+        return self.entries.encode(names, snap.rows, scores, snap.index_version)
 
     def _reuse_filter_snapshot(self, key: str, names: list[str]) -> snapshot.Snapshot | snapshot.ScoringView | None:
         """kube-scheduler calls prioritize right after filter with the survivors: reuse filter's rows.
@@ -234,7 +237,7 @@ def create_app(
 
     def harvestable() -> tuple[list[str], tuple[str, ...], Any]:
         names = model.node_names()
-        snap = snapshot.take(model, utilization, settings, names)
+        snap = ext.snapshots.take(names)
         return names, snap.resources, snap.harvestable
 
     metrics = metrics or ExtenderMetrics(harvestable)
@@ -295,12 +298,12 @@ def create_app(
         start = time.perf_counter()
         raw = await request.json()
         try:
-            body: Any = ext.prioritize(raw)
+            body = ext.prioritize(raw)
         except Exception:  # zero scores: we simply contribute nothing
             log.exception("prioritize failed")
-            body = wire.host_priorities(*_zero_scores(raw))
+            body = _encode(wire.host_priorities(*_zero_scores(raw)))
         metrics.request_seconds.labels("prioritize").observe(time.perf_counter() - start)
-        return _json(body)
+        return Response(body, media_type="application/json")
 
     @app.post(
         "/preempt",

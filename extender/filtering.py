@@ -23,17 +23,20 @@ Everything is vectorised over the nodes; strings are built only for rejected nod
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from stowage.extender.messages import human, human_column
+from stowage.extender.messages import human, human_column, pointwise
 from stowage.extender.pods import PodRequest
 from stowage.extender.snapshot import Snapshot
+from stowage.extender.tails import ASSUMED, AVAILABLE, BLOCKED, CAPACITY, USED, HarvestTails
 
 from stowage.policy import alignment
 from stowage.resources import DISK, NETWORK
 
-__all__ = ["FilterOutcome", "filter_nodes"]
+__all__ = ["FilterOutcome", "filter_nodes", "pick"]
 
 
 @dataclass(slots=True)
@@ -65,29 +68,80 @@ def _bandwidth_columns(snap: Snapshot) -> list[int]:
     return [snap.resources.index(r) for r in (DISK, NETWORK) if r in snap.resources]
 
 
-def _harvest_messages(snap: Snapshot, rows: np.ndarray, demand: np.ndarray) -> list[str]:
-    """One message per row in ``rows``, formatted a column at a time (this is the filter's hot path)."""
+def _harvest_messages(snap: Snapshot, rows: np.ndarray, demand: np.ndarray, tails: HarvestTails | None) -> list[str]:
+    """One message per row in ``rows``, formatted a column at a time (this is the filter's hot path).
+
+    With ``tails``, each (node, resource) tail is reused while the node's numbers are
+    unchanged; the text is the same either way (tests compare the two paths).
+    """
     a_opp = snap.harvestable[rows]
     over = demand[None, :] > a_opp * (1.0 + alignment.FEASIBILITY_RTOL)
-    parts: list[list[str]] = [[] for _ in range(rows.size)]
-    for r in np.flatnonzero(over.any(axis=0)).tolist():
+    over_any = np.flatnonzero(over.any(axis=0)).tolist()
+    columns: dict[int, np.ndarray] = {}  # resource → (k,) object array: "<head><tail>" where over
+    for r in over_any:
         res = snap.resources[r]
         which = np.flatnonzero(over[:, r])
         sub = rows[which]
         head = f"{res} {human(float(demand[r]), res)} > harvestable "
         t_alloc = f"{snap.t_alloc[r]:.2f} × "
-        avail = human_column(a_opp[which, r], res)
-        cap = human_column(snap.capacity[sub, r], res, exact=True)
-        used = human_column(snap.usage[sub, r], res)
-        blocked = human_column(snap.samples.blocked[sub, r], res)
-        assumed_values = snap.assumed[sub, r]
-        assumed = human_column(assumed_values, res) if assumed_values.any() else None
-        for j, k in enumerate(which.tolist()):
-            text = f"{head}{avail[j]} ({t_alloc}{cap[j]} − used {used[j]} − blocked {blocked[j]}"
-            if assumed is not None and assumed[j] != "0":
-                text += f" − assumed {assumed[j]}"
-            parts[k].append(text + ")")
-    return ["opportunistic: " + "; ".join(p) for p in parts]
+        blocked = snap.samples.blocked[sub, r]
+        values = np.stack(
+            (a_opp[which, r], snap.capacity[sub, r], snap.usage[sub, r], blocked, snap.assumed[sub, r]), 1
+        )
+        model_rows = snap.view.rows
+        if tails is not None and model_rows is not None and _pointwise(values, res):
+            tail = tails.texts(res, model_rows[sub], values, t_alloc)
+        else:
+            tail = _tails_of_column(values, res, t_alloc)
+        column = np.empty(rows.size, dtype=object)
+        column[which] = list(map(head.__add__, tail))
+        columns[r] = column
+    # Rows grouped by which resources are over; each group's messages are joined without a Python loop per row.
+    messages = np.full(rows.size, "opportunistic: ", dtype=object)
+    pattern = over[:, over_any] @ (1 << np.arange(len(over_any), dtype=np.int64)) if len(over_any) < 63 else None
+    if pattern is None:  # more resources than bits: plain loop (never in practice)
+        for k in range(rows.size):
+            messages[k] += "; ".join(columns[r][k] for r in over_any if over[k, r])
+        return messages.tolist()
+    for code in np.unique(pattern).tolist():
+        group = np.flatnonzero(pattern == code)
+        texts = [columns[r][group].tolist() for bit, r in enumerate(over_any) if code >> bit & 1]
+        if not texts:
+            continue
+        joined = texts[0] if len(texts) == 1 else list(map("; ".join, zip(*texts, strict=True)))
+        messages[group] = list(map("opportunistic: ".__add__, joined))
+    return messages.tolist()
+
+
+def pick(items: Sequence[str], positions: np.ndarray) -> list[str]:
+    """``[items[i] for i in positions]`` without a Python loop per item."""
+    if positions.size == 0:
+        return []
+    if positions.size == 1:
+        return [items[int(positions[0])]]
+    return list(operator.itemgetter(*positions.tolist())(items))
+
+
+def _pointwise(values: np.ndarray, res: str) -> bool:
+    """Whether every number of the (k,5) column block formats on its own (see ``messages.pointwise``)."""
+    return all(pointwise(values[:, c], res, exact=c == CAPACITY) for c in range(values.shape[1]))
+
+
+def _tails_of_column(values: np.ndarray, res: str, t_alloc: str) -> list[str]:
+    """Tails formatted column by column with :func:`human_column` (its whole-column rules apply)."""
+    avail = human_column(values[:, AVAILABLE], res)
+    cap = human_column(values[:, CAPACITY], res, exact=True)
+    used = human_column(values[:, USED], res)
+    blocked = human_column(values[:, BLOCKED], res)
+    assumed_values = values[:, ASSUMED]
+    assumed = human_column(assumed_values, res) if assumed_values.any() else None
+    out = []
+    for j in range(values.shape[0]):
+        text = f"{avail[j]} ({t_alloc}{cap[j]} − used {used[j]} − blocked {blocked[j]}"
+        if assumed is not None and assumed[j] != "0":
+            text += f" − assumed {assumed[j]}"
+        out.append(text + ")")
+    return out
 
 
 def _utilization_message(snap: Snapshot, i: int) -> str:
@@ -126,8 +180,11 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
     return "; ".join(parts)
 
 
-def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
-    """Decide every node of the request; see the module docstring for the checks."""
+def filter_nodes(pod: PodRequest, snap: Snapshot, tails: HarvestTails | None = None) -> FilterOutcome:
+    """Decide every node of the request; see the module docstring for the checks.
+
+    ``tails``: the extender's message cache (None formats every message afresh; same text).
+    """
     n = len(snap.names)
     if not pod.ours:
         return FilterOutcome(passed=np.arange(n))
@@ -165,7 +222,7 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
     capacity_rows = np.flatnonzero(reason == _CAPACITY)
     if capacity_rows.size:
         out.failed.update(
-            zip([names[i] for i in capacity_rows.tolist()], _harvest_messages(snap, capacity_rows, demand), strict=True)
+            zip(pick(names, capacity_rows), _harvest_messages(snap, capacity_rows, demand, tails), strict=True)
         )
     for i in np.flatnonzero((reason != 0) & (reason != _CAPACITY)).tolist():
         code, name = reason[i], names[i]

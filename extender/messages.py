@@ -14,7 +14,7 @@ import numpy as np
 
 from stowage.resources import CPU, DISK, MEMORY, NETWORK
 
-__all__ = ["REASONS", "human", "human_column"]
+__all__ = ["REASONS", "human", "human_column", "human_points", "pointwise"]
 
 #: reason key → what it means (documented in docs/extender.md).
 REASONS: dict[str, str] = {
@@ -68,6 +68,26 @@ def human_column(values: np.ndarray, resource: str, *, exact: bool = False) -> l
     if values.size > 1 and values.min() == values.max():
         # one node type, or all zero (blocked, assumed): format once
         return [human(float(values[0]), resource, exact=exact)] * values.size
+    return human_points(values, resource, exact=exact)
+
+
+def pointwise(values: np.ndarray, resource: str, *, exact: bool = False) -> bool:
+    """True when :func:`human_column` formats each value on its own (as :func:`human_points` does).
+
+    Two cases depend on the whole column: cores when some value is not finite (every value
+    then reads as :func:`human`), and a column of one repeated value (read once with
+    :func:`human`, which may differ from the column style, e.g. ``5`` against ``5.0`` cores).
+    A cache of per-value strings is valid only for pointwise columns.
+    """
+    if resource == CPU and not np.isfinite(values).all():
+        return False
+    if values.size > 1 and values.min() == values.max():
+        return human(float(values[0]), resource, exact=exact) == human_points(values[:1], resource, exact=exact)[0]
+    return True
+
+
+def human_points(values: np.ndarray, resource: str, *, exact: bool = False) -> list[str]:
+    """:func:`human_column` without the one-repeated-value shortcut: equal values always read alike."""
     if resource == CPU and np.isfinite(values).all():
         # cores with one decimal; declared whole cores without (the filter's hot path: no per-value branching)
         if exact:

@@ -11,27 +11,90 @@ Availability per class (DESIGN.md "The policy"):
 
 ``C`` is the node's Kubernetes capacity (disk/network from its bandwidth annotations);
 where the node declares none, the node monitor's measured capacity stands in.
+
+Most of this changes only when the model or the utilization snapshot does, so
+:class:`Snapshots` keeps a :class:`StateTable` of every node's rows, rebuilt when the
+model's ``version`` or the utilization snapshot changes, and a request only gathers
+its rows from it. ``A_opp`` is computed per table with ``S = 0``; each request then
+recomputes, with the policy function, only the rows where its assumed set ``S`` is
+non-zero (a few: pods bound or placed in the last ``ramp_up_s``). Freshness moves
+with the clock, so the table's fresh mask is recomputed per request and ``U``/``A_opp``
+are rebuilt when it changes.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Sequence
 from functools import cached_property
 
 import numpy as np
 
 from stowage.config import StowageSettings
-from stowage.kube.cluster import ClusterModel, NodeView
+from stowage.kube.cluster import ClusterModel, ModelTable, NodeView
 from stowage.policy import harvest
-from stowage.prom import NodeSamples, Utilization
+from stowage.prom import NodeSamples, Utilization, UtilizationSnapshot
 
-__all__ = ["ScoringView", "Snapshot", "take"]
+__all__ = ["ScoringView", "Snapshot", "Snapshots", "StateTable", "take"]
+
+
+class StateTable:
+    """Every node's rows for one model ``version`` and one utilization snapshot (row = model row).
+
+    The last row is the sentinel for names the model does not know: zero, harvest
+    disabled, no samples.
+    """
+
+    def __init__(self, table: ModelTable, current: UtilizationSnapshot, settings: StowageSettings) -> None:
+        self.model = table
+        self.current = current
+        self.resources = table.resources
+        self.stale_after_s = settings.harvest.utilization_stale_after_s
+        # ages as of the fetch; a request adds the time since (UtilizationSnapshot.lookup_rows)
+        self.samples = current.lookup_rows(table.joined, table.resources, current.fetched_at_s)
+        self.t_alloc = settings.harvest.t_alloc.array(table.resources)
+        self.capacity = np.where(table.capacity > 0, table.capacity, self.samples.capacity)
+        self.regular_available = harvest.regular_available(table.allocatable, table.regular_requests)
+        self.bandwidth_allocated = table.regular_requests + table.opportunistic_demand
+        self._fresh: np.ndarray | None = None
+        self.usage = np.zeros(0)
+        self.harvestable_unassumed = np.zeros(0)
+        self._lock = threading.Lock()
+
+    def fresh_after(self, elapsed_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(fresh, U, A_opp with S = 0)`` for all rows, ``elapsed_s`` after the fetch.
+
+        ``U`` and ``A_opp`` are recomputed only when the fresh mask changed since the last call.
+        """
+        if self.samples.error is not None:
+            fresh = np.zeros(self.samples.present.shape[0], dtype=bool)
+        else:
+            fresh = self.samples.present & (self.samples.age_s + elapsed_s <= self.stale_after_s)
+        with self._lock:
+            if self._fresh is None or not np.array_equal(fresh, self._fresh):
+                usage = np.where(fresh[:, None], self.samples.usage, np.nan)
+                a_opp = harvest.harvestable(
+                    self.capacity, usage, self.samples.blocked, np.zeros_like(usage), self.t_alloc
+                )
+                a_opp[~self.model.harvest_enabled] = 0.0
+                self._fresh, self.usage, self.harvestable_unassumed = fresh, usage, a_opp
+            return self._fresh, self.usage, self.harvestable_unassumed
 
 
 class Snapshot:
     """Arrays (N,R) for the N nodes of a request, in its order; availabilities computed on first use."""
 
-    def __init__(self, view: NodeView, samples: NodeSamples, settings: StowageSettings, now_s: float) -> None:
+    def __init__(
+        self,
+        view: NodeView,
+        samples: NodeSamples,
+        settings: StowageSettings,
+        now_s: float,
+        table: StateTable,
+        positions: np.ndarray,
+        elapsed_s: float,
+    ) -> None:
         self.view = view
         self.samples = samples
         self.settings = settings
@@ -39,10 +102,25 @@ class Snapshot:
         self.names = view.names
         self.resources = view.resources
         self.stale_after_s = settings.harvest.utilization_stale_after_s
+        self.t_alloc = table.t_alloc
+        self._table = table
+        self._positions = positions  # (N,) rows of ``table`` (its sentinel for unknown names)
+        self._state = table.fresh_after(elapsed_s)
 
     def subset(self, positions: np.ndarray, names: Sequence[str]) -> ScoringView:
         """The rows at ``positions``, indexed lazily: prioritize reuses filter's snapshot this way."""
         return ScoringView(self, positions, names)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """(N,) the model row of each node (−1: unknown)."""
+        assert self.view.rows is not None
+        return self.view.rows
+
+    @property
+    def index_version(self) -> int:
+        """The model's node-index version the rows belong to."""
+        return self._table.model.index_version
 
     @cached_property
     def declared_capacity(self) -> np.ndarray:
@@ -52,9 +130,7 @@ class Snapshot:
     @cached_property
     def fresh(self) -> np.ndarray:
         """(N,) True where the node has utilization samples younger than the staleness limit."""
-        if self.samples.error is not None:
-            return np.zeros(len(self.names), dtype=bool)
-        return self.samples.present & (self.samples.age_s <= self.stale_after_s)
+        return self._state[0][self._positions]
 
     @cached_property
     def contended(self) -> np.ndarray:
@@ -64,16 +140,12 @@ class Snapshot:
     @cached_property
     def capacity(self) -> np.ndarray:
         """``C``: Kubernetes capacity, or measured capacity where Kubernetes declares none."""
-        return np.where(self.view.capacity > 0, self.view.capacity, self.samples.capacity)
-
-    @cached_property
-    def t_alloc(self) -> np.ndarray:
-        return self.settings.harvest.t_alloc.array(self.resources)
+        return self._table.capacity[self._positions]
 
     @cached_property
     def usage(self) -> np.ndarray:
         """``U`` with NaN on nodes without fresh samples (policy: NaN usage harvests nothing)."""
-        return np.where(self.fresh[:, None], self.samples.usage, np.nan)
+        return self._state[1][self._positions]
 
     @cached_property
     def assumed(self) -> np.ndarray:
@@ -89,20 +161,30 @@ class Snapshot:
 
     @cached_property
     def harvestable(self) -> np.ndarray:
-        """``A_opp`` (N,R); zero on nodes labelled ``stowage.io/harvest: "false"``."""
-        a_opp = harvest.harvestable(self.capacity, self.usage, self.samples.blocked, self.assumed, self.t_alloc)
-        a_opp[~self.view.harvest_enabled] = 0.0
+        """``A_opp`` (N,R); zero on nodes labelled ``stowage.io/harvest: "false"``.
+
+        The table's ``A_opp`` with ``S = 0``, except on the rows where ``S`` is non-zero,
+        which :func:`policy.harvest.harvestable` computes again with it.
+        """
+        a_opp = self._state[2][self._positions]
+        assumed = self.assumed
+        rows = np.flatnonzero(assumed.any(axis=1))
+        if rows.size:
+            a_opp[rows] = harvest.harvestable(
+                self.capacity[rows], self.usage[rows], self.samples.blocked[rows], assumed[rows], self.t_alloc
+            )
+            a_opp[rows[~self.view.harvest_enabled[rows]]] = 0.0
         return a_opp
 
     @cached_property
     def regular_available(self) -> np.ndarray:
         """``A_reg`` (N,R)."""
-        return harvest.regular_available(self.view.allocatable, self.view.regular_requests)
+        return self._table.regular_available[self._positions]
 
     @cached_property
     def bandwidth_allocated(self) -> np.ndarray:
         """(N,R) what all pods on the node declared (only disk/network columns are meaningful)."""
-        return self.view.regular_requests + self.view.opportunistic_demand
+        return self._table.bandwidth_allocated[self._positions]
 
 
 class ScoringView:
@@ -114,6 +196,14 @@ class ScoringView:
         self.names = names
         self.resources = parent.resources
         self.settings = parent.settings
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        return self._parent.rows[self._positions]
+
+    @property
+    def index_version(self) -> int:
+        return self._parent.index_version
 
     @cached_property
     def capacity(self) -> np.ndarray:
@@ -136,6 +226,75 @@ class ScoringView:
         return self._parent.bandwidth_allocated[self._positions]
 
 
+class Snapshots:
+    """Request snapshots over one model and utilization feed, sharing a :class:`StateTable` between requests.
+
+    The table is rebuilt when the model's ``version`` or the utilization snapshot object
+    changes; the rows of a request's name list are remembered for the next equal list
+    (kube-scheduler sends the same node names pod after pod).
+    """
+
+    def __init__(self, model: ClusterModel, utilization: Utilization, settings: StowageSettings) -> None:
+        self.model = model
+        self.utilization = utilization
+        self.settings = settings
+        self._table: StateTable | None = None
+        self._names: tuple[int, Sequence[str], np.ndarray, np.ndarray] | None = None
+        self._lock = threading.Lock()
+
+    def table(self) -> StateTable:
+        """The current table, rebuilt if the model or the utilization snapshot moved on."""
+        current = self.utilization.current
+        with self._lock:
+            table = self._table
+            if table is None or table.current is not current or table.model.version != self.model.version:
+                table = self._table = StateTable(self.model.table((current, current.index)), current, self.settings)
+            return table
+
+    def _rows(self, table: StateTable, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(model rows with −1 for unknown names, table rows with the sentinel for them)."""
+        cached = self._names
+        version = table.model.index_version
+        if cached is not None and cached[0] == version and (cached[1] is names or cached[1] == names):
+            return cached[2], cached[3]
+        index = table.model.index
+        rows = np.fromiter(map(index.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
+        positions = np.where(rows >= 0, rows, table.model.sentinel)
+        self._names = (version, list(names), rows, positions)
+        return rows, positions
+
+    def take(self, names: Sequence[str], *, exclude_pod: str | None = None) -> Snapshot:
+        """Copy what the request needs out of the table, the recent pods and the clock."""
+        table = self.table()
+        rows, positions = self._rows(table, names)
+        m = table.model
+        view = NodeView(
+            names=names,
+            resources=table.resources,
+            known=rows >= 0,
+            capacity=m.capacity[positions],
+            allocatable=m.allocatable[positions],
+            regular_requests=m.regular_requests[positions],
+            opportunistic_demand=m.opportunistic_demand[positions],
+            harvest_enabled=m.harvest_enabled[positions],
+            recent=self.model.recent_for(rows, exclude_pod=exclude_pod),
+            joined=m.joined[positions],
+            rows=rows,
+        )
+        elapsed = max(0.0, self.utilization.clock() - table.current.fetched_at_s)
+        s = table.samples
+        samples = NodeSamples(
+            present=s.present[positions],
+            age_s=s.age_s[positions] + elapsed,
+            usage=s.usage[positions],
+            capacity=s.capacity[positions],
+            blocked=s.blocked[positions],
+            contention=s.contention[positions],
+            error=s.error,
+        )
+        return Snapshot(view, samples, self.settings, self.model.now(), table, positions, elapsed)
+
+
 def take(
     model: ClusterModel,
     utilization: Utilization,
@@ -144,9 +303,5 @@ def take(
     *,
     exclude_pod: str | None = None,
 ) -> Snapshot:
-    """Copy what the request needs out of the model and the latest utilization snapshot."""
-    current = utilization.current
-    view = model.view(names, exclude_pod=exclude_pod, join=(current, current.index))
-    assert view.joined is not None
-    samples = current.lookup_rows(view.joined, view.resources, utilization.clock())
-    return Snapshot(view, samples, settings, model.now())
+    """One snapshot without a shared table (built for this call): for occasional readers."""
+    return Snapshots(model, utilization, settings).take(names, exclude_pod=exclude_pod)

@@ -12,8 +12,14 @@ orjson encodes exactly as Go would have.
 
 from __future__ import annotations
 
+import json
+import operator
+import threading
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
@@ -21,6 +27,7 @@ __all__ = [
     "ExtenderFilterResult",
     "ExtenderPreemptionArgs",
     "ExtenderPreemptionResult",
+    "HostEntries",
     "HostPriority",
     "MetaPod",
     "MetaVictims",
@@ -34,6 +41,7 @@ __all__ = [
     "error_filter_result",
     "filter_result",
     "host_priorities",
+    "host_priorities_json",
     "preemption_result",
 ]
 
@@ -205,6 +213,70 @@ def host_priorities(names: list[str], scores: list[int]) -> list[dict[str, Any]]
     """The prioritize response: a bare array of ``{"Host", "Score"}``."""
     # scores arrive as Python ints (ndarray.tolist()); no per-entry conversion on this hot path
     return [{"Host": n, "Score": s} for n, s in zip(names, scores)]  # noqa: B905 - equal by construction
+
+
+#: ``{"Host":"<name>","Score":`` per node name, JSON-escaped once; cleared when it outgrows any cluster.
+_HOST_PREFIX: dict[str, str] = {}
+_HOST_PREFIX_LIMIT = 200_000
+_SCORE_SUFFIX = tuple(f"{s}}}" for s in range(11))
+
+
+def _host_prefix(name: str) -> str:
+    try:
+        quoted = orjson.dumps(name).decode()
+    except TypeError:  # a lone UTF-16 surrogate: only the stdlib can escape it
+        quoted = json.dumps(name, ensure_ascii=True)
+    if len(_HOST_PREFIX) >= _HOST_PREFIX_LIMIT:
+        _HOST_PREFIX.clear()
+    prefix = _HOST_PREFIX[name] = f'{{"Host":{quoted},"Score":'
+    return prefix
+
+
+def host_priorities_json(names: Sequence[str], scores: Sequence[int]) -> bytes:
+    """:func:`host_priorities` already encoded: the same bytes orjson would write, without a dict per node.
+
+    Each node name's JSON prefix is escaped once and kept; scores must be 0..10 (else orjson is used).
+    """
+    if len(names) != len(scores) or any(s < 0 or s > 10 for s in (min(scores, default=0), max(scores, default=0))):
+        return orjson.dumps(host_priorities(list(names), list(scores)))
+    try:
+        prefixes = list(map(_HOST_PREFIX.__getitem__, names))
+    except KeyError:  # names not seen yet: escape those once
+        prefixes = [_HOST_PREFIX.get(n) or _host_prefix(n) for n in names]
+    entries = map(operator.add, prefixes, map(_SCORE_SUFFIX.__getitem__, scores))
+    return ("[" + ",".join(entries) + "]").encode()
+
+
+class HostEntries:
+    """Encoded ``{"Host":"<name>","Score":s}`` for every model row and score 0..10, built once per name.
+
+    A prioritize answer is then a gather and a join (:meth:`encode`), with no Python work
+    per node. Rows belong to one node-index version of the cluster model: a new version
+    (nodes added or removed, rows reused) starts the table afresh.
+    """
+
+    def __init__(self) -> None:
+        self._version: int | None = None
+        self._table = np.empty((0, 11), dtype=object)
+        self._lock = threading.Lock()
+
+    def encode(self, names: Sequence[str], rows: np.ndarray, scores: np.ndarray, version: int) -> bytes:
+        """The body for ``names`` at model ``rows`` (−1: unknown) with int ``scores``; same bytes as orjson."""
+        if rows.size == 0 or rows.min() < 0 or scores.min() < 0 or scores.max() > 10:
+            return host_priorities_json(names, scores.tolist())
+        with self._lock:
+            if version != self._version:
+                self._version, self._table = version, np.empty((0, 11), dtype=object)
+            table = self._table
+            if table.shape[0] <= rows.max():
+                grown = np.empty((max(int(rows.max()) + 1, 2 * table.shape[0]), 11), dtype=object)
+                grown[: table.shape[0]] = table
+                table = self._table = grown
+            new = np.flatnonzero(np.equal(table[rows, 0], None))
+            for k in new.tolist():
+                prefix = _HOST_PREFIX.get(names[k]) or _host_prefix(names[k])
+                table[rows[k]] = [f"{prefix}{s}}}" for s in range(11)]
+            return ("[" + ",".join(table[rows, scores].tolist()) + "]").encode()
 
 
 def preemption_result(victims: dict[str, tuple[list[str], int]]) -> dict[str, Any]:

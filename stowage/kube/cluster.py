@@ -28,7 +28,7 @@ from stowage.kube.recent import RecentSlots
 from stowage.kube.records import NodeRecord, PodRecord, node_record, pod_key, pod_record
 from stowage.resources import CORE_RESOURCES, ResourceVector
 
-__all__ = ["ClusterModel", "NodeView", "RecentPods"]
+__all__ = ["ClusterModel", "ModelTable", "NodeView", "RecentPods"]
 
 _INITIAL_ROWS = 64
 
@@ -63,6 +63,31 @@ class NodeView:
     harvest_enabled: np.ndarray  # (N,) bool
     recent: RecentPods
     joined: np.ndarray | None = None  # (N,) row of each node in the index passed as ``join`` (−1: absent)
+    rows: np.ndarray | None = None  # (N,) the model's row of each node (−1: unknown); keys adapter caches
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTable:
+    """A copy of every node row at one model ``version``, plus a last all-zero row for unknown names.
+
+    Row ``i`` is the model's row ``i`` (``index`` maps names to it); row ``sentinel`` is zero,
+    harvest disabled and unjoined, so a request's rows can be gathered without masking.
+    """
+
+    version: int
+    index_version: int
+    index: Mapping[str, int]
+    resources: tuple[str, ...]
+    capacity: np.ndarray  # (M+1,R)
+    allocatable: np.ndarray  # (M+1,R)
+    regular_requests: np.ndarray  # (M+1,R)
+    opportunistic_demand: np.ndarray  # (M+1,R)
+    harvest_enabled: np.ndarray  # (M+1,)
+    joined: np.ndarray  # (M+1,) row in the joined index (−1: absent)
+
+    @property
+    def sentinel(self) -> int:
+        return self.harvest_enabled.shape[0] - 1
 
 
 class ClusterModel:
@@ -89,6 +114,7 @@ class ClusterModel:
         self._recent = RecentSlots(len(self._resources))
         self._join_cache: tuple[object, int, np.ndarray] | None = None
         self.index_version = 0  # bumped whenever a node row is added or freed
+        self.version = 0  # bumped on every node or pod change (not on assume: recent pods are read per request)
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
 
@@ -109,6 +135,7 @@ class ClusterModel:
             self._col[name] = len(self._resources)
             self._resources.append(name)
         self._recent.widen(len(self._resources))
+        self.version += 1
         pad = ((0, 0), (0, len(new)))
         self._capacity, self._allocatable, self._regular, self._opportunistic = (np.pad(a, pad) for a in self._arrays())
 
@@ -171,6 +198,7 @@ class ClusterModel:
                 self._drop_node(name)
             for record in records:
                 self._put_node(record)
+            self.version += 1
         self.nodes_synced.set()
 
     def apply_node_event(self, event_type: str, node: Mapping[str, Any]) -> None:
@@ -181,6 +209,7 @@ class ClusterModel:
                 self._drop_node(record.name)
             else:
                 self._put_node(record)
+            self.version += 1
 
     # --- pods ----------------------------------------------------------------------------------
 
@@ -238,6 +267,7 @@ class ClusterModel:
                 self._remove_pod(key)
             for pod in items:
                 self._put_pod(pod, now)
+            self.version += 1
         self.pods_synced.set()
 
     def apply_pod_event(self, event_type: str, pod: Mapping[str, Any]) -> None:
@@ -250,6 +280,7 @@ class ClusterModel:
                 self._recent.remove(key)
             else:
                 self._put_pod(pod, now)
+            self.version += 1
 
     def assume(self, key: str, node: str, demand: ResourceVector) -> None:
         """Count ``demand`` on ``node`` now, before the binding is seen (replaced when it is).
@@ -332,6 +363,37 @@ class ClusterModel:
             self._join_cache = cached = (owner, self.index_version, table)
         return np.where(known, cached[2][np.where(known, rows, 0)], -1)
 
+    def table(self, join: tuple[object, Mapping[str, int]]) -> ModelTable:
+        """Every row (copies) at the current ``version``, joined to another name index (see :meth:`view`)."""
+        with self._lock:
+            m = self._rows
+
+            def copy(a: np.ndarray) -> np.ndarray:
+                out = np.zeros((m + 1, *a.shape[1:]), dtype=a.dtype)
+                out[:m] = a[:m]
+                return out
+
+            everything = np.arange(m, dtype=np.int64)
+            joined = np.full(m + 1, -1, dtype=np.int64)
+            joined[:m] = self._joined(everything, np.ones(m, dtype=bool), join)
+            return ModelTable(
+                version=self.version,
+                index_version=self.index_version,
+                index=dict(self._index),
+                resources=tuple(self._resources),
+                capacity=copy(self._capacity),
+                allocatable=copy(self._allocatable),
+                regular_requests=copy(self._regular),
+                opportunistic_demand=copy(self._opportunistic),
+                harvest_enabled=copy(self._harvest),
+                joined=joined,
+            )
+
+    def recent_for(self, rows: np.ndarray, *, exclude_pod: str | None = None) -> RecentPods:
+        """Recent pods on the model ``rows`` of a request (−1: unknown), positions in request order."""
+        with self._lock:
+            return self._recent_for(rows, exclude_pod)
+
     def view(
         self,
         names: Sequence[str],
@@ -366,6 +428,7 @@ class ClusterModel:
                 harvest_enabled=take(self._harvest),
                 recent=self._recent_for(rows, exclude_pod),
                 joined=None if join is None else self._joined(rows, known, join),
+                rows=rows,
             )
 
     def totals(self) -> tuple[tuple[str, ...], np.ndarray]:
