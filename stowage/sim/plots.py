@@ -91,7 +91,7 @@ def write_plots(results: Mapping[str, RunResult], folder: str | Path) -> list[Pa
         ax.axis("off")
     axes.flat[0].legend(fontsize=7, loc="upper right")
     fig.supxlabel("time (h)")
-    fig.supylabel("dominant share")
+    fig.supylabel("dominant share (above 1: bandwidth over-allocated)")
     fig.suptitle("Queue shares over time")
     fig.tight_layout()
     written.append(out / "queue_shares.png")
