@@ -69,7 +69,7 @@ class Monitor:
         if sim.preset.harvesting:
             self._contention()
         sim.update_rates()
-        if sim.preset.harvesting and sim.g_ready.any():
+        if sim.preset.harvesting and (sim.g_ready & (sim.g_pending > 0)).any():
             sim._changed = True  # harvestable capacity moved: try the waiting tasks again
 
     def _oom(self, use: np.ndarray) -> None:
@@ -112,6 +112,11 @@ class Monitor:
         use = None
         for n in np.flatnonzero(~quiet & (over.any(axis=1) | self.active | self.counts.any(axis=1))):
             state = self.states[n]
+            if (not over[n].any() and not self.counts[n].any() and state.last_relief_s is not None
+                    and sim.now - state.last_relief_s <= state.block_time_s):
+                # Inside PRESERVE's block window with no contention: step would change nothing
+                # (it only decays B once now − last_relief > BT; contention module docstring).
+                continue
             if not np.array_equal(state.over_counts, self.counts[n]):
                 state = replace(state, over_counts=self.counts[n].copy())
             state, decision = contention.step(
