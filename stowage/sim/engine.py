@@ -99,6 +99,7 @@ class Simulation:
         self._buffer: list[tuple[int, int, int, bool]] = []
         self.log: list[tuple[float, str, str, str, bool]] | None = [] if config.trace else None
         self._use_key: tuple[float, int] | None = None
+        self._rates_key: tuple[float, int] | None = None
         self._use = np.zeros((0, len(self.resources)))
         self._changed = True
         self.regular_changed = True  # regular capacity freed or new work since the last pass
@@ -339,6 +340,10 @@ class Simulation:
         run = self.running
         if not len(run):
             return
+        key = (self.now, run.version)
+        if key == self._rates_key:
+            return  # same tasks, same usage: same rates
+        self._rates_key = key
         if not self.overload_possible():
             run.rate = np.ones(len(run))
             return
