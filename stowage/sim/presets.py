@@ -302,6 +302,19 @@ class PackingPreset(Preset):
 
     # --- ordering ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def _bandwidth_capped(sim: Simulation, avail: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Declared bandwidth counts for every pod, regular or opportunistic (the extender's filter).
+
+        Opportunistic pods keep their disk/network annotations (only cpu and memory requests
+        are zeroed), so on those columns what is left is capacity − every pod's declared demand.
+        """
+        c = sim.cluster
+        bw = sim.io_resources
+        out = avail.copy()
+        out[:, bw] = np.minimum(out[:, bw], np.maximum(c.cap[:, bw] - c.reg_alloc[:, bw] - c.opp_alloc[:, bw], 0.0))
+        return out
+
     def _job_work(self, sim: Simulation) -> NDArray[np.float64]:
         left = (sim.g_pending + sim.g_running).astype(np.float64)
         return remaining_work.remaining_work(sim.g_dur * left, sim.g_demand, sim.g_job, sim.n_jobs, self.mean_cap)
@@ -348,13 +361,13 @@ class PackingPreset(Preset):
         work = _Lazy(lambda: self._job_work(sim))
         if sim.regular_changed:  # after a bare monitor tick the regular room is unchanged
             regular = ready[sim.j_opp[sim.g_job[ready]] != _OPP_TRUE] if self.harvesting else ready
-            self._pack(sim, regular, sim.regular_free(), work, opp=False)
+            self._pack(sim, regular, self._bandwidth_capped(sim, sim.regular_free()), work, opp=False)
         if self.harvesting:
             ready = sim.ready_groups()
             ready = ready[self._opp_eligible(sim, ready)]
             if not ready.size:
                 return
-            avail = self._harvestable(sim)
+            avail = self._bandwidth_capped(sim, self._harvestable(sim))
             # Only groups that fit some node's harvestable room need the classifier's opinion.
             ready = ready[alignment.feasible(sim.g_demand[ready], avail).any(axis=1)]
             if self.classifier is not None and ready.size:

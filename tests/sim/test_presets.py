@@ -239,3 +239,17 @@ def test_stowage_serves_jobs_of_a_queue_in_its_job_order(order: JobOrder, short_
 def test_unknown_preset_names_the_choices() -> None:
     with pytest.raises(ValueError, match="kube-default"):
         presets.make("fair")
+
+
+def test_stowage_counts_the_declared_bandwidth_of_opportunistic_pods() -> None:
+    # The extender's bandwidth filter sums every pod's declared disk/network (opportunistic pods
+    # keep their annotations). A regular task needing 60 of the node's 100 disk waits while an
+    # opportunistic one holds 60; it does not land beside it and slow both down.
+    from stowage.labels import Opportunistic
+
+    wl = workload(nodes(1, cpu=8.0, memory=16.0, disk=100.0), [
+        job("opp", 0, group("g", 1, 10.0, cpu=1.0, disk=60.0, usage=0.5), opportunistic=Opportunistic.TRUE),
+        job("reg", 1, group("g", 1, 10.0, cpu=1.0, disk=60.0)),
+    ])
+    log = placements(wl, "stowage")
+    assert [(t, j, opp) for t, j, _, _, opp in log] == [(0.0, "opp", True), (10.0, "reg", False)]
