@@ -79,7 +79,9 @@ def pointwise(values: np.ndarray, resource: str, *, exact: bool = False) -> bool
     :func:`human`, which may differ from the column style, e.g. ``5`` against ``5.0`` cores).
     A cache of per-value strings is valid only for pointwise columns.
     """
-    if resource == CPU and not np.isfinite(values).all():
+    if resource != CPU:
+        return True  # bytes and counts: human() and the column read every value alike
+    if not np.isfinite(values).all():
         return False
     if values.size > 1 and values.min() == values.max():
         return human(float(values[0]), resource, exact=exact) == human_points(values[:1], resource, exact=exact)[0]

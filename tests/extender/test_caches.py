@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from stowage.extender import filtering, snapshot, wire
+from stowage.extender import filtering, messages, snapshot, wire
 from stowage.extender.app import create_app
 from stowage.extender.pods import parse_pod
 
@@ -280,3 +280,25 @@ def test_cached_messages_keep_the_column_formatters_whole_column_rules(
         body = ext.filter({"Pod": pod_json, "Nodes": None, "NodeNames": list(names)})
         assert uncached.failed, "the case must reject somewhere to test anything"
         assert body["FailedNodes"] == uncached.failed
+
+
+_amounts = st.one_of(st.floats(min_value=0, max_value=2.0**45), st.sampled_from([float("nan"), float("inf")]))
+
+
+@given(
+    values=st.lists(st.one_of(_amounts, st.sampled_from([0.0, 5.0, 1.25, 2.0**30, 16 * 2.0**30])), min_size=1),
+    resource=st.sampled_from(["cpu", "memory", "disk", "network", "example.com/gpu"]),
+    exact=st.booleans(),
+)
+@example(values=[5.0, 5.0], resource="cpu", exact=False)  # human() reads 5, the column 5.0
+@example(values=[float("nan"), 13.0], resource="cpu", exact=False)
+def test_a_column_the_cache_calls_pointwise_formats_each_value_on_its_own(
+    values: list[float], resource: str, exact: bool
+) -> None:
+    column = np.array(values)
+    if messages.pointwise(column, resource, exact=exact):
+        points = messages.human_points(column, resource, exact=exact)
+        assert messages.human_column(column, resource, exact=exact) == points
+        # and each value alone reads the same: a tail cached from one request fits any other
+        alone = [messages.human_points(column[i : i + 1], resource, exact=exact)[0] for i in range(column.size)]
+        assert points == alone
