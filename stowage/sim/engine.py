@@ -31,6 +31,7 @@ from stowage.resources import CORE_RESOURCES, DISK, NETWORK
 from stowage.sim import monitor
 from stowage.sim.cluster import Cluster, Running
 from stowage.sim.metrics import Recorder, RunResult
+from stowage.sim.presets import OPP_AUTO, OPP_FALSE, OPP_TRUE
 from stowage.sim.usage import UsageModel
 from stowage.sim.workload import Workload
 
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["InvariantViolation", "SimConfig", "Simulation", "resource_axis", "simulate"]
 
 _EPS_WORK = 1e-7  # seconds of work below which a task counts as finished (float noise)
-OPP_FALSE, OPP_AUTO, OPP_TRUE = 0, 1, 2
 _OPP_CODE = {Opportunistic.FALSE: OPP_FALSE, Opportunistic.AUTO: OPP_AUTO, Opportunistic.TRUE: OPP_TRUE}
 
 

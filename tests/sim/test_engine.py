@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from stowage.errors import WorkloadError
 from stowage.labels import Opportunistic
-from stowage.sim import presets
+from stowage.sim import baselines
 from stowage.sim.cluster import Cluster
 from stowage.sim.engine import InvariantViolation, SimConfig, Simulation, simulate
 from stowage.sim.presets import PRESETS
@@ -41,7 +41,7 @@ def test_harvesting_presets_evict_under_contention_and_lose_nothing(preset: str)
 
 
 def test_checking_mode_catches_a_scheduler_that_overfills_a_node() -> None:
-    class Overfill(presets.KubePreset):
+    class Overfill(baselines.KubePreset):
         def schedule(self, sim: Simulation) -> None:
             for g in sim.ready_groups():
                 while sim.g_pending[g] > 0:

@@ -7,7 +7,7 @@ import pytest
 
 from stowage.model import JobOrder
 from stowage.policy import alignment
-from stowage.sim import presets, scoring
+from stowage.sim import baselines, presets, scoring
 from stowage.sim.engine import SimConfig, Simulation, simulate
 from stowage.sim.workload import QueueSpec
 from tests.sim.kit import FLAT, group, job, nodes, workload
@@ -113,7 +113,7 @@ def test_binpack_stacks_onto_the_fuller_node() -> None:
     assert node_of(log, "first") == node_of(log, "second")
 
 
-def _load_aware_sim() -> tuple[Simulation, presets.KubePreset]:
+def _load_aware_sim() -> tuple[Simulation, baselines.KubePreset]:
     # node n0 runs a 2-core task at full use; n1 a 1-core task using 20 %.
     wl = workload(nodes(2, cpu=10.0, memory=64.0), [
         job("busy", 0, group("g", 1, 1000.0, cpu=2.0, usage=1.0)),
@@ -128,7 +128,7 @@ def _load_aware_sim() -> tuple[Simulation, presets.KubePreset]:
     sim.place(1, 1, opp=False)
     sim._flush()
     sim.now = 100.0  # both bound long ago: only measured usage counts for them
-    assert isinstance(preset, presets.KubePreset)
+    assert isinstance(preset, baselines.KubePreset)
     return sim, preset
 
 
