@@ -84,13 +84,12 @@ def _harvest_messages(snap: Snapshot, rows: np.ndarray, demand: np.ndarray, tail
         sub = rows[which]
         head = f"{res} {human(float(demand[r]), res)} > harvestable "
         t_alloc = f"{snap.t_alloc[r]:.2f} × "
-        blocked = snap.samples.blocked[sub, r]
+        blocked = snap.blocked[sub, r]
         values = np.stack(
             (a_opp[which, r], snap.capacity[sub, r], snap.usage[sub, r], blocked, snap.assumed[sub, r]), 1
         )
-        model_rows = snap.view.rows
-        if tails is not None and model_rows is not None and _pointwise(values, res):
-            tail = tails.texts(res, model_rows[sub], values, t_alloc)
+        if tails is not None and _pointwise(values, res):
+            tail = tails.texts(res, snap.rows[sub], values, t_alloc)
         else:
             tail = _tails_of_column(values, res, t_alloc)
         column = np.empty(rows.size, dtype=object)
@@ -146,15 +145,15 @@ def _tails_of_column(values: np.ndarray, res: str, t_alloc: str) -> list[str]:
 
 def _utilization_message(snap: Snapshot, i: int) -> str:
     limit = snap.stale_after_s
-    if snap.samples.error is not None:
-        return f"opportunistic: no harvesting while utilization is unavailable ({snap.samples.error})"
-    if not snap.samples.present[i]:
+    if snap.samples_error is not None:
+        return f"opportunistic: no harvesting while utilization is unavailable ({snap.samples_error})"
+    if not snap.present[i]:
         return (
             "opportunistic: Prometheus has no stowage_node_usage samples for this node "
             "(is the stowage node-monitor running on it?); it harvests nothing"
         )
     return (
-        f"opportunistic: utilization samples are {snap.samples.age_s[i]:.0f}s old (limit {limit:.0f}s, "
+        f"opportunistic: utilization samples are {snap.age_s[i]:.0f}s old (limit {limit:.0f}s, "
         "harvest.utilization_stale_after_s); the node harvests nothing until the node monitor reports again"
     )
 
@@ -171,7 +170,7 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
     parts = []
     for r in cols:
         res = snap.resources[r]
-        cap, used = float(snap.view.capacity[i, r]), float(snap.bandwidth_allocated[i, r])
+        cap, used = float(snap.declared_capacity[i, r]), float(snap.bandwidth_allocated[i, r])
         if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + alignment.FEASIBILITY_RTOL):
             parts.append(
                 f"{res} bandwidth {human(float(demand[r]), res)} > free {human(max(cap - used, 0.0), res)}"
@@ -198,16 +197,16 @@ def filter_nodes(pod: PodRequest, snap: Snapshot, tails: HarvestTails | None = N
     if missing:
         reason[:] = _MISSING  # no node offers it: nothing to harvest anywhere
     if pod.opportunistic:
-        mark(~snap.view.known, _UNKNOWN)
+        mark(~snap.known, _UNKNOWN)
     mark(snap.contended.any(axis=1), _CONTENTION)
     cols = _bandwidth_columns(snap)
     if cols and demand[cols].any():
-        cap = snap.view.capacity[:, cols]
+        cap = snap.declared_capacity[:, cols]
         free = np.maximum(cap - snap.bandwidth_allocated[:, cols], 0.0)
         over = (cap > 0) & (demand[cols][None, :] > free * (1.0 + alignment.FEASIBILITY_RTOL))
         mark(over.any(axis=1), _BANDWIDTH)
     if pod.opportunistic:
-        mark(~snap.view.harvest_enabled, _DISABLED)
+        mark(~snap.harvest_enabled, _DISABLED)
         mark(~snap.fresh, _NO_UTILIZATION)
         check = demand.copy()
         check[cols] = 0.0  # bandwidth was checked against declarations above

@@ -32,7 +32,7 @@ from functools import cached_property
 import numpy as np
 
 from stowage.config import StowageSettings
-from stowage.kube.cluster import ClusterModel, ModelTable, NodeView
+from stowage.kube.cluster import ClusterModel, ModelTable, NodeView, RecentPods
 from stowage.policy import harvest
 from stowage.prom import NodeSamples, Utilization, UtilizationSnapshot
 
@@ -87,24 +87,27 @@ class Snapshot:
 
     def __init__(
         self,
-        view: NodeView,
-        samples: NodeSamples,
+        table: StateTable,
+        names: Sequence[str],
+        rows: np.ndarray,
+        positions: np.ndarray,
+        recent: RecentPods,
         settings: StowageSettings,
         now_s: float,
-        table: StateTable,
-        positions: np.ndarray,
         elapsed_s: float,
     ) -> None:
-        self.view = view
-        self.samples = samples
+        self.names = names
+        self.rows = rows  # (N,) the model row of each node (−1: unknown)
+        self.recent = recent
         self.settings = settings
         self.now_s = now_s
-        self.names = view.names
-        self.resources = view.resources
+        self.resources = table.resources
         self.stale_after_s = settings.harvest.utilization_stale_after_s
         self.t_alloc = table.t_alloc
+        self.samples_error = table.samples.error
         self._table = table
         self._positions = positions  # (N,) rows of ``table`` (its sentinel for unknown names)
+        self._elapsed_s = elapsed_s
         self._state = table.fresh_after(elapsed_s)
 
     def subset(self, positions: np.ndarray, names: Sequence[str]) -> ScoringView:
@@ -112,20 +115,73 @@ class Snapshot:
         return ScoringView(self, positions, names)
 
     @property
-    def rows(self) -> np.ndarray:
-        """(N,) the model row of each node (−1: unknown)."""
-        assert self.view.rows is not None
-        return self.view.rows
-
-    @property
     def index_version(self) -> int:
         """The model's node-index version the rows belong to."""
         return self._table.model.index_version
 
+    # Rows are gathered from the table only when a check asks for them.
+
+    @cached_property
+    def known(self) -> np.ndarray:
+        """(N,) False for names the model does not know."""
+        return self.rows >= 0
+
+    @cached_property
+    def harvest_enabled(self) -> np.ndarray:
+        """(N,) False on nodes labelled ``stowage.io/harvest: "false"`` (and unknown ones)."""
+        return self._table.model.harvest_enabled[self._positions]
+
+    @cached_property
+    def present(self) -> np.ndarray:
+        """(N,) True where Prometheus has usage samples for the node."""
+        return self._table.samples.present[self._positions]
+
+    @cached_property
+    def age_s(self) -> np.ndarray:
+        """(N,) age of the node's oldest usage sample now (inf where absent)."""
+        return self._table.samples.age_s[self._positions] + self._elapsed_s
+
+    @cached_property
+    def blocked(self) -> np.ndarray:
+        """``B`` (N,R): capacity held back after contention."""
+        return self._table.samples.blocked[self._positions]
+
+    @cached_property
+    def view(self) -> NodeView:
+        """The model's rows as a :class:`NodeView` (for readers that want all of them)."""
+        m, p = self._table.model, self._positions
+        return NodeView(
+            names=self.names,
+            resources=self.resources,
+            known=self.known,
+            capacity=self.declared_capacity,
+            allocatable=m.allocatable[p],
+            regular_requests=m.regular_requests[p],
+            opportunistic_demand=m.opportunistic_demand[p],
+            harvest_enabled=self.harvest_enabled,
+            recent=self.recent,
+            joined=m.joined[p],
+            rows=self.rows,
+        )
+
+    @cached_property
+    def samples(self) -> NodeSamples:
+        """The utilization rows as :class:`NodeSamples` (for readers that want all of them)."""
+        s, p = self._table.samples, self._positions
+        return NodeSamples(
+            present=self.present,
+            age_s=self.age_s,
+            usage=s.usage[p],
+            capacity=s.capacity[p],
+            blocked=self.blocked,
+            contention=s.contention[p],
+            error=self.samples_error,
+        )
+
     @cached_property
     def declared_capacity(self) -> np.ndarray:
         """(N,R) what the node declares (Kubernetes capacity, bandwidth annotations); 0 where undeclared."""
-        return self.view.capacity
+        return self._table.model.capacity[self._positions]
 
     @cached_property
     def fresh(self) -> np.ndarray:
@@ -135,7 +191,7 @@ class Snapshot:
     @cached_property
     def contended(self) -> np.ndarray:
         """(N,R) sustained contention reported by the node monitor, on fresh nodes only."""
-        return self.samples.contention & self.fresh[:, None]
+        return self._table.samples.contention[self._positions] & self.fresh[:, None]
 
     @cached_property
     def capacity(self) -> np.ndarray:
@@ -149,7 +205,7 @@ class Snapshot:
 
     @cached_property
     def assumed(self) -> np.ndarray:
-        recent = self.view.recent
+        recent = self.recent
         return harvest.assumed(
             recent.demands,
             recent.bound_at_s,
@@ -171,9 +227,9 @@ class Snapshot:
         rows = np.flatnonzero(assumed.any(axis=1))
         if rows.size:
             a_opp[rows] = harvest.harvestable(
-                self.capacity[rows], self.usage[rows], self.samples.blocked[rows], assumed[rows], self.t_alloc
+                self.capacity[rows], self.usage[rows], self.blocked[rows], assumed[rows], self.t_alloc
             )
-            a_opp[rows[~self.view.harvest_enabled[rows]]] = 0.0
+            a_opp[rows[~self.harvest_enabled[rows]]] = 0.0
         return a_opp
 
     @cached_property
@@ -267,32 +323,9 @@ class Snapshots:
         """Copy what the request needs out of the table, the recent pods and the clock."""
         table = self.table()
         rows, positions = self._rows(table, names)
-        m = table.model
-        view = NodeView(
-            names=names,
-            resources=table.resources,
-            known=rows >= 0,
-            capacity=m.capacity[positions],
-            allocatable=m.allocatable[positions],
-            regular_requests=m.regular_requests[positions],
-            opportunistic_demand=m.opportunistic_demand[positions],
-            harvest_enabled=m.harvest_enabled[positions],
-            recent=self.model.recent_for(rows, exclude_pod=exclude_pod),
-            joined=m.joined[positions],
-            rows=rows,
-        )
+        recent = self.model.recent_for(rows, exclude_pod=exclude_pod)
         elapsed = max(0.0, self.utilization.clock() - table.current.fetched_at_s)
-        s = table.samples
-        samples = NodeSamples(
-            present=s.present[positions],
-            age_s=s.age_s[positions] + elapsed,
-            usage=s.usage[positions],
-            capacity=s.capacity[positions],
-            blocked=s.blocked[positions],
-            contention=s.contention[positions],
-            error=s.error,
-        )
-        return Snapshot(view, samples, self.settings, self.model.now(), table, positions, elapsed)
+        return Snapshot(table, names, rows, positions, recent, self.settings, self.model.now(), elapsed)
 
 
 def take(
