@@ -204,32 +204,44 @@ class Snapshot:
         return self._state[1][self._positions]
 
     @cached_property
-    def assumed(self) -> np.ndarray:
+    def _assumed_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions with recent pods (k,), S on them (k,R))``: ``S`` is zero on every other node."""
         recent = self.recent
-        return harvest.assumed(
-            recent.demands,
-            recent.bound_at_s,
-            recent.node_index,
+        inside = (recent.node_index >= 0) & (recent.node_index < len(self.names))
+        rows, local = np.unique(recent.node_index[inside], return_inverse=True)
+        s = harvest.assumed(
+            recent.demands[inside],
+            recent.bound_at_s[inside],
+            local.reshape(-1),
             self.now_s,
             self.settings.harvest.ramp_up_s,
-            len(self.names),
+            rows.size,
         )
+        return rows, s
+
+    @cached_property
+    def assumed(self) -> np.ndarray:
+        """``S`` (N,R) (:func:`policy.harvest.assumed`)."""
+        rows, s = self._assumed_rows
+        out = np.zeros((len(self.names), len(self.resources)))
+        out[rows] = s
+        return out
 
     @cached_property
     def harvestable(self) -> np.ndarray:
         """``A_opp`` (N,R); zero on nodes labelled ``stowage.io/harvest: "false"``.
 
-        The table's ``A_opp`` with ``S = 0``, except on the rows where ``S`` is non-zero,
-        which :func:`policy.harvest.harvestable` computes again with it.
+        The table's ``A_opp`` with ``S = 0``, except on the nodes with recent pods, which
+        :func:`policy.harvest.harvestable` computes again with their ``S``.
         """
         a_opp = self._state[2][self._positions]
-        assumed = self.assumed
-        rows = np.flatnonzero(assumed.any(axis=1))
+        rows, s = self._assumed_rows
         if rows.size:
+            at = self._positions[rows]
             a_opp[rows] = harvest.harvestable(
-                self.capacity[rows], self.usage[rows], self.blocked[rows], assumed[rows], self.t_alloc
+                self._table.capacity[at], self._state[1][at], self._table.samples.blocked[at], s, self.t_alloc
             )
-            a_opp[rows[~self.harvest_enabled[rows]]] = 0.0
+            a_opp[rows[~self._table.model.harvest_enabled[at]]] = 0.0
         return a_opp
 
     @cached_property
