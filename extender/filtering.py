@@ -60,6 +60,7 @@ _KEYS = {
     _NO_UTILIZATION: "utilization-unavailable",
     _CAPACITY: "harvest-capacity",
 }
+_KEY_BITS = 40  # over-patterns up to 40 resources fit a message key beside the heads id
 _UNKNOWN_MESSAGE = "opportunistic: node not in Stowage's cache yet (informers syncing or node just added)"
 _DISABLED_MESSAGE = "opportunistic: harvesting disabled on this node (label stowage.io/harvest=false)"
 
@@ -72,43 +73,76 @@ def _harvest_messages(snap: Snapshot, rows: np.ndarray, demand: np.ndarray, tail
     """One message per row in ``rows``, formatted a column at a time (this is the filter's hot path).
 
     With ``tails``, each (node, resource) tail is reused while the node's numbers are
-    unchanged; the text is the same either way (tests compare the two paths).
+    unchanged, and a node's whole message while its tails and the pod's heads are; the
+    text is the same either way (tests compare the paths).
     """
     a_opp = snap.harvestable[rows]
     over = demand[None, :] > a_opp * (1.0 + alignment.FEASIBILITY_RTOL)
     over_any = np.flatnonzero(over.any(axis=0)).tolist()
-    columns: dict[int, np.ndarray] = {}  # resource → (k,) object array: "<head><tail>" where over
-    for r in over_any:
+    if len(over_any) > _KEY_BITS:  # more resources than bits of a message key: never in practice
+        tails = None
+    heads = [f"{snap.resources[r]} {human(float(demand[r]), snap.resources[r])} > harvestable " for r in over_any]
+    all_hit = np.ones(rows.size, dtype=bool)
+    cacheable = tails is not None
+    columns: list[tuple[np.ndarray, str, np.ndarray]] = []  # per over resource: rows over, head, tails
+    for r, head in zip(over_any, heads, strict=True):
         res = snap.resources[r]
         which = np.flatnonzero(over[:, r])
         sub = rows[which]
-        head = f"{res} {human(float(demand[r]), res)} > harvestable "
         t_alloc = f"{snap.t_alloc[r]:.2f} × "
-        blocked = snap.blocked[sub, r]
         values = np.stack(
-            (a_opp[which, r], snap.capacity[sub, r], snap.usage[sub, r], blocked, snap.assumed[sub, r]), 1
+            (a_opp[which, r], snap.capacity[sub, r], snap.usage[sub, r], snap.blocked[sub, r], snap.assumed[sub, r]), 1
         )
         if tails is not None and _pointwise(values, res):
-            tail = tails.texts(res, snap.rows[sub], values, t_alloc)
+            hit, tail = tails.lookup(res, snap.rows[sub], values, t_alloc)
+            all_hit[which[~hit]] = False
         else:
-            tail = _tails_of_column(values, res, t_alloc)
-        column = np.empty(rows.size, dtype=object)
-        column[which] = list(map(head.__add__, tail))
-        columns[r] = column
-    # Rows grouped by which resources are over; each group's messages are joined without a Python loop per row.
-    messages = np.full(rows.size, "opportunistic: ", dtype=object)
-    pattern = over[:, over_any] @ (1 << np.arange(len(over_any), dtype=np.int64)) if len(over_any) < 63 else None
-    if pattern is None:  # more resources than bits: plain loop (never in practice)
-        for k in range(rows.size):
-            messages[k] += "; ".join(columns[r][k] for r in over_any if over[k, r])
+            tail = np.array(_tails_of_column(values, res, t_alloc), dtype=object)
+            cacheable = False
+        columns.append((which, head, tail))
+    model_rows = snap.rows[rows]
+    messages = np.empty(rows.size, dtype=object)
+    bits = 1 << np.arange(len(over_any), dtype=np.int64)
+    pattern = over[:, over_any] @ bits if len(over_any) <= _KEY_BITS else None
+    build = np.ones(rows.size, dtype=bool)
+    key = None
+    if tails is not None and pattern is not None:
+        if cacheable:
+            key = pattern + (tails.heads_id(tuple(heads)) << len(over_any))
+            reusable, stored = tails.messages(model_rows, key, all_hit)
+            messages[reusable] = stored[reusable]
+            build = ~reusable
+        else:
+            tails.forget_messages(model_rows)  # some tails may have moved on without their message
+    if not build.any():
         return messages.tolist()
-    for code in np.unique(pattern).tolist():
-        group = np.flatnonzero(pattern == code)
-        texts = [columns[r][group].tolist() for bit, r in enumerate(over_any) if code >> bit & 1]
+    # where each row sits in each resource's column (−1: not over on it)
+    slots = []
+    for which, _, _ in columns:
+        slot = np.full(rows.size, -1, dtype=np.int64)
+        slot[which] = np.arange(which.size)
+        slots.append(slot)
+    if pattern is None:
+        for k in np.flatnonzero(build).tolist():
+            parts = [head + tail[slot[k]] for (_, head, tail), slot in zip(columns, slots, strict=True) if slot[k] >= 0]
+            messages[k] = "opportunistic: " + "; ".join(parts)
+        return messages.tolist()
+    # Rows grouped by which resources are over; each group's messages are joined without a Python loop per row.
+    for code in np.unique(pattern[build]).tolist():
+        group = np.flatnonzero((pattern == code) & build)
+        texts = [
+            list(map(head.__add__, tail[slot[group]].tolist()))
+            for bit, ((_, head, tail), slot) in enumerate(zip(columns, slots, strict=True))
+            if code >> bit & 1
+        ]
         if not texts:
+            messages[group] = "opportunistic: "
             continue
         joined = texts[0] if len(texts) == 1 else list(map("; ".join, zip(*texts, strict=True)))
         messages[group] = list(map("opportunistic: ".__add__, joined))
+    if key is not None:
+        built = np.flatnonzero(build)
+        tails.store_messages(model_rows[built], key[built], messages[built].tolist())
     return messages.tolist()
 
 

@@ -27,6 +27,7 @@ __all__ = ["HarvestTails", "tail_texts"]
 #: Columns of the ``values`` array: the numbers a tail shows, in this order.
 AVAILABLE, CAPACITY, USED, BLOCKED, ASSUMED = range(5)
 _WIDTH = 5
+_HEADS_LIMIT = 4096
 
 
 def tail_texts(values: np.ndarray, resource: str, t_alloc: str) -> list[str]:
@@ -62,19 +63,26 @@ class _Column:
 
 
 class HarvestTails:
-    """The cache; one per extender. Thread-safe (one lock; the work under it is vectorised)."""
+    """The cache of tails and of whole messages; one per extender. Thread-safe (one lock; vectorised work)."""
 
     def __init__(self) -> None:
         self._columns: dict[str, _Column] = {}
         self._lock = threading.Lock()
+        self._heads: dict[tuple[str, ...], int] = {}
+        self._next_heads = 0
+        self._message_key = np.zeros(0, dtype=np.int64)  # heads id × 2^R + over-pattern; −1: none
+        self._message_text = np.empty(0, dtype=object)
         self.hits = 0
         self.misses = 0
 
-    def texts(self, resource: str, rows: np.ndarray, values: np.ndarray, t_alloc: str) -> list[str]:
-        """Tails of model ``rows`` (k,) showing ``values`` (k,5); formats only rows whose numbers changed.
+    def lookup(
+        self, resource: str, rows: np.ndarray, values: np.ndarray, t_alloc: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(hit (k,), tails (k,) object)`` of model ``rows`` showing ``values`` (k,5).
 
-        The caller guarantees the column is pointwise (``messages.pointwise``): then a tail
-        is a function of its row's numbers alone, and equal numbers give the same text.
+        Formats only the rows whose numbers changed (``hit`` False there). The caller
+        guarantees the column is pointwise (``messages.pointwise``): then a tail is a
+        function of its row's numbers alone, and equal numbers give the same text.
         """
         with self._lock:
             column = self._columns.get(resource)
@@ -92,4 +100,50 @@ class HarvestTails:
                 column.valid[miss_rows] = True
             self.hits += int(rows.size - miss.size)
             self.misses += int(miss.size)
-            return column.texts[rows].tolist()
+            return hit, column.texts[rows]
+
+    # --- whole messages ---------------------------------------------------------------------------
+    # A row's last message is kept with the key it was built for: which heads (the pod's demand on
+    # the resources over anywhere in the request) and which of those are over on the row. It is
+    # reused only when that key matches and every tail of the row hit, i.e. the same heads joined
+    # to the same tails: the same text.
+
+    def heads_id(self, heads: tuple[str, ...]) -> int:
+        """A small int naming this tuple of heads (the pod-dependent part of the messages)."""
+        with self._lock:
+            found = self._heads.get(heads)
+            if found is None:
+                if len(self._heads) >= _HEADS_LIMIT:  # demand shapes seen: bounded; forget and start over
+                    self._heads.clear()
+                    self._message_key[:] = -1
+                found = self._heads[heads] = self._next_heads
+                self._next_heads += 1
+            return found
+
+    def messages(self, rows: np.ndarray, key: np.ndarray, all_hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(reusable (k,), stored messages (k,) object)`` for model ``rows`` with message ``key`` (k,)."""
+        with self._lock:
+            self._grow_messages(int(rows.max()) + 1 if rows.size else 0)
+            reusable = all_hit & (self._message_key[rows] == key)
+            return reusable, self._message_text[rows]
+
+    def store_messages(self, rows: np.ndarray, key: np.ndarray, texts: list[str]) -> None:
+        """Remember ``texts`` for ``rows``; ``key`` −1 forgets them (built without the cache)."""
+        with self._lock:
+            self._grow_messages(int(rows.max()) + 1 if rows.size else 0)
+            self._message_text[rows] = texts
+            self._message_key[rows] = key
+
+    def forget_messages(self, rows: np.ndarray) -> None:
+        """Rows whose tails may have changed without their message being stored."""
+        with self._lock:
+            self._grow_messages(int(rows.max()) + 1 if rows.size else 0)
+            self._message_key[rows] = -1
+
+    def _grow_messages(self, size: int) -> None:
+        if size <= self._message_key.shape[0]:
+            return
+        size = max(size, 2 * self._message_key.shape[0], 64)
+        extra = size - self._message_key.shape[0]
+        self._message_key = np.concatenate([self._message_key, np.full(extra, -1, dtype=np.int64)])
+        self._message_text = np.concatenate([self._message_text, np.full(extra, "", dtype=object)])

@@ -302,3 +302,15 @@ def test_a_column_the_cache_calls_pointwise_formats_each_value_on_its_own(
         # and each value alone reads the same: a tail cached from one request fits any other
         alone = [messages.human_points(column[i : i + 1], resource, exact=exact)[0] for i in range(column.size)]
         assert points == alone
+
+
+def test_pods_of_different_demands_in_turn_each_get_their_own_heads(world: World) -> None:
+    other = {**BIG, "Pod": opportunistic_pod("etl-5", cpu="15", memory="14Gi")}
+    first = world.post("filter", BIG).json()
+    second = world.post("filter", other).json()
+    assert second["FailedNodes"]["n1"] == (
+        "opportunistic: cpu 15 > harvestable 12.4 (0.90 × 16 − used 2.0 − blocked 0); memory 14.0Gi > harvestable"
+        " 10.4Gi (0.90 × 16Gi − used 4.0Gi − blocked 0)"
+    )
+    assert second == fresh_answer(world, other)
+    assert world.post("filter", BIG).json() == first
