@@ -157,7 +157,7 @@ class _Extender:
             return wire.filter_result(names, {}, {}, node_items=items)
         snap = self.snapshots.take(names, exclude_pod=pod.key)
         outcome = filtering.filter_nodes(pod, snap, self.tails)
-        passed_names = [names[i] for i in outcome.passed.tolist()]
+        passed_names = filtering.pick(names, outcome.passed)
         self._last_filter = (pod.key, time.monotonic(), names, snap, passed_names, outcome.passed)
         for reason, count in outcome.reasons.items():
             self.metrics.rejections.labels(reason).inc(count)
