@@ -9,6 +9,7 @@ resources. Score plugins: ``stowage.sim.scoring``.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,7 +41,8 @@ class KubePreset(Preset):
         self._cap_u = np.rint(sim.cluster.cap[:, self._cm] * self._to_u)
         self._tlp_sample_t = -math.inf
         self._tlp_measured = np.zeros(sim.cluster.n)
-        self._tlp_binds: list[tuple[float, int, float]] = []  # (time, node, predicted cpu)
+        self._tlp_binds: deque[tuple[float, int, float]] = deque()  # (time, node, predicted cpu)
+        self._tlp_missing = np.zeros(sim.cluster.n)  # Σ predicted cpu of the binds above, per node
 
     def _scores(self, sim: Simulation, g: int) -> NDArray:
         c = sim.cluster
@@ -56,10 +58,10 @@ class KubePreset(Preset):
             self._tlp_measured = c.usage[:, c.cpu].copy()
             self._tlp_sample_t = sim.now
         horizon = sim.now - scoring.TLP_METRICS_INTERVAL_S
-        self._tlp_binds = [b for b in self._tlp_binds if b[0] > horizon]
-        missing = np.zeros(c.n)
-        for _, n, cpu in self._tlp_binds:
-            missing[n] += cpu
+        while self._tlp_binds and self._tlp_binds[0][0] <= horizon:
+            _, n, cpu = self._tlp_binds.popleft()
+            self._tlp_missing[n] -= cpu
+        missing = np.maximum(self._tlp_missing, 0.0)
         return scoring.target_load_packing(self._tlp_measured, missing, c.cap[:, c.cpu], float(pod[0]))
 
     def _place_regular(self, sim: Simulation, g: int, free: NDArray[np.float64], fit_res: NDArray) -> bool:
@@ -73,7 +75,9 @@ class KubePreset(Preset):
         sim.place(g, n, opp=False)
         free[n] -= d
         if self.score == "tlp":
-            self._tlp_binds.append((sim.now, n, float(d[sim.cluster.cpu]) * scoring.TLP_REQUESTS_MULTIPLIER))
+            cpu = float(d[sim.cluster.cpu]) * scoring.TLP_REQUESTS_MULTIPLIER
+            self._tlp_binds.append((sim.now, n, cpu))
+            self._tlp_missing[n] += cpu
         return True
 
     def _queue_order(self, sim: Simulation, groups: NDArray[np.int64]) -> NDArray[np.int64]:
