@@ -22,7 +22,7 @@ import threading
 import numpy as np
 from stowage.extender.messages import human_points
 
-__all__ = ["HarvestTails", "tail_texts"]
+__all__ = ["ASSUMED", "AVAILABLE", "BLOCKED", "CAPACITY", "USED", "HarvestTails", "tail_texts"]
 
 #: Columns of the ``values`` array: the numbers a tail shows, in this order.
 AVAILABLE, CAPACITY, USED, BLOCKED, ASSUMED = range(5)
