@@ -54,7 +54,9 @@ def write_plots(results: Mapping[str, RunResult], folder: str | Path) -> list[Pa
     plt.close(fig)
 
     rows, cols = _grid(len(results))
-    top = max([1.05] + [float(r.series["allocated"].max(initial=0.0)) * 1.05 for r in results.values()])
+    shown = [[list(r.series["resources"]).index(x) for x in ("cpu", "memory")] for r in results.values()]
+    top = max([1.05] + [float(r.series["allocated"][:, cols].max(initial=0.0)) * 1.05
+                        for r, cols in zip(results.values(), shown, strict=True)])
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False, sharey=True)
     for ax, (name, r) in zip(axes.flat, results.items(), strict=False):
         s = r.series
