@@ -14,10 +14,32 @@ from pathlib import Path
 
 import click
 
-from stowage.errors import StowageError
+from stowage.errors import InvalidInput, StowageError
 from stowage.sim.presets import PRESETS
+from stowage.sim.usage import UsageModel
 
-__all__ = ["simulate"]
+__all__ = ["parse_usage", "simulate"]
+
+
+def parse_usage(spec: str) -> UsageModel:
+    """``key=value,...`` over :class:`UsageModel`'s defaults; ``none`` clears ``io_fraction``."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(UsageModel)}
+    values: dict[str, float | None] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise InvalidInput("--usage", item, f"KEY=VALUE with KEY one of {', '.join(sorted(known))}")
+        if raw.strip().lower() == "none" and key == "io_fraction":
+            values[key] = None
+            continue
+        try:
+            values[key] = float(raw)
+        except ValueError:
+            raise InvalidInput(f"--usage {key}", raw, "a number") from None
+    return UsageModel(**values)  # type: ignore[arg-type]
 
 
 def _announce(name: str, result: object, wall_s: float) -> None:
@@ -43,6 +65,9 @@ def _announce(name: str, result: object, wall_s: float) -> None:
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for the PNG plots (default: the report folder).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--usage", "usage_spec", default="", metavar="KEY=VALUE,...",
+              help="Usage model parameters, e.g. mean_fraction=0.6,burst_rate_per_s=0.02,io_fraction=none "
+                   "(see docs/simulator.md).")
 @click.option("--check", is_flag=True, help="Check the simulator's invariants at every event (slow).")
 def simulate(
     workload_spec: str,
@@ -55,6 +80,7 @@ def simulate(
     json_path: str | None,
     plots_dir: str | None,
     no_plots: bool,
+    usage_spec: str,
     check: bool,
 ) -> None:
     """Replay a workload under each scheduling policy and compare them.
@@ -67,7 +93,6 @@ def simulate(
     from stowage.sim.engine import SimConfig
     from stowage.sim.report import build_report, format_table
     from stowage.sim.traces import resolve_workload
-    from stowage.sim.usage import UsageModel
 
     started = time.perf_counter()
     try:
@@ -76,7 +101,10 @@ def simulate(
     except StowageError as exc:
         raise click.ClickException(str(exc)) from exc
     chosen = list(policies) or list(PRESETS)
-    usage = UsageModel()
+    try:
+        usage = parse_usage(usage_spec)
+    except StowageError as exc:
+        raise click.ClickException(str(exc)) from exc
     config = SimConfig(settings=settings, usage=usage, check=check)
     click.echo(f"workload: {workload.name}: {len(workload.nodes)} nodes, {len(workload.jobs)} jobs, "
                f"{workload.task_count} tasks; seed {seed}", err=True)

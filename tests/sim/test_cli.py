@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from stowage.cli import main
+from stowage.sim.cli import parse_usage
 from stowage.sim.presets import PRESETS
 
 TINY = """
@@ -124,3 +125,40 @@ def test_simulate_reads_the_knobs_file(tiny: Path, tmp_path: Path) -> None:
                                        "--report", str(tmp_path / "r"), "--no-plots"])
     assert result.exit_code != 0
     assert "packing.fairness_knob" in result.output
+
+
+@pytest.mark.parametrize(
+    ("spec", "check"),
+    [
+        pytest.param("", lambda u: u.mean_fraction == 0.5 and u.io_fraction == 1.0, id="defaults"),
+        pytest.param("mean_fraction=0.7, burst_s=2", lambda u: (u.mean_fraction, u.burst_s) == (0.7, 2.0),
+                     id="two-keys"),
+        pytest.param("io_fraction=none", lambda u: u.io_fraction is None, id="io-follows-the-draw"),
+    ],
+)
+def test_usage_option_sets_the_usage_model(spec: str, check) -> None:
+    assert check(parse_usage(spec))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        pytest.param("mean=0.5", "KEY one of", id="unknown-key"),
+        pytest.param("mean_fraction=half", "a number", id="not-a-number"),
+        pytest.param("mean_fraction=1.5", "within [0.0, 1.0]", id="out-of-range"),
+    ],
+)
+def test_usage_option_explains_bad_values(spec: str, message: str, tiny: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["simulate", "--workload", str(tiny), "--usage", spec,
+                                       "--report", str(tmp_path / "r"), "--no-plots"])
+    assert result.exit_code != 0
+    assert message in result.output
+
+
+def test_usage_option_reaches_the_report(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(main, ["simulate", "--workload", str(tiny), "--policy", "ubis", "--usage",
+                                       "mean_fraction=0.3", "--json", str(out), "--report", str(tmp_path / "r"),
+                                       "--no-plots"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["workload"]["usage_model"]["mean_fraction"] == 0.3
