@@ -68,6 +68,9 @@ def _announce(name: str, result: object, wall_s: float) -> None:
 @click.option("--usage", "usage_spec", default="", metavar="KEY=VALUE,...",
               help="Usage model parameters, e.g. mean_fraction=0.6,burst_rate_per_s=0.02,io_fraction=none "
                    "(see docs/simulator.md).")
+@click.option("--arrivals", type=click.Choice(["trace", "batch"]), default="trace", show_default=True,
+              help="trace: jobs arrive when the workload says; batch: every job at t=0, the way Tetris §5.2 "
+                   "measures makespan.")
 @click.option("--check", is_flag=True, help="Check the simulator's invariants at every event (slow).")
 def simulate(
     workload_spec: str,
@@ -81,6 +84,7 @@ def simulate(
     plots_dir: str | None,
     no_plots: bool,
     usage_spec: str,
+    arrivals: str,
     check: bool,
 ) -> None:
     """Replay a workload under each scheduling policy and compare them.
@@ -100,6 +104,8 @@ def simulate(
         workload = resolve_workload(workload_spec, nodes=nodes, node_shape=node_shape, seed=seed)
     except StowageError as exc:
         raise click.ClickException(str(exc)) from exc
+    if arrivals == "batch":
+        workload = workload.with_batch_arrivals()
     chosen = list(policies) or list(PRESETS)
     try:
         usage = parse_usage(usage_spec)

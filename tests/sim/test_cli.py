@@ -162,3 +162,19 @@ def test_usage_option_reaches_the_report(tiny: Path, tmp_path: Path) -> None:
                                        "--no-plots"])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["workload"]["usage_model"]["mean_fraction"] == 0.3
+
+
+@pytest.mark.parametrize(("arrivals", "makespan"), [("trace", 50.0), ("batch", 35.0)])
+def test_batch_arrivals_measure_makespan_from_a_common_start(
+    tiny: Path, tmp_path: Path, arrivals: str, makespan: float
+) -> None:
+    # trace: 'late' arrives at 30 to an idle cluster and ends at 50. batch: it starts when etl's maps
+    # end at 10, one task beside etl's reduce and one after it (15 → 35).
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(main, ["simulate", "--workload", str(tiny), "--json", str(out), "--no-plots",
+                                       "--report", str(tmp_path / "r"), "--policy", "kube-default",
+                                       "--arrivals", arrivals])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["policies"]["kube-default"]["makespan_s"] == makespan
+    assert ("arrivals" in doc["workload"]["model"]) is (arrivals == "batch")
