@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.processes import stop_process
 from tests.support.prometheus import free_port
 
 _KUBECONFIG = os.environ.get("KUBECONFIG", "")
@@ -73,12 +74,7 @@ def running(args: list[str], ready_url: str, log: Path, timeout_s: float = 90.0)
                 time.sleep(0.5)
             yield
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout_s=15)
 
 
 @pytest.fixture

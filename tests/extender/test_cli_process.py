@@ -10,30 +10,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client
 
 from tests.extender.objects import extender_args, node, regular_pod
-from tests.support.kube import kube_emulator
+from tests.support.kube import kube_emulator, write_kubeconfig
 from tests.support.prometheus import free_port
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "kmock",
-                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
-                "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-                "users": [{"name": "tester", "user": {"token": "test-token"}}],
-            }
-        )
-    )
-    return path
 
 
 def test_the_command_serves_the_watched_cluster_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -44,7 +27,7 @@ def test_the_command_serves_the_watched_cluster_and_stops_on_sigterm(tmp_path: P
         port = free_port()
         command = [
             sys.executable, "-m", "stowage", "extender",
-            "--kubeconfig", str(kubeconfig(tmp_path / "kubeconfig", cluster.url)),
+            "--kubeconfig", str(write_kubeconfig(tmp_path / "kubeconfig", cluster.url)),
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
         ]  # fmt: skip
         proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

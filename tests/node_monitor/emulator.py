@@ -16,15 +16,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp.web
 import attrs
 import kmock
-import yaml
 
-from tests.support.kube import KubeEmulator, kube_emulator
+from tests.support.kube import KubeEmulator, kube_emulator, write_kubeconfig
 
 __all__ = ["EVENTS", "NODES", "PODS", "Emulator", "EvictingEmulator", "running_emulator", "write_kubeconfig"]
 
@@ -123,14 +121,3 @@ def running_emulator() -> Iterator[Emulator]:
         yield Emulator(handle)
 
 
-def write_kubeconfig(path: Path, server: str) -> Path:
-    """A kubeconfig pointing at ``server`` over plain HTTP with a dummy token."""
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "kmock",
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
-        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-        "users": [{"name": "tester", "user": {"token": "test-token"}}],
-    }))
-    return path

@@ -16,6 +16,7 @@ from stowage.node_monitor.synthetic import SyntheticNode
 
 from stowage.labels import ANN_DISK_BANDWIDTH, METRICS
 from tests.support.kube import wait_until
+from tests.support.processes import stop_process
 from tests.support.prometheus import free_port
 
 from .emulator import EVENTS, NODES, PODS, Emulator, running_emulator, write_kubeconfig
@@ -52,15 +53,6 @@ def _start(tmp_path: Path, emulator: Emulator, pods: list[PodSpec], *extra: str)
     return proc, f"http://127.0.0.1:{port}"
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def _metric(url: str, name: str, **labels: str) -> float | None:
     try:
         text = httpx.get(f"{url}/metrics", timeout=2).text
@@ -93,7 +85,7 @@ def test_the_process_evicts_the_newest_opportunistic_pod_and_explains_it(tmp_pat
         events = [e for e in emulator.live(EVENTS) if e["reason"] == EVENT_REASON_EVICTED]
         assert [e["involvedObject"]["name"] for e in events] == ["batch-new"]
     finally:
-        _stop(proc)
+        stop_process(proc)
     assert proc.returncode == 0, (tmp_path / "monitor.log").read_text()  # SIGTERM is a clean stop
 
 
@@ -105,4 +97,4 @@ def test_the_process_in_dry_run_counts_but_never_evicts(tmp_path: Path, emulator
         assert [e for e in emulator.live(EVENTS) if e["reason"] == EVENT_REASON_EVICTED] == []
         assert "dry-run: would evict" in (tmp_path / "monitor.log").read_text()
     finally:
-        _stop(proc)
+        stop_process(proc)

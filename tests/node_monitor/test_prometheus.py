@@ -15,6 +15,7 @@ from stowage.node_monitor.cgroups import Driver, QoS
 from stowage.node_monitor.synthetic import SyntheticNode
 
 from stowage.labels import METRICS
+from tests.support.processes import stop_process
 from tests.support.prometheus import free_port, prometheus_server, wait_for_query
 
 pytestmark = pytest.mark.prometheus
@@ -63,12 +64,7 @@ def monitor(tmp_path: Path) -> Iterator[tuple[str, SyntheticNode]]:
     finally:
         stop.set()
         worker.join(5)
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=10)
         log.close()
 
 

@@ -28,12 +28,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import kmock
+import yaml
 from kubernetes import client
 
-__all__ = ["DEFAULT_RESOURCES", "KubeEmulator", "gone_once", "kube_emulator", "wait_until"]
+__all__ = ["DEFAULT_RESOURCES", "KubeEmulator", "gone_once", "kube_emulator", "wait_until", "write_kubeconfig"]
 
 DEFAULT_RESOURCES: tuple[str, ...] = ("v1/pods", "v1/nodes", "v1/events")
 
@@ -143,3 +145,20 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0, interval_
             return
         time.sleep(interval_s)
     raise TimeoutError(f"condition not met within {timeout_s}s: {getattr(predicate, '__name__', predicate)!r}")
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig pointing at ``server`` (an emulator) over plain HTTP with a dummy token."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kmock",
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
+                "clusters": [{"name": "kmock", "cluster": {"server": server}}],
+                "users": [{"name": "tester", "user": {"token": "test-token"}}],
+            }
+        )
+    )
+    return path

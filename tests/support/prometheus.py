@@ -26,6 +26,8 @@ import httpx
 import pytest
 import yaml
 
+from tests.support.processes import stop_process
+
 __all__ = ["free_port", "prometheus_binary", "prometheus_server", "query", "wait_for_query"]
 
 
@@ -94,12 +96,7 @@ def prometheus_server(
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=10)
         log.close()
 
 
