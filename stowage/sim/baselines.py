@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 __all__ = ["KubePreset"]
 
 
+def _fits_somewhere(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray, free: NDArray) -> NDArray[np.bool_]:
+    """Which of ``groups`` fit at least one node now, checked once per distinct demand shape."""
+    present, which = np.unique(sim.g_shape[groups], return_inverse=True)
+    fits = alignment.feasible(sim.shapes[present][:, fit_res], free[:, fit_res]).any(axis=1)
+    return fits[which.reshape(-1)]
+
+
 class KubePreset(Preset):
     """kube-scheduler: PrioritySort queue, Fit filter on Kubernetes resources, one Score plugin set."""
 
@@ -94,21 +101,22 @@ class KubePreset(Preset):
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
-            fits = alignment.feasible(sim.g_demand[regular][:, fit_res], free[:, fit_res]).any(axis=1)
-            regular = regular[fits]
+            regular = regular[_fits_somewhere(sim, regular, fit_res, free)]
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:
-            failed: list[NDArray[np.float64]] = []  # demands that fit nowhere in this pass
-            for g in self._queue_order(sim, regular):
-                d = sim.g_demand[g]
-                # Room only shrinks during a pass: a demand at least as big as one that failed fails too.
-                if failed and (np.array(failed) <= d).all(axis=1).any():
+            ordered = self._queue_order(sim, regular)
+            demands = sim.g_demand[ordered]
+            # Room only shrinks during a pass: a demand at least as big as one that failed fails too.
+            # Failures are few (one per distinct shape at most), so mark the dominated groups all at once.
+            skip = np.zeros(ordered.size, dtype=bool)
+            for i, g in enumerate(ordered.tolist()):
+                if skip[i]:
                     continue
-                while sim.g_pending[g] > 0 and self._place_regular(sim, int(g), free, fit_res):
+                while sim.g_pending[g] > 0 and self._place_regular(sim, g, free, fit_res):
                     pass
                 if sim.g_pending[g] > 0:
-                    failed.append(d)
+                    skip[i + 1 :] |= (demands[i + 1 :] >= demands[i]).all(axis=1)
         if self.harvesting:
             self._schedule_opportunistic(sim)
 

@@ -153,6 +153,9 @@ class Simulation:
         self.g_job = np.array(g_job, dtype=np.int64)
         self.g_demand = np.array(g_demand, dtype=np.float64).reshape(self.n_groups, len(res))
         self.g_uses = self.g_demand > 0
+        # Groups share a handful of demand shapes: per-pass fit checks run once per shape.
+        self.shapes, g_shape = np.unique(self.g_demand, axis=0, return_inverse=True)
+        self.g_shape: NDArray[np.int64] = g_shape.reshape(-1)
         self.g_dur = np.array(g_dur)
         self.g_tasks = np.array(g_tasks, dtype=np.int64)
         self.g_usage = np.array(g_usage)
