@@ -122,20 +122,31 @@ class KubePreset(Preset):
 
     def _schedule_drf(self, sim: Simulation, groups: NDArray[np.int64], free: NDArray, fit_res: NDArray) -> None:
         """DRF: the queue furthest below its share places its oldest job's next task."""
-        by_queue: list[list[int]] = [[] for _ in sim.queue_names]
-        for g in sorted(groups.tolist(), key=lambda g: (sim.j_arrival[sim.g_job[g]], g)):
-            by_queue[sim.g_queue[g]].append(g)
+        ordered = np.array(sorted(groups.tolist(), key=lambda g: (sim.j_arrival[sim.g_job[g]], g)), dtype=np.int64)
+        demands = sim.g_demand[ordered]
+        # Room only shrinks during a pass: once a demand fits nowhere, every group at least as big is skipped.
+        skip = np.zeros(ordered.size, dtype=bool)
+        by_queue: list[deque[int]] = [deque() for _ in sim.queue_names]
+        for i, g in enumerate(ordered.tolist()):
+            by_queue[sim.g_queue[g]].append(i)
         total = sim.cluster.total * fit_res
         shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
         while True:
+            for queue in by_queue:
+                while queue and skip[queue[0]]:
+                    queue.popleft()
             eligible = np.array([bool(q) for q in by_queue])
             if not eligible.any():
                 return
             # drf_pick's rule (lowest share, ties to the lowest index) on shares kept between placements.
             q = int(np.flatnonzero(eligible)[np.argmin(shares[eligible])])
-            g = by_queue[q][0]
-            if sim.g_pending[g] == 0 or not self._place_regular(sim, g, free, fit_res):
-                by_queue[q].pop(0)  # fits nowhere now: it does not block the queue
+            i = by_queue[q][0]
+            g = int(ordered[i])
+            if sim.g_pending[g] == 0:
+                by_queue[q].popleft()
+            elif not self._place_regular(sim, g, free, fit_res):
+                by_queue[q].popleft()  # fits nowhere now: it does not block the queue
+                skip[i:] |= (demands[i:] >= demands[i]).all(axis=1)
             else:
                 shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
 
