@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,16 +70,8 @@ def write_plots(results: Mapping[str, RunResult], folder: str | Path) -> list[Pa
         ax.set_title(name, fontsize=9)
         ax.set_ylim(0, top)  # above 1: opportunistic pods over-commit
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(results):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7, loc="lower right")
-    fig.supxlabel("time (h)")
-    fig.supylabel("fraction of cluster")
-    fig.suptitle("Allocated vs used (UBIS Fig. 1)")
-    fig.tight_layout()
-    written.append(out / "utilization.png")
-    fig.savefig(written[-1], dpi=100)
-    plt.close(fig)
+    written.append(_finish_grid(fig, axes, len(results), "lower right", "fraction of cluster",
+                                "Allocated vs used (UBIS Fig. 1)", out / "utilization.png"))
 
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False, sharey=True)
     for ax, (name, r) in zip(axes.flat, results.items(), strict=False):
@@ -89,14 +82,23 @@ def write_plots(results: Mapping[str, RunResult], folder: str | Path) -> list[Pa
             ax.stackplot(t, shares.T, labels=s["queues"])
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(results):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7, loc="upper right")
-    fig.supxlabel("time (h)")
-    fig.supylabel("dominant share (above 1: bandwidth over-allocated)")
-    fig.suptitle("Queue shares over time")
-    fig.tight_layout()
-    written.append(out / "queue_shares.png")
-    fig.savefig(written[-1], dpi=100)
-    plt.close(fig)
+    written.append(_finish_grid(fig, axes, len(results), "upper right",
+                                "dominant share (above 1: bandwidth over-allocated)", "Queue shares over time",
+                                out / "queue_shares.png"))
     return written
+
+
+def _finish_grid(fig: Any, axes: Any, used: int, legend_loc: str, ylabel: str, title: str, path: Path) -> Path:
+    """Blank the unused panels, label the grid of per-policy panels over time, save and close."""
+    import matplotlib.pyplot as plt  # already loaded (and set to Agg) by write_plots
+
+    for ax in axes.flat[used:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc=legend_loc)
+    fig.supxlabel("time (h)")
+    fig.supylabel(ylabel)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
