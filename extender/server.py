@@ -23,15 +23,14 @@ from stowage.extender.app import create_app
 
 from stowage.config import StowageSettings
 from stowage.kube.cluster import ClusterModel
-from stowage.kube.informer import Informer
+from stowage.kube.informer import cluster_informers
 from stowage.prom import PrometheusReader, Utilization
 
-__all__ = ["BOUND_PODS", "ExtenderRuntime", "serving"]
+__all__ = ["ExtenderRuntime", "serving"]
 
 log = logging.getLogger(__name__)
 
 #: Only pods that occupy a node matter; a pod leaving this selector arrives as DELETED.
-BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
 class ExtenderRuntime:
@@ -48,24 +47,7 @@ class ExtenderRuntime:
     ) -> None:
         self.settings = settings
         self.model = ClusterModel(recent_window_s=settings.harvest.ramp_up_s)
-        core = client.CoreV1Api(api)
-        self.informers = [
-            Informer(
-                core.list_node,
-                name="nodes",
-                on_replace=self.model.replace_nodes,
-                on_event=self.model.apply_node_event,
-                watch_timeout_s=watch_timeout_s,
-            ),
-            Informer(
-                core.list_pod_for_all_namespaces,
-                name="pods",
-                on_replace=self.model.replace_pods,
-                on_event=self.model.apply_pod_event,
-                watch_timeout_s=watch_timeout_s,
-                list_kwargs={"field_selector": BOUND_PODS},
-            ),
-        ]
+        self.informers = cluster_informers(client.CoreV1Api(api), self.model, watch_timeout_s=watch_timeout_s)
         reader = PrometheusReader(prometheus_url) if prometheus_url else None
         self.utilization = Utilization(reader, interval_s=prometheus_interval_s)
         self.app: FastAPI = create_app(settings, self.model, self.utilization)

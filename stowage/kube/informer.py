@@ -28,9 +28,12 @@ import orjson
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-__all__ = ["Backoff", "Informer", "WatchExpired"]
+__all__ = ["BOUND_PODS", "Backoff", "Informer", "WatchExpired", "cluster_informers"]
 
 log = logging.getLogger(__name__)
+
+#: Pods that hold node resources: bound to a node and not finished.
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 ListFunction = Callable[..., Any]
 """A ``CoreV1Api`` list method such as ``list_node`` or ``list_pod_for_all_namespaces``."""
@@ -218,3 +221,29 @@ class Informer:
         finally:
             self._release(response)
         return version
+
+
+def cluster_informers(core: Any, model: Any, **informer_kwargs: Any) -> list[Informer]:
+    """The two informers that keep a cluster model in step: every Node, and the bound, unfinished Pods.
+
+    ``core`` is a ``CoreV1Api``; ``model`` has ``replace_nodes``/``apply_node_event`` and
+    ``replace_pods``/``apply_pod_event`` (``stowage.kube.cluster.ClusterModel``). The informers are
+    returned unstarted; ``informer_kwargs`` (backoff, watch timeout) go to both.
+    """
+    return [
+        Informer(
+            core.list_node,
+            name="nodes",
+            on_replace=model.replace_nodes,
+            on_event=model.apply_node_event,
+            **informer_kwargs,
+        ),
+        Informer(
+            core.list_pod_for_all_namespaces,
+            name="pods",
+            on_replace=model.replace_pods,
+            on_event=model.apply_pod_event,
+            list_kwargs={"field_selector": BOUND_PODS},
+            **informer_kwargs,
+        ),
+    ]

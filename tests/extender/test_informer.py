@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from stowage.kube.cluster import ClusterModel
-from stowage.kube.informer import Backoff, Informer
+from stowage.kube.informer import Backoff, Informer, cluster_informers
 from stowage.labels import LABEL_CLASS, LABEL_HARVEST
 from tests.support.kube import KubeEmulator, gone_once, kube_emulator, wait_until
 
@@ -53,24 +53,8 @@ def cluster() -> Iterator[KubeEmulator]:
 
 
 def start(handle: KubeEmulator, model: ClusterModel, backoff: Backoff | None = None) -> list[Informer]:
-    core = client.CoreV1Api(handle.api)
     fast = backoff or Backoff(base_s=0.01, cap_s=0.05, rng=random.Random(1))
-    return [
-        Informer(
-            core.list_node,
-            name="nodes",
-            on_replace=model.replace_nodes,
-            on_event=model.apply_node_event,
-            backoff=fast,
-        ).start(),
-        Informer(
-            core.list_pod_for_all_namespaces,
-            name="pods",
-            on_replace=model.replace_pods,
-            on_event=model.apply_pod_event,
-            backoff=fast,
-        ).start(),
-    ]
+    return [informer.start() for informer in cluster_informers(client.CoreV1Api(handle.api), model, backoff=fast)]
 
 
 @pytest.fixture
