@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from stowage.errors import ConfigError
@@ -65,8 +66,6 @@ class PerResource:
 
     def array(self, resources: tuple[str, ...] | list[str]) -> Any:
         """The fractions lined up with a resource axis, as a numpy array."""
-        import numpy as np
-
         return np.array([self.get(r) for r in resources], dtype=np.float64)
 
 
