@@ -78,7 +78,7 @@ def test_prometheus_scrapes_every_contract_metric_from_a_running_monitor(tmp_pat
         assert wait_for_query(prom, 'up == 1')
         sel = f'node="{NODE}"'
 
-        usage = _values(wait_for_query(prom, f'{METRICS.NODE_USAGE}{{{sel}}}'))
+        usage = _values(wait_for_query(prom, f'{METRICS.NODE_USAGE}{{{sel}}}', min_series=4))
         assert set(usage) == {"cpu", "memory", "disk", "network"}
         assert usage["memory"] == 1000 * MiB
 
@@ -88,25 +88,25 @@ def test_prometheus_scrapes_every_contract_metric_from_a_running_monitor(tmp_pat
         assert wait_for_query(prom, f'{METRICS.NODE_USAGE}{{{sel},resource="disk"}} > 1e6')
         assert wait_for_query(prom, f'{METRICS.NODE_USAGE}{{{sel},resource="network"}} > 1e5')
 
-        capacity = _values(wait_for_query(prom, f'{METRICS.NODE_CAPACITY}{{{sel}}}'))
+        capacity = _values(wait_for_query(prom, f'{METRICS.NODE_CAPACITY}{{{sel}}}', min_series=4))
         assert capacity == {"cpu": 2.0, "memory": 1000.0 * MiB, "disk": 100.0 * MiB, "network": float(1 << 30)}
 
         # 1000Mi used of 1000Mi > 0.95: memory contention, sustained after 3 samples; cpu is fine.
         assert wait_for_query(prom, f'{METRICS.NODE_CONTENTION}{{{sel},resource="memory"}} == 1')
-        contention = _values(wait_for_query(prom, f'{METRICS.NODE_CONTENTION}{{{sel}}}'))
+        contention = _values(wait_for_query(prom, f'{METRICS.NODE_CONTENTION}{{{sel}}}', min_series=4))
         assert contention["cpu"] == 0.0 and set(contention) == {"cpu", "memory", "disk", "network"}
 
-        blocked = _values(wait_for_query(prom, f'{METRICS.NODE_BLOCKED}{{{sel}}}'))
+        blocked = _values(wait_for_query(prom, f'{METRICS.NODE_BLOCKED}{{{sel}}}', min_series=4))
         assert set(blocked) == {"cpu", "memory", "disk", "network"}
         assert all(v == 0.0 for v in blocked.values())  # no opportunistic pods here: nothing evicted, nothing blocked
 
-        pods = wait_for_query(prom, f'{METRICS.POD_USAGE}{{{sel},resource="memory"}}')
+        pods = wait_for_query(prom, f'{METRICS.POD_USAGE}{{{sel},resource="memory"}}', min_series=2)
         assert {r["metric"]["pod"]: float(r["value"][1]) for r in pods} == {BUSY: 900.0 * MiB, IDLE: 100.0 * MiB}
         # Without Kubernetes a pod is named by uid; Prometheus drops the empty namespace label.
         assert all(r["metric"]["class"] == "unknown" and "namespace" not in r["metric"] for r in pods)
         assert wait_for_query(prom, f'{METRICS.POD_USAGE}{{{sel},pod="{BUSY}",resource="cpu"}} > 0.2')
 
-        evictions = wait_for_query(prom, f'{METRICS.EVICTIONS_TOTAL}{{{sel}}}')
+        evictions = wait_for_query(prom, f'{METRICS.EVICTIONS_TOTAL}{{{sel}}}', min_series=4)
         assert {r["metric"]["resource"] for r in evictions} == {"cpu", "memory", "disk", "network"}
         assert {r["metric"]["policy"] for r in evictions} == {"preserve"}
         assert all(float(r["value"][1]) == 0.0 for r in evictions)

@@ -110,13 +110,17 @@ def query(url: str, promql: str) -> list[dict[str, Any]]:
     return list(body["data"]["result"])
 
 
-def wait_for_query(url: str, promql: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
-    """Poll ``promql`` until it returns at least one series; fail the test after ``timeout_s``."""
+def wait_for_query(url: str, promql: str, timeout_s: float = 30.0, min_series: int = 1) -> list[dict[str, Any]]:
+    """Poll ``promql`` until it returns at least ``min_series`` series; fail the test after ``timeout_s``.
+
+    Rate-derived series (cpu, disk, network) appear one sample after the others, so a caller that
+    checks a whole set must ask for all of it rather than take the first non-empty answer.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         result = query(url, promql)
-        if result:
+        if len(result) >= min_series:
             return result
         if time.monotonic() > deadline:
-            pytest.fail(f"no series for {promql!r} after {timeout_s}s")
+            pytest.fail(f"{len(result)} of {min_series} series for {promql!r} after {timeout_s}s: {result}")
         time.sleep(0.25)
