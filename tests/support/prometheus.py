@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,16 +25,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.processes import stop_process
+from tests.support.processes import free_port, stop_process, wait_for_logged_port
 
 __all__ = ["free_port", "prometheus_binary", "prometheus_server", "query", "wait_for_query"]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prometheus_binary() -> str:
@@ -67,27 +59,28 @@ def prometheus_server(
         "scrape_configs": [{"job_name": "stowage-test", "static_configs": [{"targets": list(targets)}]}],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (workdir / "prometheus.log").open("wb")
+    log_path = workdir / "prometheus.log"
+    log = log_path.open("wb")
+    # Port 0, then the port Prometheus logs ("Listening on" names the bound address): a port picked
+    # here and bound later by the child could be taken in between.
     proc = subprocess.Popen(
         [
             binary,
             f"--config.file={workdir / 'prometheus.yml'}",
             f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
+            "--web.listen-address=127.0.0.1:0",
+            "--log.level=info",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_timeout_s
+        port = wait_for_logged_port(proc, log_path, r'msg="Listening on" address=127\.0\.0\.1:(\d+)', startup_timeout_s)
+        url = f"http://127.0.0.1:{port}"
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(
-                    f"prometheus exited with {proc.returncode}: {(workdir / 'prometheus.log').read_text()}"
-                )
+                raise RuntimeError(f"prometheus exited with {proc.returncode}: {log_path.read_text()}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/-/ready", timeout=1.0).status_code == 200:
                     break
