@@ -16,8 +16,7 @@ from stowage.node_monitor.synthetic import SyntheticNode
 
 from stowage.labels import ANN_DISK_BANDWIDTH, METRICS
 from tests.support.kube import wait_until
-from tests.support.processes import stop_process
-from tests.support.prometheus import free_port
+from tests.support.processes import stop_process, wait_for_logged_port
 
 from .emulator import EVENTS, NODES, PODS, Emulator, running_emulator, write_kubeconfig
 from .world import GiB, PodSpec, pod_object
@@ -40,16 +39,22 @@ def _start(tmp_path: Path, emulator: Emulator, pods: list[PodSpec], *extra: str)
     emulator.put(NODES, {"apiVersion": "v1", "kind": "Node",
                          "metadata": {"name": NODE, "uid": "node-uid", "annotations": {ANN_DISK_BANDWIDTH: "200Mi"}},
                          "status": {"allocatable": {"cpu": "4", "memory": "4Gi"}}})
-    port = free_port()
-    log = (tmp_path / "monitor.log").open("wb")
+    log_path = tmp_path / "monitor.log"
+    log = log_path.open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "stowage", "node-monitor", "--kubeconfig",
          str(write_kubeconfig(tmp_path / "kubeconfig", emulator.url)), "--cgroup-root", str(tree.root),
-         "--proc-root", str(tree.proc_root), "--address", "127.0.0.1", "--port", str(port), "--interval", "200ms",
+         "--proc-root", str(tree.proc_root), "--address", "127.0.0.1", "--port", "0", "--interval", "200ms",
          *extra],
         stdout=log, stderr=subprocess.STDOUT, env={"NODE_NAME": NODE, "PATH": "/usr/bin:/bin"},
     )
     log.close()
+    # --port 0 and the port the monitor logs: a port picked here could be taken before the child binds it.
+    try:
+        port = wait_for_logged_port(proc, log_path, r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
+    except BaseException:
+        stop_process(proc)
+        raise
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -75,8 +80,8 @@ PODS_OVER = [
 def test_the_process_evicts_the_newest_opportunistic_pod_and_explains_it(tmp_path: Path, emulator: Emulator) -> None:
     proc, url = _start(tmp_path, emulator, PODS_OVER)
     try:
-        wait_until(lambda: any(ns == NS for ns, _n, _s in emulator.emu.evictions), timeout_s=30)
-        wait_until(lambda: _metric(url, METRICS.EVICTIONS_TOTAL, resource="memory") == 1, timeout_s=10)
+        wait_until(lambda: any(ns == NS for ns, _n, _s in emulator.emu.evictions), timeout_s=60)
+        wait_until(lambda: _metric(url, METRICS.EVICTIONS_TOTAL, resource="memory") == 1, timeout_s=30)
         assert [(n, s) for ns, n, s in emulator.emu.evictions if ns == NS] == [("batch-new", 201)]
         assert _metric(url, METRICS.NODE_CAPACITY, node=NODE, resource="memory") == 4 * GiB  # allocatable
         assert _metric(url, METRICS.NODE_CAPACITY, node=NODE, resource="disk") == 200 * 2**20  # annotation
@@ -92,7 +97,7 @@ def test_the_process_evicts_the_newest_opportunistic_pod_and_explains_it(tmp_pat
 def test_the_process_in_dry_run_counts_but_never_evicts(tmp_path: Path, emulator: Emulator) -> None:
     proc, url = _start(tmp_path, emulator, PODS_OVER, "--dry-run")
     try:
-        wait_until(lambda: (_metric(url, METRICS.EVICTIONS_TOTAL, resource="memory") or 0) >= 1, timeout_s=30)
+        wait_until(lambda: (_metric(url, METRICS.EVICTIONS_TOTAL, resource="memory") or 0) >= 1, timeout_s=60)
         assert emulator.emu.evictions == []
         assert [e for e in emulator.live(EVENTS) if e["reason"] == EVENT_REASON_EVICTED] == []
         assert "dry-run: would evict" in (tmp_path / "monitor.log").read_text()
