@@ -18,7 +18,7 @@ from stowage.labels import METRICS
 from stowage.prom import PrometheusReader, Utilization
 from tests.extender.objects import GI, extender_args, node, opportunistic_pod, regular_pod
 from tests.support.kube import wait_until
-from tests.support.prometheus import free_port, prometheus_server, wait_for_query
+from tests.support.prometheus import prometheus_server, wait_for_query
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]
 
@@ -47,8 +47,9 @@ class Exporter:
         self.usage.labels("n2", "cpu").set(3)
         self.usage.labels("n2", "memory").set(5 * GI)
         self.contention.labels("n2", "memory").set(1)
-        self.port = free_port()
-        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
+        # Port 0 and the port bound: a port picked free first could be taken before the server binds it.
+        self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+        self.port = int(self.server.server_port)
 
     @property
     def target(self) -> str:
@@ -144,13 +145,13 @@ def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
         utilization = Utilization(PrometheusReader(prom_url, timeout_s=1.0), interval_s=0.2).start()
         app = create_app(StowageSettings(), model, utilization)
         with serving(app) as url:
-            wait_until(lambda: utilization.current.error is None, 10)
+            wait_until(lambda: utilization.current.error is None, 30)
             assert httpx.post(f"{url}/filter", json=opp).json()["NodeNames"] == ["n1"]
     # Prometheus is stopped now; the same app keeps answering.
     try:
         with serving(app) as url:
             # A refresh during Prometheus' shutdown may have seen its 503; wait for one after it.
-            wait_until(lambda: "unreachable" in (utilization.current.error or ""), 10)
+            wait_until(lambda: "unreachable" in (utilization.current.error or ""), 30)
             body = httpx.post(f"{url}/filter", json=opp).json()
             assert body["NodeNames"] == [] and body["Error"] == ""
             assert "unreachable" in body["FailedNodes"]["n1"]
