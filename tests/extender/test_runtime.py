@@ -30,9 +30,9 @@ def test_the_runtime_becomes_ready_and_answers_from_the_watched_cluster() -> Non
         core.create_namespaced_pod("batch", regular_pod("busy-0", cpu="15", memory="1Gi", node_name="n1"))
         runtime = ExtenderRuntime(StowageSettings(), cluster.api, prometheus_url=None)
         with runtime, serving(runtime.app) as url, httpx.Client(timeout=10.0) as http:
-            wait_until(lambda: http.get(f"{url}/readyz").status_code == 200, 10)
+            wait_until(lambda: http.get(f"{url}/readyz").status_code == 200, 30)
             core.create_node(api_node("n2", cpu="32"))
-            wait_until(lambda: "n2" in runtime.model.node_names(), 10)
+            wait_until(lambda: "n2" in runtime.model.node_names(), 30)
             nodes = [node("n1"), node("n2", cpu="32")]
             regular = http.post(f"{url}/filter", json=extender_args(regular_pod(cpu="4"), nodes, cache=True)).json()
             assert regular["NodeNames"] == ["n1", "n2"]  # fit is kube-scheduler's job; no contention known

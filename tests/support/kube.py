@@ -66,7 +66,7 @@ class KubeEmulator:
 @contextlib.contextmanager
 def kube_emulator(
     resources: Sequence[str] = DEFAULT_RESOURCES,
-    startup_timeout_s: float = 10.0,
+    startup_timeout_s: float = 60.0,
     emulator_cls: type[kmock.KubernetesEmulator] = kmock.KubernetesEmulator,
 ) -> Iterator[KubeEmulator]:
     """Start a kmock emulator on a loopback port; yield a :class:`KubeEmulator`; stop it on exit.
@@ -137,8 +137,12 @@ def gone_once(handle: KubeEmulator, plural: str) -> None:
     handle.call(install)
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0, interval_s: float = 0.02) -> None:
-    """Poll ``predicate`` until it is true; raise ``TimeoutError`` naming it otherwise."""
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, interval_s: float = 0.02) -> None:
+    """Poll ``predicate`` until it is true; raise ``TimeoutError`` naming it otherwise.
+
+    ``timeout_s`` only bounds how long a broken test hangs: keep it generous (a loaded CI machine
+    can stall a thread or a child process for seconds), never use it to assert speed.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
