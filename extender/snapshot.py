@@ -7,7 +7,8 @@ Availability per class (DESIGN.md "The policy"):
 - opportunistic: ``A_opp = T_alloc·C − U − B − S`` (policy.harvest.harvestable), where
   ``U`` is NaN (so ``A_opp`` = 0) on every node whose samples are missing or older than
   ``harvest.utilization_stale_after_s``, and ``S`` (policy.harvest.assumed) counts pods
-  bound or provisionally placed within ``harvest.ramp_up_s``.
+  bound or provisionally placed within ``harvest.ramp_up_s`` (the model keeps it per node:
+  :meth:`ClusterModel.assumed_for`).
 
 ``C`` is the node's Kubernetes capacity (disk/network from its bandwidth annotations);
 where the node declares none, the node monitor's measured capacity stands in.
@@ -32,9 +33,9 @@ from functools import cached_property
 import numpy as np
 
 from stowage.config import StowageSettings
-from stowage.kube.cluster import ClusterModel, ModelTable, NodeView, RecentPods
+from stowage.kube.cluster import ClusterModel, ModelTable
 from stowage.policy import harvest
-from stowage.prom import NodeSamples, Utilization, UtilizationSnapshot
+from stowage.prom import Utilization, UtilizationSnapshot
 
 __all__ = ["ScoringView", "Snapshot", "Snapshots", "StateTable", "take"]
 
@@ -91,16 +92,14 @@ class Snapshot:
         names: Sequence[str],
         rows: np.ndarray,
         positions: np.ndarray,
-        recent: RecentPods,
+        assumed: np.ndarray,
         settings: StowageSettings,
-        now_s: float,
         elapsed_s: float,
     ) -> None:
         self.names = names
         self.rows = rows  # (N,) the model row of each node (−1: unknown)
-        self.recent = recent
+        self.assumed = assumed  # ``S`` (N,R) (policy.harvest.assumed), zero on most nodes
         self.settings = settings
-        self.now_s = now_s
         self.resources = table.resources
         self.stale_after_s = settings.harvest.utilization_stale_after_s
         self.t_alloc = table.t_alloc
@@ -147,38 +146,6 @@ class Snapshot:
         return self._table.samples.blocked[self._positions]
 
     @cached_property
-    def view(self) -> NodeView:
-        """The model's rows as a :class:`NodeView` (for readers that want all of them)."""
-        m, p = self._table.model, self._positions
-        return NodeView(
-            names=self.names,
-            resources=self.resources,
-            known=self.known,
-            capacity=self.declared_capacity,
-            allocatable=m.allocatable[p],
-            regular_requests=m.regular_requests[p],
-            opportunistic_demand=m.opportunistic_demand[p],
-            harvest_enabled=self.harvest_enabled,
-            recent=self.recent,
-            joined=m.joined[p],
-            rows=self.rows,
-        )
-
-    @cached_property
-    def samples(self) -> NodeSamples:
-        """The utilization rows as :class:`NodeSamples` (for readers that want all of them)."""
-        s, p = self._table.samples, self._positions
-        return NodeSamples(
-            present=self.present,
-            age_s=self.age_s,
-            usage=s.usage[p],
-            capacity=s.capacity[p],
-            blocked=self.blocked,
-            contention=s.contention[p],
-            error=self.samples_error,
-        )
-
-    @cached_property
     def declared_capacity(self) -> np.ndarray:
         """(N,R) what the node declares (Kubernetes capacity, bandwidth annotations); 0 where undeclared."""
         return self._table.model.capacity[self._positions]
@@ -204,30 +171,6 @@ class Snapshot:
         return self._state[1][self._positions]
 
     @cached_property
-    def _assumed_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(positions with recent pods (k,), S on them (k,R))``: ``S`` is zero on every other node."""
-        recent = self.recent
-        inside = (recent.node_index >= 0) & (recent.node_index < len(self.names))
-        rows, local = np.unique(recent.node_index[inside], return_inverse=True)
-        s = harvest.assumed(
-            recent.demands[inside],
-            recent.bound_at_s[inside],
-            local.reshape(-1),
-            self.now_s,
-            self.settings.harvest.ramp_up_s,
-            rows.size,
-        )
-        return rows, s
-
-    @cached_property
-    def assumed(self) -> np.ndarray:
-        """``S`` (N,R) (:func:`policy.harvest.assumed`)."""
-        rows, s = self._assumed_rows
-        out = np.zeros((len(self.names), len(self.resources)))
-        out[rows] = s
-        return out
-
-    @cached_property
     def harvestable(self) -> np.ndarray:
         """``A_opp`` (N,R); zero on nodes labelled ``stowage.io/harvest: "false"``.
 
@@ -235,11 +178,12 @@ class Snapshot:
         :func:`policy.harvest.harvestable` computes again with their ``S``.
         """
         a_opp = self._state[2][self._positions]
-        rows, s = self._assumed_rows
+        rows = np.flatnonzero(self.assumed.any(axis=1))
         if rows.size:
             at = self._positions[rows]
             a_opp[rows] = harvest.harvestable(
-                self._table.capacity[at], self._state[1][at], self._table.samples.blocked[at], s, self.t_alloc
+                self._table.capacity[at], self._state[1][at], self._table.samples.blocked[at], self.assumed[rows],
+                self.t_alloc,
             )
             a_opp[rows[~self._table.model.harvest_enabled[at]]] = 0.0
         return a_opp
@@ -335,9 +279,10 @@ class Snapshots:
         """Copy what the request needs out of the table, the recent pods and the clock."""
         table = self.table()
         rows, positions = self._rows(table, names)
-        recent = self.model.recent_for(rows, exclude_pod=exclude_pod)
+        # Columns are only ever appended, so a resource named since the table was built is sliced off.
+        assumed = self.model.assumed_for(rows, exclude_pod=exclude_pod)[:, : len(table.resources)]
         elapsed = max(0.0, self.utilization.clock() - table.current.fetched_at_s)
-        return Snapshot(table, names, rows, positions, recent, self.settings, self.model.now(), elapsed)
+        return Snapshot(table, names, rows, positions, assumed, self.settings, elapsed)
 
 
 def take(

@@ -28,22 +28,9 @@ from stowage.kube.recent import RecentSlots
 from stowage.kube.records import NodeRecord, PodRecord, node_record, pod_key, pod_record
 from stowage.resources import CORE_RESOURCES, ResourceVector
 
-__all__ = ["ClusterModel", "ModelTable", "NodeView", "RecentPods"]
+__all__ = ["ClusterModel", "ModelTable", "NodeView"]
 
 _INITIAL_ROWS = 64
-
-
-@dataclass(frozen=True, slots=True)
-class RecentPods:
-    """Pods bound (or provisionally placed) within the ramp-up window, for the assumed set ``S``.
-
-    ``demands`` (P,R) in the view's resource order, ``bound_at_s`` (P,) Unix seconds,
-    ``node_index`` (P,) row in the view they belong to.
-    """
-
-    demands: np.ndarray
-    bound_at_s: np.ndarray
-    node_index: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +48,7 @@ class NodeView:
     regular_requests: np.ndarray  # (N,R) requests of regular pods (+ their bandwidth)
     opportunistic_demand: np.ndarray  # (N,R) real demand of opportunistic pods (+ their bandwidth)
     harvest_enabled: np.ndarray  # (N,) bool
-    recent: RecentPods
+    assumed: np.ndarray  # (N,R) the assumed set S: demand of pods placed within recent_window_s
     joined: np.ndarray | None = None  # (N,) row of each node in the index passed as ``join`` (−1: absent)
     rows: np.ndarray | None = None  # (N,) the model's row of each node (−1: unknown); keys adapter caches
 
@@ -322,35 +309,13 @@ class ClusterModel:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def _recent_for(self, rows: np.ndarray, exclude: str | None) -> RecentPods:
-        """Recent pods on the requested rows, as arrays; vectorised over both pods and request positions."""
+    def _assumed_for(self, rows: np.ndarray, exclude: str | None) -> np.ndarray:
+        """``S`` (N,R) on the model ``rows`` of a request (−1: unknown), from the recent pods' ledger."""
         recent = self._recent
-        recent.expire(self._clock(), self.recent_window_s)
-        recent.resolve_rows(self._index, self.index_version)
-        width = len(self._resources)
-        live = recent.alive.copy()
-        excluded = recent.slot(exclude) if exclude is not None else None
-        if excluded is not None:
-            live[excluded] = False  # a re-filtered pod must not compete with its own slot
-        slots = np.flatnonzero(live & (recent.node_row >= 0))
-        if slots.size == 0 or rows.size == 0:
-            return RecentPods(np.zeros((0, width)), np.zeros(0), np.zeros(0, dtype=np.int64))
-        pod_rows = recent.node_row[slots]
-        order = np.argsort(rows, kind="stable")
-        sorted_rows = rows[order]
-        lo = np.searchsorted(sorted_rows, pod_rows, side="left")
-        counts = np.searchsorted(sorted_rows, pod_rows, side="right") - lo
-        if not counts.any():
-            return RecentPods(np.zeros((0, width)), np.zeros(0), np.zeros(0, dtype=np.int64))
-        pods = np.repeat(slots, counts)
-        # a node named k times in the request gets the pod at each of its k positions
-        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        positions = order[np.repeat(lo, counts) + offsets]
-        return RecentPods(
-            demands=recent.demand[pods, :width],
-            bound_at_s=recent.bound_at_s[pods],
-            node_index=positions.astype(np.int64),
-        )
+        now = self._clock()
+        recent.expire(now, self.recent_window_s)
+        recent.resolve_rows(self._index, self.index_version, now, self.recent_window_s)
+        return recent.assumed_on(rows, exclude)[:, : len(self._resources)]
 
     def _joined(self, rows: np.ndarray, known: np.ndarray, join: tuple[object, Mapping[str, int]]) -> np.ndarray:
         """Rows of another name index (e.g. a utilization snapshot) for ``rows``, via a cached translation."""
@@ -389,10 +354,14 @@ class ClusterModel:
                 joined=joined,
             )
 
-    def recent_for(self, rows: np.ndarray, *, exclude_pod: str | None = None) -> RecentPods:
-        """Recent pods on the model ``rows`` of a request (−1: unknown), positions in request order."""
+    def assumed_for(self, rows: np.ndarray, *, exclude_pod: str | None = None) -> np.ndarray:
+        """The assumed set ``S`` (N,R) on the model ``rows`` of a request (−1: unknown → 0), in request order.
+
+        ``S`` is the demand of pods bound or provisionally placed less than ``recent_window_s``
+        ago (:func:`stowage.policy.harvest.assumed`); ``exclude_pod`` is left out.
+        """
         with self._lock:
-            return self._recent_for(rows, exclude_pod)
+            return self._assumed_for(rows, exclude_pod)
 
     def view(
         self,
@@ -401,7 +370,7 @@ class ClusterModel:
         exclude_pod: str | None = None,
         join: tuple[object, Mapping[str, int]] | None = None,
     ) -> NodeView:
-        """The rows of ``names`` (copies), in that order; ``exclude_pod`` is left out of ``recent``.
+        """The rows of ``names`` (copies), in that order; ``exclude_pod`` is left out of ``assumed``.
 
         ``join=(owner, {name: row})`` also returns each node's row in that other index
         (``NodeView.joined``); the translation is cached per ``owner`` object and node set.
@@ -426,7 +395,7 @@ class ClusterModel:
                 regular_requests=take(self._regular),
                 opportunistic_demand=take(self._opportunistic),
                 harvest_enabled=take(self._harvest),
-                recent=self._recent_for(rows, exclude_pod),
+                assumed=self._assumed_for(rows, exclude_pod),
                 joined=None if join is None else self._joined(rows, known, join),
                 rows=rows,
             )
