@@ -31,6 +31,7 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Message, Receive, Scope, Send
 from stowage.extender import filtering, preemption, scoring, snapshot, wire
 from stowage.extender.metrics import ExtenderMetrics
 from stowage.extender.pods import PodRequest, parse_pod
@@ -96,6 +97,75 @@ class _OrjsonBodyRoute(APIRoute):
             return await handler(request)
 
         return parse_then_handle
+
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def _json_content_type(scope: Scope) -> bool:
+    """``Content-Type: application/json`` (any parameters), as kube-scheduler sends it.
+
+    Anything else — absent, ``*+json``, unusual spelling — is left to FastAPI, whose
+    rules for it differ between versions.
+    """
+    for key, value in scope["headers"]:
+        if key == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"application/json"
+    return False
+
+
+class _ExtenderAPI(FastAPI):
+    """FastAPI, with the success path of filter and prioritize served straight from ASGI.
+
+    kube-scheduler calls these two for every pod, and FastAPI's request machinery
+    (middleware stack, routing, dependency solving) costs about as much as our decision.
+    A request takes the short path only when FastAPI would call the route with it: a
+    POST to exactly ``/filter`` or ``/prioritize``, sent as ``application/json``, whose
+    body ``ExtenderArgs`` accepts (the same Pydantic model the route declares). Anything
+    else — bad JSON, a body that fails validation, another content type — is replayed into FastAPI
+    unchanged, so every error answer is FastAPI's own; both paths build the 200 body
+    with the same ``_Extender`` method.
+    """
+
+    fast_verbs: dict[str, Callable[[Mapping[str, Any]], bytes]]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        verb = None
+        if scope["type"] == "http" and scope["method"] == "POST":
+            verb = self.fast_verbs.get(scope["path"])
+        if verb is None:
+            await super().__call__(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: nothing to answer
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        raw: Any = None
+        if _json_content_type(scope):
+            with contextlib.suppress(orjson.JSONDecodeError):
+                raw = orjson.loads(body)
+            if not wire.accepts_extender_args(raw):
+                raw = None
+        if not isinstance(raw, dict):
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await super().__call__(scope, replay, send)
+            return
+        payload = verb(raw)
+        headers = [*_JSON_HEADERS, (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
 
 
 class _Extender:
@@ -171,6 +241,28 @@ class _Extender:
             outcome.unresolvable,
             node_items=None if items is None else [items[i] for i in passed],
         )
+
+    def filter_response(self, raw: Mapping[str, Any]) -> bytes:
+        """The encoded filter answer; an internal failure goes in ``Error`` (never a 500)."""
+        start = time.perf_counter()
+        try:
+            body: Any = self.filter(raw)
+        except Exception as exc:  # reported in Error: the scheduler carries on without us
+            log.exception("filter failed")
+            body = wire.error_filter_result(f"stowage extender internal error: {type(exc).__name__}: {exc}")
+        self.metrics.request_seconds.labels("filter").observe(time.perf_counter() - start)
+        return _encode(body)
+
+    def prioritize_response(self, raw: Mapping[str, Any]) -> bytes:
+        """The encoded prioritize answer; an internal failure scores every node 0."""
+        start = time.perf_counter()
+        try:
+            body = self.prioritize(raw)
+        except Exception:  # zero scores: we simply contribute nothing
+            log.exception("prioritize failed")
+            body = _encode(wire.host_priorities(*_zero_scores(raw)))
+        self.metrics.request_seconds.labels("prioritize").observe(time.perf_counter() - start)
+        return body
 
     def prioritize(self, raw: Mapping[str, Any]) -> bytes:
         """The encoded ``[{"Host", "Score"}, ...]`` (:func:`wire.host_priorities_json`)."""
@@ -265,7 +357,7 @@ def create_app(
 
     metrics = metrics or ExtenderMetrics(harvestable)
     ext = _Extender(settings, model, utilization, metrics, queue_weights)
-    app = FastAPI(
+    app = _ExtenderAPI(
         title="Stowage scheduler extender",
         version=__version__,
         description=(
@@ -274,6 +366,7 @@ def create_app(
         ),
     )
     app.router.route_class = _OrjsonBodyRoute
+    app.fast_verbs = {"/filter": ext.filter_response, "/prioritize": ext.prioritize_response}
     app.state.extender = ext
     app.state.metrics = metrics
 
@@ -303,14 +396,7 @@ def create_app(
         summary="Keep the nodes the pod may run on; explain every rejection",
     )
     async def filter_nodes(args: wire.ExtenderArgs, request: Request) -> Response:
-        start = time.perf_counter()
-        try:
-            body: Any = ext.filter(await request.json())
-        except Exception as exc:  # reported in Error, never a 500 to the scheduler
-            log.exception("filter failed")
-            body = wire.error_filter_result(f"stowage extender internal error: {type(exc).__name__}: {exc}")
-        metrics.request_seconds.labels("filter").observe(time.perf_counter() - start)
-        return _json(body)
+        return Response(ext.filter_response(await request.json()), media_type="application/json")
 
     @app.post(
         "/prioritize",
@@ -319,15 +405,7 @@ def create_app(
         summary="Score the nodes 0..10 by multi-resource alignment",
     )
     async def prioritize_nodes(args: wire.ExtenderArgs, request: Request) -> Response:
-        start = time.perf_counter()
-        raw = await request.json()
-        try:
-            body = ext.prioritize(raw)
-        except Exception:  # zero scores: we simply contribute nothing
-            log.exception("prioritize failed")
-            body = _encode(wire.host_priorities(*_zero_scores(raw)))
-        metrics.request_seconds.labels("prioritize").observe(time.perf_counter() - start)
-        return Response(body, media_type="application/json")
+        return Response(ext.prioritize_response(await request.json()), media_type="application/json")
 
     @app.post(
         "/preempt",

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 __all__ = [
     "ExtenderArgs",
@@ -37,6 +37,7 @@ __all__ = [
     "PodObject",
     "Problem",
     "Victims",
+    "accepts_extender_args",
     "describe_validation_error",
     "error_filter_result",
     "filter_result",
@@ -155,6 +156,18 @@ class ExtenderPreemptionResult(BaseModel):
 
 
 # --- plain-value helpers ------------------------------------------------------------------------
+
+
+_EXTENDER_ARGS = TypeAdapter(ExtenderArgs)
+
+
+def accepts_extender_args(raw: Any) -> bool:
+    """Whether :class:`ExtenderArgs` (the filter/prioritize routes' body model) accepts ``raw``."""
+    try:
+        _EXTENDER_ARGS.validate_python(raw)
+    except ValidationError:
+        return False
+    return True
 
 
 def describe_validation_error(exc: ValidationError | Any) -> str:

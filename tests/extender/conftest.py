@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from stowage.extender.app import create_app
 from stowage.extender.server import serving
 
@@ -36,6 +37,7 @@ class World:
     clock: Clock
     url: str
     http: httpx.Client
+    app: FastAPI
     settings: StowageSettings = field(default_factory=StowageSettings)
 
     def post(self, verb: str, body: Any) -> httpx.Response:
@@ -76,7 +78,7 @@ def make_world() -> Iterator[WorldFactory]:
         url = served.__enter__()
         http = httpx.Client(timeout=10.0)
         stack.append((served, http))
-        world = World(model, utilization, clock, url, http, settings)
+        world = World(model, utilization, clock, url, http, app, settings)
         if samples is not None:
             world.samples(samples)
         return world
