@@ -142,7 +142,8 @@ def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
     reg = extender_args(regular_pod(), NODES[:1], cache=True)
     with prometheus_server(tmp_path, [exporter.target], scrape_interval_s=0.5) as prom_url:
         wait_for_query(prom_url, f'{METRICS.NODE_USAGE}{{node="n1"}}')
-        utilization = Utilization(PrometheusReader(prom_url, timeout_s=1.0), interval_s=0.2).start()
+        # A generous query timeout: one refresh timing out under load would turn the harvest below into a miss.
+        utilization = Utilization(PrometheusReader(prom_url, timeout_s=10.0), interval_s=0.2).start()
         app = create_app(StowageSettings(), model, utilization)
         with serving(app) as url:
             wait_until(lambda: utilization.current.error is None, 30)
