@@ -23,8 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.processes import stop_process
-from tests.support.prometheus import free_port
+from tests.support.processes import free_port, stop_process
 
 _KUBECONFIG = os.environ.get("KUBECONFIG", "")
 

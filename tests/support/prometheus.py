@@ -25,9 +25,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.processes import free_port, stop_process, wait_for_logged_port
+from tests.support.processes import stop_process, wait_for_logged_port
 
-__all__ = ["free_port", "prometheus_binary", "prometheus_server", "query", "wait_for_query"]
+__all__ = ["prometheus_binary", "prometheus_server", "query", "wait_for_query"]
 
 
 def prometheus_binary() -> str:
