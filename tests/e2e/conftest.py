@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.processes import free_port, stop_process
+from tests.support.processes import start_on_free_port, stop_process
 
 _KUBECONFIG = os.environ.get("KUBECONFIG", "")
 
@@ -56,26 +54,21 @@ def nodes(kubeconfig: str) -> list[dict]:
 
 
 @contextlib.contextmanager
-def running(args: list[str], ready_url: str, log: Path, timeout_s: float = 90.0) -> Iterator[None]:
-    """Run ``stowage ARGS`` until ``ready_url`` answers 200; stop it afterwards."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "stowage", *args], stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"stowage {' '.join(args)} exited {proc.returncode}:\n{log.read_text()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(ready_url, timeout=2.0).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    pytest.fail(f"{ready_url} not ready after {timeout_s}s:\n{log.read_text()}")
-                time.sleep(0.5)
-            yield
-        finally:
-            stop_process(proc, timeout_s=15)
+def running(args: Callable[[int], list[str]], ready_path: str, log: Path, timeout_s: float = 90.0) -> Iterator[str]:
+    """Run ``stowage ARGS(port)`` until ``ready_path`` answers 200 on that port; yield the base URL; stop it after.
 
+    The port is picked free and bound by the child later, so a lost race restarts it on another port.
+    """
 
-@pytest.fixture
-def port() -> int:
-    return free_port()
+    def ready(port: int) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=2.0).status_code == 200
+        return False
+
+    proc, port = start_on_free_port(
+        lambda port: [sys.executable, "-m", "stowage", *args(port)], ready, log, timeout_s=timeout_s
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc, timeout_s=15)

@@ -13,12 +13,13 @@ from tests.extender.objects import extender_args, opportunistic_pod, regular_pod
 
 
 def test_extender_syncs_the_real_cluster_and_filters_its_nodes(
-    kubeconfig: str, nodes: list[dict], port: int, tmp_path: Path
+    kubeconfig: str, nodes: list[dict], tmp_path: Path
 ) -> None:
-    base = f"http://127.0.0.1:{port}"
-    args = ["extender", "--kubeconfig", kubeconfig, "--host", "127.0.0.1", "--port", str(port)]
+    def args(port: int) -> list[str]:
+        return ["extender", "--kubeconfig", kubeconfig, "--host", "127.0.0.1", "--port", str(port)]
+
     names = sorted(n["metadata"]["name"] for n in nodes)
-    with running(args, f"{base}/readyz", tmp_path / "extender.log"):
+    with running(args, "/readyz", tmp_path / "extender.log") as base:
         regular = httpx.post(
             f"{base}/filter",
             json=extender_args(regular_pod("e2e", cpu="10m", memory="16Mi"), nodes, cache=True),
@@ -47,24 +48,16 @@ def test_extender_syncs_the_real_cluster_and_filters_its_nodes(
 
 
 def test_node_monitor_publishes_the_real_nodes_allocatable(
-    kubeconfig: str, nodes: list[dict], port: int, tmp_path: Path
+    kubeconfig: str, nodes: list[dict], tmp_path: Path
 ) -> None:
     node = nodes[0]
     name = node["metadata"]["name"]
-    args = [
-        "node-monitor",
-        "--node-name",
-        name,
-        "--kubeconfig",
-        kubeconfig,
-        "--address",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dry-run",
-    ]
-    base = f"http://127.0.0.1:{port}"
-    with running(args, f"{base}/healthz", tmp_path / "node-monitor.log"):
+
+    def args(port: int) -> list[str]:
+        return ["node-monitor", "--node-name", name, "--kubeconfig", kubeconfig, "--address", "127.0.0.1",
+                "--port", str(port), "--dry-run"]
+
+    with running(args, "/healthz", tmp_path / "node-monitor.log") as base:
         text = httpx.get(f"{base}/metrics", timeout=10).text
     values = [
         float(line.rsplit(" ", 1)[1])
