@@ -67,9 +67,14 @@ def exporter() -> Iterator[Exporter]:
     exp.close()
 
 
+#: Scrape interval for the static exporter. Prometheus caps a scrape's timeout at the interval, and one failed
+#: scrape marks every series stale (the tests below then read nothing): give a loaded machine 2 s to answer.
+SCRAPE_INTERVAL_S = 2.0
+
+
 @pytest.fixture(scope="module")
 def prometheus(exporter: Exporter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with prometheus_server(tmp_path_factory.mktemp("prom"), [exporter.target], scrape_interval_s=0.5) as url:
+    with prometheus_server(tmp_path_factory.mktemp("prom"), [exporter.target], SCRAPE_INTERVAL_S) as url:
         wait_for_query(url, f'{METRICS.NODE_USAGE}{{node="n2",resource="memory"}}')
         wait_for_query(url, f'{METRICS.NODE_CONTENTION}{{node="n2",resource="memory"}} == 1')
         yield url
@@ -140,7 +145,7 @@ def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
     model.replace_pods([])
     opp = extender_args(opportunistic_pod(cpu="1", memory="1Gi"), NODES[:1], cache=True)
     reg = extender_args(regular_pod(), NODES[:1], cache=True)
-    with prometheus_server(tmp_path, [exporter.target], scrape_interval_s=0.5) as prom_url:
+    with prometheus_server(tmp_path, [exporter.target], SCRAPE_INTERVAL_S) as prom_url:
         wait_for_query(prom_url, f'{METRICS.NODE_USAGE}{{node="n1"}}')
         # A generous query timeout: one refresh timing out under load would turn the harvest below into a miss.
         utilization = Utilization(PrometheusReader(prom_url, timeout_s=10.0), interval_s=0.2).start()
