@@ -92,7 +92,7 @@ class ExtenderRuntime:
 
 
 @contextlib.contextmanager
-def serving(app: FastAPI, host: str = "127.0.0.1", startup_timeout_s: float = 10.0) -> Iterator[str]:
+def serving(app: FastAPI, host: str = "127.0.0.1", startup_timeout_s: float = 60.0) -> Iterator[str]:
     """Serve ``app`` with uvicorn on a thread, on a free loopback port; yield its base URL.
 
     Used by the benchmark and the conformance tests (real HTTP, not an in-process client).
@@ -119,4 +119,7 @@ def serving(app: FastAPI, host: str = "127.0.0.1", startup_timeout_s: float = 10
     finally:
         server.should_exit = True
         thread.join(startup_timeout_s)
+        if thread.is_alive():  # a connection that will not close: stop without waiting for it
+            server.force_exit = True
+            thread.join(startup_timeout_s)
         sock.close()

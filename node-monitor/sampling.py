@@ -73,7 +73,7 @@ class Sampler:
     def sample(self) -> RawSample:
         """Read every counter once. Never raises for missing or vanishing files."""
         started = time.perf_counter()
-        taken_at = self._clock()
+        before = self._clock()
         layout = self.layout
         node: cgroups.Counters | None = None
         pods: dict[str, PodSample] = {}
@@ -84,6 +84,8 @@ class Sampler:
                 if counters is not None:  # None: the pod vanished between listing and reading
                     pods[pod.uid] = PodSample(pod.uid, pod.qos, counters)
         net = netdev.read_net_bytes(self.proc_root, self._exclude)
+        # Stamped at the middle of the reads: a read delayed on a busy node then skews two rates by half as much.
+        taken_at = (before + self._clock()) / 2
         description = layout.describe() if layout is not None else f"{self.cgroup_root}: not a cgroup filesystem"
         return RawSample(
             taken_at_s=taken_at,

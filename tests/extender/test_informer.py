@@ -75,7 +75,7 @@ def test_initial_list_fills_the_model_and_marks_it_synced(cluster: KubeEmulator,
     core.create_namespaced_pod("default", pod("pending", None, cpu="4"))
     informers = start(cluster, model)
     try:
-        wait_until(lambda: model.synced, 10)
+        wait_until(lambda: model.synced)
         assert sorted(model.node_names()) == ["n1", "n2"]
         view = model.view(["n1", "n2"])
         assert view.capacity[:, 0].tolist() == [8.0, 16.0]
@@ -91,7 +91,7 @@ def test_watch_applies_additions_updates_and_deletions(cluster: KubeEmulator, mo
     core = client.CoreV1Api(cluster.api)
     informers = start(cluster, model)
     try:
-        wait_until(lambda: model.synced, 10)
+        wait_until(lambda: model.synced)
         core.create_node(node("n1"))
         wait_until(lambda: "n1" in model.node_names())
         core.create_namespaced_pod("default", pod("a", "n1", cpu="3", memory="2Gi"))
@@ -123,10 +123,10 @@ def test_an_expired_watch_410_is_recovered_by_relisting(cluster: KubeEmulator, m
     gone_once(cluster, "nodes")
     informers = start(cluster, model)
     try:
-        wait_until(lambda: informers[0].relists >= 2, 10)
+        wait_until(lambda: informers[0].relists >= 2)
         assert informers[0].last_error is None  # a 410 is routine, not an error to back off from
         core.create_node(node("n2"))
-        wait_until(lambda: "n2" in model.node_names(), 10)
+        wait_until(lambda: "n2" in model.node_names())
         assert sorted(model.node_names()) == ["n1", "n2"]
     finally:
         for informer in informers:
@@ -145,7 +145,7 @@ def test_api_errors_are_retried_with_backoff_until_the_list_succeeds(
     cluster.call(fail_twice)
     informers = start(cluster, model)
     try:
-        wait_until(lambda: model.nodes_synced.is_set(), 10)
+        wait_until(lambda: model.nodes_synced.is_set())
         assert model.node_names() == ["n1"]
         assert "503" in (informers[0].last_error or "")
     finally:
@@ -155,9 +155,9 @@ def test_api_errors_are_retried_with_backoff_until_the_list_succeeds(
 
 def test_stop_ends_an_open_watch_promptly(cluster: KubeEmulator, model: ClusterModel) -> None:
     informers = start(cluster, model)
-    wait_until(lambda: model.synced, 10)
+    wait_until(lambda: model.synced)
     for informer in informers:
-        informer.stop(timeout_s=5)
+        informer.stop(timeout_s=30)  # far below the 300 s watch timeout it must not wait out
     assert all(informer._thread is not None and not informer._thread.is_alive() for informer in informers)
 
 
@@ -197,7 +197,7 @@ def test_a_long_list_is_read_page_by_page(cluster: KubeEmulator, model: ClusterM
     cluster.call(paginate)
     informers = start(cluster, model)
     try:
-        wait_until(lambda: model.nodes_synced.is_set(), 10)
+        wait_until(lambda: model.nodes_synced.is_set())
         assert sorted(model.node_names()) == ["n1", "n2"]
         params = cluster.call(lambda: [dict(r.params) for r in cluster.emulator[kmock.action.LIST, nodes]])
         assert params[0].get("limit") == "500" and "continue" not in params[0]
