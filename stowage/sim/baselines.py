@@ -32,6 +32,11 @@ def _fits_somewhere(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray
     return fits[which.reshape(-1)]
 
 
+def _live_rows(alive: NDArray[np.bool_], shape_of: NDArray[np.int64], start: int) -> list[int]:
+    """Positions from ``start`` on whose demand shape has not failed yet in this pass."""
+    return (np.flatnonzero(alive[shape_of[start:]]) + start).tolist()
+
+
 class KubePreset(Preset):
     """kube-scheduler: PrioritySort queue, Fit filter on Kubernetes resources, one Score plugin set."""
 
@@ -50,6 +55,7 @@ class KubePreset(Preset):
         self._tlp_measured = np.zeros(sim.cluster.n)
         self._tlp_binds: deque[tuple[float, int, float]] = deque()  # (time, node, predicted cpu)
         self._tlp_missing = np.zeros(sim.cluster.n)  # Σ predicted cpu of the binds above, per node
+        self._drf_rank_cache: NDArray[np.int64] | None = None
 
     def _scores(self, sim: Simulation, g: int) -> NDArray:
         c = sim.cluster
@@ -106,49 +112,82 @@ class KubePreset(Preset):
             self._schedule_drf(sim, regular, free, fit_res)
         else:
             ordered = self._queue_order(sim, regular)
-            demands = sim.g_demand[ordered]
-            # Room only shrinks during a pass: a demand at least as big as one that failed fails too.
-            # Failures are few (one per distinct shape at most), so mark the dominated groups all at once.
-            skip = np.zeros(ordered.size, dtype=bool)
-            for i, g in enumerate(ordered.tolist()):
-                if skip[i]:
-                    continue
-                while sim.g_pending[g] > 0 and self._place_regular(sim, g, free, fit_res):
-                    pass
-                if sim.g_pending[g] > 0:
-                    skip[i + 1 :] |= (demands[i + 1 :] >= demands[i]).all(axis=1)
+            present, shape_of = np.unique(sim.g_shape[ordered], return_inverse=True)
+            shape_of = shape_of.reshape(-1)
+            shapes = sim.shapes[present]
+            # Room only shrinks during a pass: a demand at least as big as one that failed fails too,
+            # so a failure kills its shape and every bigger one for the rest of the pass (at most one
+            # failure per distinct shape); the pass ends when no live shape is left.
+            alive = np.ones(present.size, dtype=bool)
+            todo = _live_rows(alive, shape_of, 0)
+            while todo:
+                for i in todo:
+                    g = int(ordered[i])
+                    while sim.g_pending[g] > 0 and self._place_regular(sim, g, free, fit_res):
+                        pass
+                    if sim.g_pending[g] > 0:
+                        alive &= ~(shapes >= shapes[shape_of[i]]).all(axis=1)
+                        todo = _live_rows(alive, shape_of, i + 1)
+                        break
+                else:
+                    todo = []
         if self.harvesting:
             self._schedule_opportunistic(sim)
 
     def _schedule_drf(self, sim: Simulation, groups: NDArray[np.int64], free: NDArray, fit_res: NDArray) -> None:
-        """DRF: the queue furthest below its share places its oldest job's next task."""
-        ordered = np.array(sorted(groups.tolist(), key=lambda g: (sim.j_arrival[sim.g_job[g]], g)), dtype=np.int64)
-        demands = sim.g_demand[ordered]
-        # Room only shrinks during a pass: once a demand fits nowhere, every group at least as big is skipped.
-        skip = np.zeros(ordered.size, dtype=bool)
-        by_queue: list[deque[int]] = [deque() for _ in sim.queue_names]
-        for i, g in enumerate(ordered.tolist()):
-            by_queue[sim.g_queue[g]].append(i)
+        """DRF: the queue furthest below its share places its oldest job's next task.
+
+        Each queue's head is its first group (oldest job first) whose demand shape is still alive.
+        Room only shrinks during a pass, so once a demand fits nowhere every shape at least as big
+        fails too (a failed try changes nothing): those shapes die for the rest of the pass, and the
+        pass ends as soon as no queue has a live group left, however many groups are pending.
+        """
+        if groups.size == 0:
+            return
+        ordered = groups[np.argsort(self._drf_rank(sim)[groups], kind="stable")]
+        present, shape_of = np.unique(sim.g_shape[ordered], return_inverse=True)
+        shape_of = shape_of.reshape(-1)
+        shapes = sim.shapes[present]
+        alive = np.ones(present.size, dtype=bool)
+        queues = sim.g_queue[ordered]
+        by_queue = [np.flatnonzero(queues == q) for q in range(len(sim.queue_names))]
+        head = [0] * len(by_queue)  # index into by_queue[q]; len(...) once the queue is done
+
+        def advance(q: int, start: int) -> None:
+            rows = by_queue[q][start:]
+            live = alive[shape_of[rows]]
+            k = int(np.argmax(live)) if live.size else 0
+            head[q] = start + k if live.size and live[k] else len(by_queue[q])
+
+        for q in range(len(by_queue)):
+            advance(q, 0)
         total = sim.cluster.total * fit_res
         shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
         while True:
-            for queue in by_queue:
-                while queue and skip[queue[0]]:
-                    queue.popleft()
-            eligible = np.array([bool(q) for q in by_queue])
+            eligible = np.array([h < len(rows) for h, rows in zip(head, by_queue, strict=True)])
             if not eligible.any():
                 return
             # drf_pick's rule (lowest share, ties to the lowest index) on shares kept between placements.
             q = int(np.flatnonzero(eligible)[np.argmin(shares[eligible])])
-            i = by_queue[q][0]
+            i = int(by_queue[q][head[q]])
             g = int(ordered[i])
             if sim.g_pending[g] == 0:
-                by_queue[q].popleft()
+                advance(q, head[q] + 1)
             elif not self._place_regular(sim, g, free, fit_res):
-                by_queue[q].popleft()  # fits nowhere now: it does not block the queue
-                skip[i:] |= (demands[i:] >= demands[i]).all(axis=1)
+                alive &= ~(shapes >= shapes[shape_of[i]]).all(axis=1)
+                for other, rows in enumerate(by_queue):
+                    if head[other] < len(rows) and not alive[shape_of[rows[head[other]]]]:
+                        advance(other, head[other])
             else:
                 shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
+
+    def _drf_rank(self, sim: Simulation) -> NDArray[np.int64]:
+        """Each group's place in DRF's order inside a queue: its job's arrival, then the group index."""
+        if self._drf_rank_cache is None:
+            order = np.lexsort((np.arange(sim.n_groups), sim.j_arrival[sim.g_job]))
+            self._drf_rank_cache = np.empty(sim.n_groups, dtype=np.int64)
+            self._drf_rank_cache[order] = np.arange(sim.n_groups)
+        return self._drf_rank_cache
 
     def _schedule_opportunistic(self, sim: Simulation) -> None:
         """UBIS: what did not fit regularly runs on harvested capacity, in queue order."""
@@ -157,21 +196,33 @@ class KubePreset(Preset):
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
-        ready = ready[alignment.feasible(sim.g_demand[ready], avail).any(axis=1)]
+        ready = ready[_fits_somewhere(sim, ready, np.ones(len(sim.resources), dtype=bool), avail)]
         c = sim.cluster
         inv = np.divide(1.0, c.cap, out=np.zeros_like(c.cap), where=c.cap > 0)
-        failed: list[NDArray[np.float64]] = []  # as in the regular pass: room only shrinks
-        for g in self._queue_order(sim, ready):
-            d = sim.g_demand[g]
-            if failed and (np.array(failed) <= d).all(axis=1).any():
-                continue
-            while sim.g_pending[g] > 0:
-                ok = alignment.feasible(d, avail)
-                if not ok.any():
-                    failed.append(d)
+        ordered = self._queue_order(sim, ready)
+        present, shape_of = np.unique(sim.g_shape[ordered], return_inverse=True)
+        shape_of = shape_of.reshape(-1)
+        shapes = sim.shapes[present]
+        alive = np.ones(present.size, dtype=bool)  # as in the regular pass: room only shrinks
+        todo = _live_rows(alive, shape_of, 0)
+        while todo:
+            for i in todo:
+                g = int(ordered[i])
+                d = sim.g_demand[g]
+                failed = False
+                while sim.g_pending[g] > 0:
+                    ok = alignment.feasible(d, avail)
+                    if not ok.any():
+                        failed = True
+                        break
+                    # Spread like LeastAllocated, on the harvestable room.
+                    n = self._pick(((avail - d) * inv).sum(axis=1), ok)
+                    assert n is not None
+                    sim.place(g, n, opp=True)
+                    avail[n] = np.maximum(avail[n] - d, 0.0)
+                if failed:
+                    alive &= ~(shapes >= d).all(axis=1)
+                    todo = _live_rows(alive, shape_of, i + 1)
                     break
-                # Spread like LeastAllocated, on the harvestable room.
-                n = self._pick(((avail - d) * inv).sum(axis=1), ok)
-                assert n is not None
-                sim.place(int(g), n, opp=True)
-                avail[n] = np.maximum(avail[n] - d, 0.0)
+            else:
+                todo = []

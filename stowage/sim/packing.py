@@ -39,6 +39,9 @@ class PackingPreset(Preset):
         self.mean_cap = sim.cluster.cap.mean(axis=0)
         self._cap_norm = np.where(self.mean_cap > 0, self.mean_cap, 1.0)
         self._static_features: dict[int, dict[str, str]] = {}
+        self._static_ids: dict[tuple[tuple[str, str], ...], int] = {}
+        self._static_id = np.full(sim.n_groups, -1, dtype=np.int64)  # index into _static_ids, -1 = not yet
+        self._job_tasks = np.bincount(sim.g_job, weights=sim.g_tasks, minlength=sim.n_jobs)
         self.fsp = [ordering.FspTracker(1.0) for _ in sim.queue_names]
         self.classifier = None
         if self.use_classifier:
@@ -69,19 +72,53 @@ class PackingPreset(Preset):
 
         sim = self.sim
         j = int(sim.g_job[g])
+        static = self._static(g)
+        groups = sim.j_groups[j]
+        done = sum(int(sim.g_done[x]) for x in groups) / max(sum(int(sim.g_tasks[x]) for x in groups), 1)
+        return {**static, "progress": classifier.bucket_progress(done)}
+
+    def _static(self, g: int) -> dict[str, str]:
+        """The properties of group ``g``'s tasks that never change (all but progress)."""
+        from stowage.policy import classifier
+
         static = self._static_features.get(g)
         if static is None:
+            sim = self.sim
             static = self._static_features[g] = {
                 "framework": sim.queue_names[sim.g_queue[g]],
-                "app": _app_name(sim.jobs[j].name),
+                "app": _app_name(sim.jobs[int(sim.g_job[g])].name),
                 "stage": sim.g_name[g],
                 "demand": classifier.bucket_demand(
                     dict(zip(sim.resources, (sim.g_demand[g] / self._cap_norm).tolist(), strict=True))
                 ),
             }
-        groups = sim.j_groups[j]
-        done = sum(int(sim.g_done[x]) for x in groups) / max(sum(int(sim.g_tasks[x]) for x in groups), 1)
-        return {**static, "progress": classifier.bucket_progress(done)}
+            self._static_id[g] = self._static_ids.setdefault(tuple(static.items()), len(self._static_ids))
+        return static
+
+    def _short(self, groups: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """``classifier.is_short`` of each group's features, asked once per distinct set of features.
+
+        Groups with equal static properties whose jobs are in the same progress bucket have equal
+        features, so they get the same answer; the classifier is asked with one of them.
+        """
+        from stowage.policy import classifier
+
+        assert self.classifier is not None
+        if groups.size == 0:
+            return np.zeros(0, dtype=bool)
+        sim = self.sim
+        for g in groups[self._static_id[groups] < 0].tolist():
+            self._static(g)
+        j_done = np.bincount(sim.g_job, weights=sim.g_done, minlength=sim.n_jobs)
+        progress = j_done[sim.g_job[groups]] / np.maximum(self._job_tasks[sim.g_job[groups]], 1.0)
+        values, which = np.unique(progress, return_inverse=True)
+        names = [classifier.bucket_progress(v) for v in values.tolist()]
+        bucket = np.unique(names, return_inverse=True)[1].reshape(-1)[which.reshape(-1)]
+        _, first, inverse = np.unique(self._static_id[groups] * len(names) + bucket,
+                                         return_index=True, return_inverse=True)
+        answers = np.array([self.classifier.is_short(self._features(int(groups[i]))) for i in first.tolist()],
+                           dtype=bool)
+        return answers[inverse.reshape(-1)]
 
     def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None:
         if self.classifier is None:
@@ -162,11 +199,11 @@ class PackingPreset(Preset):
                 return
             avail = self._bandwidth_capped(sim, self._harvestable(sim))
             # Only groups that fit some node's harvestable room need the classifier's opinion.
-            ready = ready[alignment.feasible(sim.g_demand[ready], avail).any(axis=1)]
+            present, shape_of = np.unique(sim.g_shape[ready], return_inverse=True)
+            ready = ready[alignment.feasible(sim.shapes[present], avail).any(axis=1)[shape_of.reshape(-1)]]
             if self.classifier is not None and ready.size:
-                auto = sim.j_opp[sim.g_job[ready]] == OPP_AUTO
-                short = np.array([not a or self.classifier.is_short(self._features(int(g)))
-                                  for g, a in zip(ready.tolist(), auto.tolist(), strict=True)], dtype=bool)
+                short = sim.j_opp[sim.g_job[ready]] != OPP_AUTO
+                short[~short] = self._short(ready[~short])
                 ready = ready[short]
             if ready.size:
                 self._pack(sim, ready, avail, work, opp=True)
@@ -175,10 +212,13 @@ class PackingPreset(Preset):
         if groups.size == 0:
             return
         c = sim.cluster
-        d = sim.g_demand[groups]
-        score = alignment.alignment(d, c.cap, avail)
-        live = np.isfinite(score).any(axis=1)
-        groups, d, score = groups[live], d[live], score[live]
+        # Groups of one demand shape have identical alignment rows: score each shape, not each group.
+        present, shape_of = np.unique(sim.g_shape[groups], return_inverse=True)
+        shape_of = shape_of.reshape(-1)
+        shapes = sim.shapes[present]
+        score = alignment.alignment(shapes, c.cap, avail)  # (S, N)
+        live = np.isfinite(score).any(axis=1)[shape_of]
+        groups, shape_of = groups[live], shape_of[live]
         if groups.size == 0:
             return
         pool = 1 if opp else 0
@@ -190,38 +230,115 @@ class PackingPreset(Preset):
         boost = fairness.barrier_boost(frac, has_waiters, self.b) * _BOOST
         jobs_ok = self._job_mask(sim, groups, work)
         queues = sim.g_queue[groups]
+        shaped = _ShapeScores(score)
         while groups.size:
             allowed = jobs_ok & self._queue_mask(sim, queues, pool)
-            best = self._best(score, p, boost, allowed)
+            best = best_candidate(shaped, shape_of, p, boost, allowed, self.m)
             if best is None:
-                best = self._best(score, p, boost, np.ones(groups.size, dtype=bool))
+                best = best_candidate(shaped, shape_of, p, boost, np.ones(groups.size, dtype=bool), self.m)
             if best is None:
                 return
             i, n = best
             g = int(groups[i])
             sim.place(g, n, opp=opp)
-            avail[n] = np.maximum(avail[n] - d[i], 0.0)
-            score[:, n] = alignment.alignment(d, c.cap[n : n + 1], avail[n : n + 1])[:, 0]
+            avail[n] = np.maximum(avail[n] - sim.g_demand[g], 0.0)
+            shaped.set_column(n, alignment.alignment(shapes, c.cap[n : n + 1], avail[n : n + 1])[:, 0])
             if sim.g_pending[g] == 0:
                 keep = np.arange(groups.size) != i
-                groups, d, score, p, boost, queues = (
-                    groups[keep], d[keep], score[keep], p[keep], boost[keep], queues[keep]
-                )
+                groups, shape_of, p, boost, queues = groups[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
                 jobs_ok = self._job_mask(sim, groups, work)
 
-    def _best(self, score: NDArray, p: NDArray, boost: NDArray, rows: NDArray[np.bool_]) -> tuple[int, int] | None:
-        if not rows.any():
-            return None
-        idx = np.flatnonzero(rows)
-        sub = score[idx]
-        if not np.isfinite(sub).any():
-            return None
-        combined = remaining_work.combined_score(sub, p[idx], self.m) + boost[idx, None]
-        flat = int(np.argmax(combined))
-        i, n = divmod(flat, score.shape[1])
-        if not np.isfinite(combined[i, n]):
-            return None
-        return int(idx[i]), int(n)
+
+class _ShapeScores:
+    """Alignment of each demand shape on each node (S, N), with what every search needs from it."""
+
+    def __init__(self, score: NDArray[np.float64]) -> None:
+        self.score = score
+        self._refresh()
+
+    def set_column(self, n: int, column: NDArray[np.float64]) -> None:
+        self.score[:, n] = column
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.feasible = np.isfinite(self.score)
+        self.count = self.feasible.sum(axis=1)
+        self.values = self.score[self.feasible]  # row-major: shape 0's feasible scores, then shape 1's, ...
+        self.offset = np.concatenate(([0], np.cumsum(self.count)[:-1]))
+        self.row_max = np.where(self.count > 0, np.max(self.score, axis=1, initial=-np.inf), -np.inf)
+
+    def feasible_scores(self, rows_shape: NDArray[np.int64]) -> NDArray[np.float64]:
+        """``score[rows_shape][feasible]`` in row-major order (what ``combined_score`` averages), in O(result)."""
+        cnt = self.count[rows_shape]
+        if rows_shape.size and (rows_shape == rows_shape[0]).all():
+            s = int(rows_shape[0])
+            return np.tile(self.values[self.offset[s] : self.offset[s] + cnt[0]], rows_shape.size)
+        starts = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+        index = np.repeat(self.offset[rows_shape] - starts, cnt) + np.arange(int(cnt.sum()))
+        return self.values[index]
+
+
+def best_candidate(
+    shaped: _ShapeScores,
+    shape_of: NDArray[np.int64],
+    p: NDArray[np.float64],
+    boost: NDArray[np.float64],
+    rows: NDArray[np.bool_],
+    m: float,
+) -> tuple[int, int] | None:
+    """The (row, node) with the highest ``combined_score + boost`` among ``rows``, first on ties; None if none fits.
+
+    Same result, bit for bit, as ``dense_best_candidate`` on the (rows × nodes) matrix
+    ``shaped.score[shape_of]``, without building it: ``ā`` and ``p̄`` are means over the
+    same feasible entries in the same order (so the same floating-point sums), and since
+    ``x ↦ (x − t) + b`` is monotone under rounding, a row's best value is its best alignment's;
+    only the winning row is scanned node by node for the first node reaching it.
+    """
+    if not rows.any():
+        return None
+    idx = np.flatnonzero(rows)
+    s = shape_of[idx]
+    cnt = shaped.count[s]
+    if not cnt.any():
+        return None
+    b = boost[idx]
+    t = np.zeros(idx.size)
+    weight = max(float(np.nan_to_num(m, nan=0.0)), 0.0)
+    if weight != 0.0:
+        pk = p[idx]
+        pk = np.where(np.isnan(pk), np.nan, np.maximum(pk, 0.0))
+        known = np.isfinite(pk)
+        if (known & (cnt > 0)).any():
+            a_bar = float(shaped.feasible_scores(s).mean())
+            p_bar = float(np.repeat(pk[known], cnt[known]).mean())
+            if p_bar > 0:
+                t = weight * a_bar * (np.where(known, pk, p_bar) / p_bar)
+    best_of_row = (shaped.row_max[s] - t) + b
+    if np.isnan(best_of_row).any():  # cannot happen for finite inputs; keep the reference rule
+        return dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
+    i = int(np.argmax(best_of_row))
+    if not np.isfinite(best_of_row[i]):
+        return None
+    n = int(np.argmax((shaped.score[s[i]] - t[i]) + b[i]))
+    return int(idx[i]), n
+
+
+def dense_best_candidate(
+    score: NDArray[np.float64], p: NDArray[np.float64], boost: NDArray[np.float64], rows: NDArray[np.bool_], m: float
+) -> tuple[int, int] | None:
+    """The straightforward search over the full (rows × nodes) score matrix (reference for the fast one)."""
+    if not rows.any():
+        return None
+    idx = np.flatnonzero(rows)
+    sub = score[idx]
+    if not np.isfinite(sub).any():
+        return None
+    combined = remaining_work.combined_score(sub, p[idx], m) + boost[idx, None]
+    flat = int(np.argmax(combined))
+    i, n = divmod(flat, score.shape[1])
+    if not np.isfinite(combined[i, n]):
+        return None
+    return int(idx[i]), int(n)
 
 
 class _Lazy:
