@@ -27,6 +27,7 @@ import click
 import httpx
 import numpy as np
 import orjson
+from stowage.extender.server import listen_socket
 
 from stowage.config import StowageSettings
 from stowage.kube.cluster import ClusterModel
@@ -223,11 +224,7 @@ def bench_once(
     n_nodes: int, n_requests: int, pods_per_node: int, seed: int, cpu: int | None, sample: int | None = None
 ) -> BenchResult:
     model, utilization, names = build_cluster(n_nodes, pods_per_node, seed)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # A socket handed to uvicorn does not get TCP_NODELAY per connection; without it each response
-    # waits ~40 ms for a delayed ACK between its header and body writes. Accepted sockets inherit it.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     proc = multiprocessing.get_context("fork").Process(target=_serve, args=(sock, model, utilization, cpu), daemon=True)
     proc.start()

@@ -33,7 +33,12 @@ __all__ = ["extender"]
     help="How often utilization is re-read from Prometheus.",
 )
 @click.option("--host", default="0.0.0.0", help="Address to listen on.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8888, help="Port to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8888,
+    help="Port to listen on (0: any free port; the one bound is logged as 'extender listening on ...').",
+)
 @click.option(
     "--config",
     "config_path",
@@ -79,4 +84,7 @@ def extender(
     if prometheus_url is None:
         logging.getLogger(__name__).warning("no --prometheus-url: harvesting is off, opportunistic pods will wait")
     runtime = ExtenderRuntime(settings, api, prometheus_url=prometheus_url, prometheus_interval_s=prometheus_interval)
-    runtime.serve(host, port, log_level)
+    try:
+        runtime.serve(host, port, log_level)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port} (--host/--port): {exc.strerror or exc}") from exc

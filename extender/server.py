@@ -26,9 +26,30 @@ from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import cluster_informers
 from stowage.prom import PrometheusReader, Utilization
 
-__all__ = ["ExtenderRuntime", "serving"]
+__all__ = ["LISTENING", "ExtenderRuntime", "listen_socket", "serving"]
 
 log = logging.getLogger(__name__)
+
+#: The start-up line naming the address actually bound (with ``--port 0``, the port the kernel chose).
+LISTENING = "extender listening on http://%s:%d"
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` for uvicorn; port 0 takes any free port (read it with getsockname).
+
+    uvicorn does not set TCP_NODELAY on the connections of a socket handed to it; accepted sockets
+    inherit it from here, else every response waits ~40 ms on a delayed ACK between its header and
+    body writes.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 #: Only pods that occupy a node matter; a pod leaving this selector arrives as DELETED.
 
@@ -72,7 +93,13 @@ class ExtenderRuntime:
         self.close()
 
     def serve(self, host: str, port: int, log_level: str = "info") -> None:
-        """Serve until interrupted (blocks)."""
+        """Serve until interrupted (blocks). Port 0 takes any free port; the bound one is logged (``LISTENING``).
+
+        Raises ``OSError`` when the address cannot be bound.
+        """
+        sock = listen_socket(host, port)
+        port = sock.getsockname()[1]
+        log.info(LISTENING, host, port)
         server = uvicorn.Server(self.uvicorn_config(host, port, log_level))
         # uvicorn shuts down gracefully on SIGTERM/SIGINT, restores the handlers it found and then
         # re-raises the signal. A no-op handler here lets the runtime stop its threads and the
@@ -82,8 +109,9 @@ class ExtenderRuntime:
             previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             with self:
-                server.run()
+                server.run(sockets=[sock])
         finally:
+            sock.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
@@ -97,12 +125,7 @@ def serving(app: FastAPI, host: str = "127.0.0.1", startup_timeout_s: float = 60
 
     Used by the benchmark and the conformance tests (real HTTP, not an in-process client).
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # uvicorn does not set TCP_NODELAY on connections of a socket handed to it (it does for host/port):
-    # accepted sockets inherit it from here, else every response waits ~40 ms on a delayed ACK.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, 0))
+    sock = listen_socket(host, 0)
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.processes import start_on_free_port, stop_process
+from tests.support.processes import stop_process, wait_for_logged_port
 
 _KUBECONFIG = os.environ.get("KUBECONFIG", "")
 
@@ -54,21 +56,27 @@ def nodes(kubeconfig: str) -> list[dict]:
 
 
 @contextlib.contextmanager
-def running(args: Callable[[int], list[str]], ready_path: str, log: Path, timeout_s: float = 90.0) -> Iterator[str]:
-    """Run ``stowage ARGS(port)`` until ``ready_path`` answers 200 on that port; yield the base URL; stop it after.
+def running(args: list[str], port_logged: str, ready_path: str, log: Path, timeout_s: float = 90.0) -> Iterator[str]:
+    """Run ``stowage ARGS`` (with ``--port 0``) until ``ready_path`` answers 200; yield the base URL; stop it after.
 
-    The port is picked free and bound by the child later, so a lost race restarts it on another port.
+    ``port_logged``: the regex of the start-up line naming the port the child bound (group 1).
     """
-
-    def ready(port: int) -> bool:
-        with contextlib.suppress(httpx.HTTPError):
-            return httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=2.0).status_code == 200
-        return False
-
-    proc, port = start_on_free_port(
-        lambda port: [sys.executable, "-m", "stowage", *args(port)], ready, log, timeout_s=timeout_s
-    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "stowage", *args], stdout=out, stderr=subprocess.STDOUT)
     try:
+        port = wait_for_logged_port(proc, log, port_logged, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not _answers(f"http://127.0.0.1:{port}{ready_path}"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-4000:]
+                pytest.fail(f"stowage {args[0]} never answered {ready_path}:\n{tail}")
+            time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(proc, timeout_s=15)
+
+
+def _answers(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=2.0).status_code == 200
+    return False

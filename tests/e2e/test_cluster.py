@@ -10,16 +10,16 @@ from stowage.labels import METRICS
 from stowage.resources import parse_quantity
 from tests.e2e.conftest import running
 from tests.extender.objects import extender_args, opportunistic_pod, regular_pod
+from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED
 
 
 def test_extender_syncs_the_real_cluster_and_filters_its_nodes(
     kubeconfig: str, nodes: list[dict], tmp_path: Path
 ) -> None:
-    def args(port: int) -> list[str]:
-        return ["extender", "--kubeconfig", kubeconfig, "--host", "127.0.0.1", "--port", str(port)]
+    args = ["extender", "--kubeconfig", kubeconfig, "--host", "127.0.0.1", "--port", "0"]
 
     names = sorted(n["metadata"]["name"] for n in nodes)
-    with running(args, "/readyz", tmp_path / "extender.log") as base:
+    with running(args, EXTENDER_PORT_LOGGED, "/readyz", tmp_path / "extender.log") as base:
         regular = httpx.post(
             f"{base}/filter",
             json=extender_args(regular_pod("e2e", cpu="10m", memory="16Mi"), nodes, cache=True),
@@ -53,11 +53,10 @@ def test_node_monitor_publishes_the_real_nodes_allocatable(
     node = nodes[0]
     name = node["metadata"]["name"]
 
-    def args(port: int) -> list[str]:
-        return ["node-monitor", "--node-name", name, "--kubeconfig", kubeconfig, "--address", "127.0.0.1",
-                "--port", str(port), "--dry-run"]
+    args = ["node-monitor", "--node-name", name, "--kubeconfig", kubeconfig, "--address", "127.0.0.1",
+            "--port", "0", "--dry-run"]
 
-    with running(args, "/healthz", tmp_path / "node-monitor.log") as base:
+    with running(args, NODE_MONITOR_PORT_LOGGED, "/healthz", tmp_path / "node-monitor.log") as base:
         text = httpx.get(f"{base}/metrics", timeout=10).text
     values = [
         float(line.rsplit(" ", 1)[1])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import pytest
 from click.testing import CliRunner
@@ -11,7 +13,7 @@ from stowage.extender.server import ExtenderRuntime, serving
 
 from stowage.config import StowageSettings
 from tests.extender.objects import extender_args, node, opportunistic_pod, regular_pod
-from tests.support.kube import kube_emulator, wait_until
+from tests.support.kube import kube_emulator, wait_until, write_kubeconfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,7 +58,7 @@ def test_the_cli_help_names_every_flag() -> None:
     ("args", "phrase"),
     [
         pytest.param(["--kubeconfig", "/nonexistent/kubeconfig"], "/nonexistent/kubeconfig", id="missing-kubeconfig"),
-        pytest.param(["--port", "0"], "0 is not in the range", id="port-out-of-range"),
+        pytest.param(["--port", "70000"], "70000 is not in the range", id="port-out-of-range"),
     ],
 )
 def test_the_cli_rejects_bad_flags_with_a_message(args: list[str], phrase: str) -> None:
@@ -71,3 +73,16 @@ def test_the_cli_reports_every_bad_config_key(tmp_path) -> None:
     result = CliRunner().invoke(extender, ["--config", str(config)])
     assert result.exit_code == 2
     assert "harvest.t_alloc.cpu" in result.output and "harvest.ramp_up_seconds" in result.output
+
+
+def test_a_taken_port_is_a_clear_error_before_anything_starts(tmp_path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")  # never contacted
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        result = CliRunner().invoke(
+            extender, ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(port)]
+        )
+    assert result.exit_code == 1
+    assert f"cannot listen on 127.0.0.1:{port} (--host/--port): Address already in use" in result.output

@@ -16,7 +16,7 @@ from stowage.node_monitor.synthetic import SyntheticNode
 
 from stowage.labels import ANN_DISK_BANDWIDTH, METRICS
 from tests.support.kube import wait_until
-from tests.support.processes import stop_process, wait_for_logged_port
+from tests.support.processes import NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
 
 from .emulator import EVENTS, NODES, PODS, Emulator, running_emulator, write_kubeconfig
 from .world import GiB, PodSpec, pod_object
@@ -51,7 +51,7 @@ def _start(tmp_path: Path, emulator: Emulator, pods: list[PodSpec], *extra: str)
     log.close()
     # --port 0 and the port the monitor logs: a port picked here could be taken before the child binds it.
     try:
-        port = wait_for_logged_port(proc, log_path, r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
+        port = wait_for_logged_port(proc, log_path, NODE_MONITOR_PORT_LOGGED)
     except BaseException:
         stop_process(proc)
         raise

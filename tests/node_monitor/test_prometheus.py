@@ -15,7 +15,7 @@ from stowage.node_monitor.cgroups import Driver, QoS
 from stowage.node_monitor.synthetic import SyntheticNode
 
 from stowage.labels import METRICS
-from tests.support.processes import stop_process, wait_for_logged_port
+from tests.support.processes import NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
 from tests.support.prometheus import prometheus_server, wait_for_query
 
 pytestmark = pytest.mark.prometheus
@@ -25,7 +25,6 @@ BUSY = "5d0c0a1e-0000-4000-8000-00000000b005"
 IDLE = "5d0c0a1e-0000-4000-8000-0000000001d1"
 MiB = 1 << 20
 #: The start-up line naming the port ``--port 0`` bound (node-monitor's cli logs it at info).
-METRICS_PORT_LOGGED = r"metrics on http://127\.0\.0\.1:(\d+)/metrics"
 
 
 @pytest.fixture()
@@ -53,7 +52,7 @@ def monitor(tmp_path: Path) -> Iterator[tuple[str, SyntheticNode]]:
     worker = threading.Thread(target=burn, daemon=True)
     worker.start()
     try:
-        port = wait_for_logged_port(proc, log_path, METRICS_PORT_LOGGED)
+        port = wait_for_logged_port(proc, log_path, NODE_MONITOR_PORT_LOGGED)
         deadline = time.monotonic() + 60  # readiness on a loaded machine, not a timing assertion
         while True:
             assert proc.poll() is None, log_path.read_text()

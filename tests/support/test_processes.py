@@ -1,8 +1,8 @@
-"""The process harness: a child that loses the race for its port is started again on another one."""
+"""The process harness: the port a child logs is the port it serves on; a child that dies is reported with its log."""
 
 from __future__ import annotations
 
-import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,38 +11,30 @@ import pytest
 
 from tests.support import processes
 
+# A child that binds port 0 and logs the port it got, as stowage's processes and Prometheus do.
+_SERVE_ON_PORT_0 = """
+import http.server, sys
+server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+print(f"serving on port {server.server_address[1]}", flush=True)
+server.serve_forever()
+"""
 
-def _http_server(port: int) -> list[str]:
-    return [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+
+def _start(code: str, log: Path) -> subprocess.Popen:
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT, cwd=log.parent)
 
 
-def _answers(port: int) -> bool:
+def test_the_logged_port_is_the_one_the_child_serves_on(tmp_path: Path) -> None:
+    proc = _start(_SERVE_ON_PORT_0, tmp_path / "child.log")
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+        port = processes.wait_for_logged_port(proc, tmp_path / "child.log", r"serving on port (\d+)")
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 200
+    finally:
+        processes.stop_process(proc)
 
 
-def test_a_child_whose_port_was_taken_is_restarted_on_a_free_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
-        taken = squatter.getsockname()[1]
-        picks = iter([taken])
-        real = processes.free_port
-        monkeypatch.setattr(processes, "free_port", lambda: next(picks, None) or real())
-        proc, port = processes.start_on_free_port(_http_server, _answers, tmp_path / "child.log", cwd=tmp_path)
-        try:
-            assert port != taken and _answers(port)
-        finally:
-            processes.stop_process(proc)
-
-
-def test_a_child_that_fails_for_another_reason_is_reported_with_its_log(tmp_path: Path) -> None:
-    def broken(port: int) -> list[str]:
-        return [sys.executable, "-c", "raise SystemExit('no such config')"]
-
+def test_a_child_that_exits_before_logging_its_port_is_reported_with_its_log(tmp_path: Path) -> None:
+    proc = _start("raise SystemExit('no such config')", tmp_path / "child.log")
     with pytest.raises(RuntimeError, match="no such config"):
-        processes.start_on_free_port(broken, _answers, tmp_path / "child.log")
+        processes.wait_for_logged_port(proc, tmp_path / "child.log", r"serving on port (\d+)")
