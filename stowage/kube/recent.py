@@ -154,8 +154,8 @@ class RecentSlots:
         out[~safe] = 0.0
         slot = self._slot.get(exclude) if exclude is not None else None
         if slot is not None and self.node_row[slot] >= 0:
-            at = rows == self.node_row[slot]
-            if at.any():
-                own = self.demand[slot] if self.row_count[self.node_row[slot]] > 1 else out[at][0]
-                out[at] = np.maximum(out[at] - own, 0.0)
+            row = self.node_row[slot]
+            at = rows == row
+            # The pod alone on its node leaves exactly 0, as the ledger would after removing it.
+            out[at] = 0.0 if self.row_count[row] <= 1 else np.maximum(out[at] - self.demand[slot], 0.0)
         return out
