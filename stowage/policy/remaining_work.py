@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
 
-__all__ = ["combined_score", "remaining_work"]
+__all__ = ["combined_score", "remaining_work", "work_penalty"]
 
 
 def remaining_work(
@@ -102,24 +102,49 @@ def combined_score(align: ArrayLike, job_work: ArrayLike, m: float) -> NDArray[n
         raise InvalidInput("align.shape", a.shape, "must be (N,) or (T, N)")
     p = np.asarray(job_work, dtype=np.float64)
     try:
-        p_full = np.broadcast_to(p.reshape(p.shape + (1,) * (p.ndim > 0)), a.shape)
+        p_rows = np.broadcast_to(p, a.shape[:-1]).reshape(-1)
     except ValueError:
         raise InvalidInput(
             "job_work.shape", p.shape, f"must be a scalar or {a.shape[:-1]}, one value per task row"
         ) from None
-    weight = max(float(np.nan_to_num(m, nan=0.0)), 0.0)
     feasible = np.isfinite(a)
-    if weight == 0.0 or not feasible.any():
+    if a.shape[-1] == 0:
         return a.copy()
-    p_full = np.where(np.isnan(p_full), np.nan, np.maximum(p_full, 0.0))
-    known = feasible & ~np.isnan(p_full) & np.isfinite(p_full)
+    counts = feasible.reshape(-1, a.shape[-1]).sum(axis=1)
+    penalty = work_penalty(a[feasible], p_rows, counts, m).reshape((*a.shape[:-1], 1))
+    return np.where(feasible, a - penalty, a)
+
+
+def work_penalty(feasible_align: ArrayLike, job_work: ArrayLike, counts: ArrayLike, m: float) -> NDArray[np.float64]:
+    """The remaining-work term of :func:`combined_score` per task row: ``m·ā·(p/p̄)`` (score = a − this).
+
+    Args:
+        feasible_align: every finite alignment of the candidates, row-major (``ā`` is their mean;
+            the order fixes the floating-point sum, so callers that skip the full matrix get the
+            same bits).
+        job_work: (T,) ``p`` per task row. Negative → 0; NaN or ±inf → ``p̄``.
+        counts: (T,) feasible placements per row: ``p̄`` is the mean over (row, node) candidates,
+            so each known row counts that many times.
+        m: as in :func:`combined_score` (clamped to ``≥ 0``, NaN → 0).
+
+    Returns:
+        (T,) penalties; all zero when ``m = 0``, nothing is feasible, no row's work is known,
+        or ``p̄ = 0``.
+    """
+    p = np.asarray(job_work, dtype=np.float64).reshape(-1)
+    n = np.asarray(counts, dtype=np.int64).reshape(-1)
+    out = np.zeros(p.shape)
+    weight = max(float(np.nan_to_num(m, nan=0.0)), 0.0)
+    if weight == 0.0 or not n.any():
+        return out
+    p = np.where(np.isnan(p), np.nan, np.maximum(p, 0.0))
+    known = np.isfinite(p) & (n > 0)
     if not known.any():
-        return a.copy()
-    a_bar = float(a[feasible].mean())
-    p_bar = float(p_full[known].mean())
+        return out
+    a_bar = float(np.asarray(feasible_align, dtype=np.float64).mean())
+    p_bar = float(np.repeat(p[known], n[known]).mean())
     if not p_bar > 0:
-        return a.copy()
+        return out
     # ε·p̃ = −m·ā·(p/p̄); p/p̄ ≤ number of candidates (p ≥ 0), so it cannot overflow
     # even when p̄ is tiny, as ε = m·ā/p̄ alone could.
-    ratio = np.where(known, p_full, p_bar) / p_bar
-    return np.where(feasible, a - weight * a_bar * ratio, a)
+    return weight * a_bar * (np.where(np.isfinite(p), p, p_bar) / p_bar)

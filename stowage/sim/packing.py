@@ -289,7 +289,7 @@ def best_candidate(
     """The (row, node) with the highest ``combined_score + boost`` among ``rows``, first on ties; None if none fits.
 
     Same result, bit for bit, as ``dense_best_candidate`` on the (rows × nodes) matrix
-    ``shaped.score[shape_of]``, without building it: ``ā`` and ``p̄`` are means over the
+    ``shaped.score[shape_of]``, without building it: ``remaining_work.work_penalty`` gets the
     same feasible entries in the same order (so the same floating-point sums), and since
     ``x ↦ (x − t) + b`` is monotone under rounding, a row's best value is its best alignment's;
     only the winning row is scanned node by node for the first node reaching it.
@@ -302,17 +302,7 @@ def best_candidate(
     if not cnt.any():
         return None
     b = boost[idx]
-    t = np.zeros(idx.size)
-    weight = max(float(np.nan_to_num(m, nan=0.0)), 0.0)
-    if weight != 0.0:
-        pk = p[idx]
-        pk = np.where(np.isnan(pk), np.nan, np.maximum(pk, 0.0))
-        known = np.isfinite(pk)
-        if (known & (cnt > 0)).any():
-            a_bar = float(shaped.feasible_scores(s).mean())
-            p_bar = float(np.repeat(pk[known], cnt[known]).mean())
-            if p_bar > 0:
-                t = weight * a_bar * (np.where(known, pk, p_bar) / p_bar)
+    t = remaining_work.work_penalty(shaped.feasible_scores(s), p[idx], cnt, m)  # combined_score's term, per row
     best_of_row = (shaped.row_max[s] - t) + b
     if np.isnan(best_of_row).any():  # cannot happen for finite inputs; keep the reference rule
         return dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
