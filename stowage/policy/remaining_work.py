@@ -147,4 +147,4 @@ def work_penalty(feasible_align: ArrayLike, job_work: ArrayLike, counts: ArrayLi
         return out
     # ε·p̃ = −m·ā·(p/p̄); p/p̄ ≤ number of candidates (p ≥ 0), so it cannot overflow
     # even when p̄ is tiny, as ε = m·ā/p̄ alone could.
-    return weight * a_bar * (np.where(np.isfinite(p), p, p_bar) / p_bar)
+    return weight * a_bar * (np.where(known, p, p_bar) / p_bar)  # rows with nothing feasible: unused
