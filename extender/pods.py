@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from stowage import labels
+from stowage.errors import IntentError
 from stowage.kube.records import container_limits, pod_key, tracked
 from stowage.resources import ResourceVector, pod_demand
 
@@ -53,6 +54,15 @@ def parse_pod(pod: Mapping[str, Any]) -> PodRequest:
     if intent.is_opportunistic:
         # the webhook's annotation; without it, the limits (its requests are explicit zeros)
         demand = tracked(intent.demand) if intent.demand is not None else requests.max(tracked(container_limits(pod)))
+        if not any(v > 0 for v in demand.values()):
+            # Zero demand fits every node's harvestable capacity, however full: refuse to guess.
+            raise IntentError(
+                f"metadata.annotations[{labels.ANN_DEMAND!r}]",
+                "(absent)" if intent.demand is None else dict(intent.demand.items()),
+                "an opportunistic pod must state what it will use: set resources.requests or "
+                "resources.limits (cpu, memory) on its containers, or the stowage.io/demand annotation, "
+                'e.g. {"cpu": "1", "memory": "2Gi"}',
+            )
     return PodRequest(
         key=pod_key(pod),
         name=name,

@@ -4,10 +4,10 @@ Only pods with ``spec.nodeName`` equal to this node are requested (field
 selector) and, because a server or emulator might ignore the selector, kept:
 pods of other nodes are never stored and so never touched.
 
-A pod counts as opportunistic — evictable by Stowage — only when the
-system-set label ``stowage.io/class`` is ``opportunistic`` *and* the user did
-not opt out with ``stowage.io/opportunistic: "false"``. Everything else
-(regular, unlabelled, opt-out, malformed) is protected.
+A pod counts as opportunistic — evictable by Stowage — only when
+:func:`stowage.labels.pod_class` (the rule the extender and the simulator use
+too) says so. Everything else (regular, unlabelled, contradictory, malformed)
+is protected.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 
 from stowage.node_monitor.kubeapi import KubeClient
 
-from stowage.labels import LABEL_CLASS, LABEL_OPPORTUNISTIC, Opportunistic, PodClass
+from stowage.errors import IntentError
+from stowage.labels import PodClass, pod_class
 
 __all__ = ["PodInfo", "PodStore", "PodWatcher", "pod_info"]
 
@@ -38,16 +39,15 @@ class PodInfo:
     uid: str
     namespace: str
     name: str
-    pod_class: PodClass | None
-    opted_out: bool
+    pod_class: PodClass | None  # None: labels malformed or contradictory (protected, reported as regular)
     started_at_s: float
     terminating: bool
     grace_s: float = DEFAULT_GRACE_S
 
     @property
     def opportunistic(self) -> bool:
-        """Evictable by Stowage: class opportunistic, not opted out, not already terminating."""
-        return self.pod_class is PodClass.OPPORTUNISTIC and not self.opted_out and not self.terminating
+        """Evictable by Stowage: class opportunistic and not already terminating."""
+        return self.pod_class is PodClass.OPPORTUNISTIC and not self.terminating
 
     @property
     def class_label(self) -> str:
@@ -74,10 +74,9 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
         return None
     labels = meta.get("labels") or {}
     try:
-        pod_class: PodClass | None = PodClass(str(labels.get(LABEL_CLASS, "")).strip().lower())
-    except ValueError:
-        pod_class = None
-    opted_out = str(labels.get(LABEL_OPPORTUNISTIC, "")).strip().lower() == Opportunistic.FALSE
+        given: PodClass | None = pod_class(labels)
+    except IntentError:
+        given = None
     # Newest first needs a start time; a pod without one sorts as the oldest (evicted last).
     started = _epoch(status.get("startTime")) or _epoch(meta.get("creationTimestamp")) or 0.0
     terminating = bool(meta.get("deletionTimestamp")) or status.get("phase") in ("Succeeded", "Failed")
@@ -86,8 +85,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
         uid=str(uid),
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
-        pod_class=pod_class,
-        opted_out=opted_out,
+        pod_class=given,
         started_at_s=started,
         terminating=terminating,
         grace_s=float(grace) if isinstance(grace, int | float) and grace >= 0 else DEFAULT_GRACE_S,

@@ -24,6 +24,7 @@ __all__ = [
     "ANN_NETWORK_BANDWIDTH",
     "API_GROUP",
     "API_VERSION",
+    "HARVEST_RESOURCE",
     "LABEL_CLASS",
     "LABEL_HARVEST",
     "LABEL_JOB",
@@ -39,6 +40,7 @@ __all__ = [
     "bandwidth_demand",
     "harvest_enabled",
     "node_bandwidth_capacity",
+    "pod_class",
     "pod_intent",
 ]
 
@@ -47,6 +49,11 @@ API_GROUP = DOMAIN
 API_VERSION = "v1alpha1"
 SCHEDULER_NAME = "stowage-scheduler"
 OPPORTUNISTIC_PRIORITY_CLASS = "stowage-opportunistic"
+#: Extended resource every opportunistic pod requests (1, request = limit). kube-scheduler sends a pod
+#: to the extender only when it requests one of the extender's ``managedResources``; with this one
+#: marked ``ignoredByScheduler`` (and the kubelet dropping extended resources its node does not
+#: advertise), it routes exactly the opportunistic pods through Stowage's harvest check, fail-closed.
+HARVEST_RESOURCE = f"{DOMAIN}/harvested"
 
 # --- labels -------------------------------------------------------------------------------------
 LABEL_OPPORTUNISTIC = f"{DOMAIN}/opportunistic"  # user intent: "true" | "auto" | "false"
@@ -114,12 +121,40 @@ class PodClass(enum.StrEnum):
     OPPORTUNISTIC = "opportunistic"
 
 
+def pod_class(pod_labels: Mapping[str, str], where: str = "metadata.labels") -> PodClass:
+    """The class a pod runs as: the one rule the extender, the node monitor and the simulator share.
+
+    Opportunistic only when the system label ``stowage.io/class`` says so: a pod is opportunistic
+    once it was converted (zero requests, demand annotation, priority class; the webhook does it).
+    A pod labelled ``stowage.io/opportunistic: "true"`` that was never converted holds real requests
+    and is regular. ``class: opportunistic`` together with the opt-out ``opportunistic: "false"`` is a
+    contradiction and raises :class:`IntentError` (the extender then places it nowhere and the node
+    monitor never evicts it: no component acts on a guess).
+    """
+    raw = pod_labels.get(LABEL_CLASS)
+    if raw is None:
+        return PodClass.REGULAR
+    try:
+        given = PodClass(str(raw).strip().lower())
+    except ValueError:
+        raise IntentError(f"{where}[{LABEL_CLASS!r}]", raw, "'regular' or 'opportunistic'") from None
+    intent = pod_labels.get(LABEL_OPPORTUNISTIC)
+    if given is PodClass.OPPORTUNISTIC and intent is not None and str(intent).strip().lower() == Opportunistic.FALSE:
+        raise IntentError(
+            f"{where}[{LABEL_OPPORTUNISTIC!r}]",
+            intent,
+            f"not 'false' on a pod whose {LABEL_CLASS} is 'opportunistic' (the two contradict each other; "
+            f"remove {LABEL_CLASS}, which only Stowage sets)",
+        )
+    return given
+
+
 @dataclass(frozen=True, slots=True)
 class PodIntent:
     """What a pod's labels and annotations ask of Stowage, parsed and validated."""
 
     opportunistic: Opportunistic
-    pod_class: PodClass | None
+    pod_class: PodClass  # the class it runs as (:func:`pod_class`)
     demand: ResourceVector | None  # the original demand of an opportunistic pod (annotation)
     bandwidth: ResourceVector  # disk / network bytes per second
     data_nodes: frozenset[str] = field(default_factory=frozenset)
@@ -193,15 +228,7 @@ def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FA
         if LABEL_OPPORTUNISTIC in labels
         else default
     )
-    pod_class = None
-    if LABEL_CLASS in labels:
-        raw = str(labels[LABEL_CLASS]).strip().lower()
-        try:
-            pod_class = PodClass(raw)
-        except ValueError:
-            raise IntentError(
-                f"{where_l}[{LABEL_CLASS!r}]", labels[LABEL_CLASS], "'regular' or 'opportunistic'"
-            ) from None
+    pod_class_ = pod_class(labels, where_l)
     demand = _parse_demand(annotations[ANN_DEMAND], f"{where_a}[{ANN_DEMAND!r}]") if ANN_DEMAND in annotations else None
     duration = (
         _parse_duration(annotations[ANN_EXPECTED_DURATION], f"{where_a}[{ANN_EXPECTED_DURATION!r}]")
@@ -211,7 +238,7 @@ def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FA
     data_nodes = frozenset(n.strip() for n in str(annotations.get(ANN_DATA_NODES, "")).split(",") if n.strip())
     return PodIntent(
         opportunistic=opp,
-        pod_class=pod_class,
+        pod_class=pod_class_,
         demand=demand,
         bandwidth=bandwidth_demand(annotations, where_a),
         data_nodes=data_nodes,

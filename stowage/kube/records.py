@@ -29,13 +29,14 @@ __all__ = [
     "tracked",
 ]
 
-#: Resources kube-scheduler accounts for itself and Stowage leaves alone.
-_IGNORED = frozenset({"pods", "ephemeral-storage"})
+#: Resources kube-scheduler accounts for itself and Stowage leaves alone (and the marker resource
+#: opportunistic pods request to be routed to the extender: it is not demand).
+_IGNORED = frozenset({"pods", "ephemeral-storage", labels.HARVEST_RESOURCE})
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def tracked(vector: ResourceVector) -> ResourceVector:
-    """Drop resources kube-scheduler accounts for itself (pods, ephemeral-storage, hugepages-*)."""
+    """Drop resources kube-scheduler accounts for itself (pods, ephemeral-storage, hugepages-*) and the marker."""
     return ResourceVector({k: v for k, v in vector.items() if k not in _IGNORED and not k.startswith("hugepages-")})
 
 
@@ -164,8 +165,9 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
         opportunistic, queue = intent.is_opportunistic, intent.queue
         bandwidth, declared = intent.bandwidth, intent.demand
     except InvalidInput as exc:
+        # Unparseable or contradictory labels: counted as regular, as the node monitor protects it.
         problems.append(str(exc))
-        opportunistic = str(pod_labels.get(labels.LABEL_CLASS, "")) == labels.PodClass.OPPORTUNISTIC.value
+        opportunistic = False
         queue, bandwidth, declared = pod_labels.get(labels.LABEL_QUEUE), ResourceVector(), None
     try:
         requests = pod_demand(pod)

@@ -46,7 +46,7 @@ def test_metric_names_are_the_design_contract() -> None:
 def test_plain_pod_without_label_is_opted_out() -> None:
     intent = pod_intent(_pod())
     assert intent.opportunistic is Opportunistic.FALSE
-    assert intent.pod_class is None and intent.demand is None and not intent.is_opportunistic
+    assert intent.pod_class is PodClass.REGULAR and intent.demand is None and not intent.is_opportunistic
 
 
 def test_job_pods_default_to_auto() -> None:

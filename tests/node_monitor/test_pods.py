@@ -24,7 +24,7 @@ def _pod(labels: dict[str, str] | None = None, node: str = "n1", uid: str = "u1"
         pytest.param({LABEL_CLASS: "bogus"}, {}, False, id="malformed-class-is-protected"),
         pytest.param({LABEL_OPPORTUNISTIC: "true"}, {}, False, id="user-intent-alone-is-not-the-given-class"),
         pytest.param({LABEL_CLASS: "opportunistic", LABEL_OPPORTUNISTIC: "false"}, {}, False,
-                     id="opt-out-wins-over-class"),
+                     id="contradictory-labels-are-protected"),
         pytest.param({LABEL_CLASS: "opportunistic"}, {"meta": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}, False,
                      id="terminating-pod-is-not-chosen-again"),
         pytest.param({LABEL_CLASS: "opportunistic"}, {"status": {"phase": "Succeeded"}}, False,
