@@ -10,8 +10,10 @@ Availability per class (DESIGN.md "The policy"):
   bound or provisionally placed within ``harvest.ramp_up_s`` (the model keeps it per node:
   :meth:`ClusterModel.assumed_for`).
 
-``C`` is the node's Kubernetes capacity (disk/network from its bandwidth annotations);
-where the node declares none, the node monitor's measured capacity stands in.
+``C`` is the node's ``status.allocatable`` (disk/network from its bandwidth annotations) —
+the same basis as the node monitor's contention threshold, which measures the kubepods
+cgroup against allocatable (docs/policy.md "Capacity basis"); where the node declares
+none, the node monitor's reported capacity stands in.
 
 Most of this changes only when the model or the utilization snapshot does, so
 :class:`Snapshots` keeps a :class:`StateTable` of every node's rows, rebuilt when the
@@ -55,7 +57,7 @@ class StateTable:
         # ages as of the fetch; a request adds the time since (UtilizationSnapshot.lookup_rows)
         self.samples = current.lookup_rows(table.joined, table.resources, current.fetched_at_s)
         self.t_alloc = settings.harvest.t_alloc.array(table.resources)
-        self.capacity = np.where(table.capacity > 0, table.capacity, self.samples.capacity)
+        self.capacity = np.where(table.allocatable > 0, table.allocatable, self.samples.capacity)
         self.regular_available = harvest.regular_available(table.allocatable, table.regular_requests)
         self.bandwidth_allocated = table.regular_requests + table.opportunistic_demand
         self._fresh: np.ndarray | None = None
@@ -162,7 +164,7 @@ class Snapshot:
 
     @cached_property
     def capacity(self) -> np.ndarray:
-        """``C``: Kubernetes capacity, or measured capacity where Kubernetes declares none."""
+        """``C``: the node's allocatable, or the node monitor's capacity where Kubernetes declares none."""
         return self._table.capacity[self._positions]
 
     @cached_property

@@ -14,6 +14,7 @@ from stowage.labels import (
     ANN_DATA_NODES,
     ANN_DEMAND,
     ANN_DISK_BANDWIDTH,
+    HARVEST_RESOURCE,
     LABEL_CLASS,
     LABEL_HARVEST,
     LABEL_QUEUE,
@@ -34,8 +35,13 @@ def node(
     harvest: bool = True,
     disk_bandwidth: str | None = None,
     uid: str | None = None,
+    allocatable_cpu: str | None = None,
+    allocatable_memory: str | None = None,
 ) -> dict[str, Any]:
-    """A Node as ``kubectl get node -o json`` shows it (trimmed of images and daemon endpoints)."""
+    """A Node as ``kubectl get node -o json`` shows it (trimmed of images and daemon endpoints).
+
+    Allocatable equals capacity unless given (real kubelets reserve some: see test_capacity_basis).
+    """
     labels = {
         "beta.kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux",
@@ -63,7 +69,8 @@ def node(
         "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]},
         "status": {
             "capacity": {"cpu": cpu, "memory": memory, "ephemeral-storage": "102400Mi", "pods": "110"},
-            "allocatable": {"cpu": cpu, "memory": memory, "ephemeral-storage": "94371840Ki", "pods": "110"},
+            "allocatable": {"cpu": allocatable_cpu or cpu, "memory": allocatable_memory or memory,
+                            "ephemeral-storage": "94371840Ki", "pods": "110"},
             "conditions": [
                 {
                     "type": "Ready",
@@ -201,12 +208,14 @@ def opportunistic_pod(
     node_name: str | None = None,
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """As the webhook leaves it: explicit zero requests, limits kept, real demand in an annotation."""
+    """As the webhook leaves it: explicit zero requests, limits kept, real demand in an annotation, and the
+    routing resource ``stowage.io/harvested: 1`` that sends it to the extender (``managedResources``)."""
     labels = {"app": "etl", LABEL_CLASS: "opportunistic"}
     if queue:
         labels[LABEL_QUEUE] = queue
     ann = {ANN_DEMAND: json.dumps({"cpu": cpu, "memory": memory}), **(annotations or {})}
-    resources = {"requests": {"cpu": "0", "memory": "0"}, "limits": {"memory": memory}}
+    resources = {"requests": {"cpu": "0", "memory": "0", HARVEST_RESOURCE: "1"},
+                 "limits": {"memory": memory, HARVEST_RESOURCE: "1"}}
     return _pod(
         name,
         labels,
