@@ -69,7 +69,9 @@ class ExtenderRuntime:
         self.settings = settings
         self.model = ClusterModel(recent_window_s=settings.harvest.ramp_up_s)
         self.informers = cluster_informers(client.CoreV1Api(api), self.model, watch_timeout_s=watch_timeout_s)
-        reader = PrometheusReader(prometheus_url) if prometheus_url else None
+        reader = (
+            PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s) if prometheus_url else None
+        )
         self.utilization = Utilization(reader, interval_s=prometheus_interval_s)
         self.app: FastAPI = create_app(settings, self.model, self.utilization)
 

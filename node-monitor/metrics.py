@@ -60,6 +60,7 @@ class Snapshot:
     blocked: np.ndarray
     pods: Sequence[PodRow] = field(default_factory=tuple)
     at_monotonic_s: float = 0.0
+    sampled_at_unix_s: float = math.nan  # when the usage was read (wall clock); NaN: not exported
 
 
 class _SnapshotCollector(Collector):
@@ -80,8 +81,13 @@ class _SnapshotCollector(Collector):
                                          "(PRESERVE policy).", labels=node_labels),
             "pods": GaugeMetricFamily(METRICS.POD_USAGE, "Measured usage of one pod.",
                                       labels=["node", "namespace", "pod", "class", "resource"]),
+            "sampled": GaugeMetricFamily(METRICS.SAMPLE_TIME, "Unix time the exported usage was sampled (a stuck "
+                                         "sampler keeps an old value: readers judge staleness by it).",
+                                         labels=["node"]),
         }
         if snap is not None:
+            if math.isfinite(snap.sampled_at_unix_s):
+                families["sampled"].add_metric([node], snap.sampled_at_unix_s)
             for i, res in enumerate(snap.resources):
                 for key, values in (("usage", snap.usage), ("capacity", snap.capacity),
                                     ("contention", snap.contention), ("blocked", snap.blocked)):

@@ -113,7 +113,7 @@ class NodeMonitor:
         outcomes: list[tuple[PodInfo, Outcome]] = []
         if decision.acts and self.evictor is not None:
             outcomes = self._relieve(usage, cap, decision, pods, now)
-        self.metrics.publish(self._snapshot(usage, cap, decision, pods), raw.duration_s)
+        self.metrics.publish(self._snapshot(usage, cap, decision, pods, raw.taken_at_s), raw.duration_s)
         return TickReport(usage, cap, decision, outcomes, raw.duration_s)
 
     def _relieve(
@@ -179,7 +179,9 @@ class NodeMonitor:
         cap: np.ndarray,
         decision: contention.ContentionDecision,
         pods: Mapping[str, PodInfo],
+        taken_at_s: float,
     ) -> Snapshot:
+        now = self._clock()
         rows = []
         for k, uid in enumerate(usage.pod_uids):
             info = pods.get(uid)
@@ -195,7 +197,9 @@ class NodeMonitor:
             contention=decision.sustained.astype(np.float64),
             blocked=np.asarray(decision.blocked, dtype=np.float64),
             pods=tuple(rows),
-            at_monotonic_s=self._clock(),
+            at_monotonic_s=now,
+            # the sample's wall-clock time: now on the wall clock, less how long ago (monotonic) it was read
+            sampled_at_unix_s=time.time() - max(0.0, now - taken_at_s),
         )
 
     # --- the loop ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ path, the value and the allowed range. :func:`load_settings` does all three.
 
 YAML file shape (every key optional)::
 
-    harvest:    {t_alloc: {cpu: 0.9, memory: 0.9}, ramp_up_s: 30, utilization_stale_after_s: 30}
+    harvest:    {t_alloc: {cpu: 0.9, memory: 0.9}, ramp_up_s: 30, utilization_stale_after_s: 30, usage_window_s: 15}
     contention: {t_preempt: {cpu: 0.99, memory: 0.95}, sustained_count: 3, sample_interval_s: 1,
                  policy: preserve, alpha: 2, ...}
     packing:    {fairness_knob: 0.25, barrier_knob: 0.9, remaining_work_weight: 1.0, remote_penalty: 0.1}
@@ -86,7 +86,11 @@ class HarvestSettings:
     ramp_up_s: float = 30.0
     """A newly bound opportunistic pod counts at its full demand this long (Tetris §4.1, UBIS §V-A)."""
     utilization_stale_after_s: float = 30.0
-    """Three scrapes at 10 s: past this a node's samples are stale and it harvests nothing."""
+    """Past this age of the node monitor's newest sample (its sample time, not the scrape's) a node harvests
+    nothing. Needs a scrape interval ≤ 10 s; the chart scrapes every 5 s."""
+    usage_window_s: float = 15.0
+    """Usage is the maximum over this window (``max_over_time``): a burst seen in one scrape keeps counting this
+    long, so one quiet 1-second rate never opens capacity (ours; three 5-s scrapes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +256,7 @@ def validate(settings: StowageSettings) -> list[str]:
             )
     _check_range(p, "harvest.ramp_up_s", h.ramp_up_s, 0.0, 86400.0, False, False)
     _check_range(p, "harvest.utilization_stale_after_s", h.utilization_stale_after_s, 0.0, 3600.0, True, False)
+    _check_range(p, "harvest.usage_window_s", h.usage_window_s, 0.0, 3600.0, True, False)
     if c.sustained_count < 1:
         p.append(f"contention.sustained_count: must be at least 1, got {c.sustained_count!r}")
     _check_range(p, "contention.sample_interval_s", c.sample_interval_s, 0.0, 60.0, True, False)

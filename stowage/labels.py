@@ -84,6 +84,8 @@ class METRICS:
     POD_USAGE = "stowage_pod_usage"
     EVICTIONS_TOTAL = "stowage_evictions_total"
     SAMPLE_SECONDS = "stowage_node_sample_seconds"
+    #: Unix time the exported usage was sampled: the extender judges staleness by it, not by the scrape.
+    SAMPLE_TIME = "stowage_node_sample_time_seconds"
     # extender
     EXTENDER_REQUEST_SECONDS = "stowage_extender_request_seconds"
     EXTENDER_REJECTIONS_TOTAL = "stowage_extender_rejections_total"

@@ -2,13 +2,21 @@
 
 The node monitor exports ``stowage_node_usage``, ``stowage_node_capacity``,
 ``stowage_node_blocked`` and ``stowage_node_contention``, each labelled
-``{node, resource}`` (names from :class:`stowage.labels.METRICS`). Every refresh
-makes five instant queries:
+``{node, resource}``, and ``stowage_node_sample_time_seconds{node}`` (names from
+:class:`stowage.labels.METRICS`). Every refresh makes five instant queries:
 
-1. one per series: usage and capacity in full, blocked and contention where non-zero;
-2. ``timestamp(stowage_node_usage)``: when each usage sample was taken. The age
-   ``evaluation time − sample time`` is computed on Prometheus' own clock, so
-   clock skew between hosts does not matter.
+1. usage smoothed over a window, ``max_over_time(stowage_node_usage[W])`` (``W`` =
+   ``harvest.usage_window_s``): a pod's lifetime decision should not rest on one
+   1-second rate; capacity in full; blocked and contention where non-zero;
+2. ``time() - stowage_node_sample_time_seconds``: how old the newest sample is. Staleness
+   is judged by when the monitor *sampled*, not when Prometheus scraped: a monitor whose
+   sampler is stuck keeps being scraped with the same old numbers, and its sample time
+   says so. Node clocks are NTP-synchronised; a second of skew is small against the 30 s
+   limit.
+
+Scrape interval: the age a reader sees is at most scrape interval + refresh interval
+(5 s) + the sample period (1 s); the 30 s limit (``harvest.utilization_stale_after_s``)
+needs a scrape interval of 10 s or less, and the chart sets 5 s.
 
 Fail safe (DESIGN.md): a failed refresh yields a snapshot with ``error`` set and no
 nodes; readers then treat every node as having no fresh samples, i.e. it harvests
@@ -152,8 +160,16 @@ class UtilizationSnapshot:
 class PrometheusReader:
     """Instant queries against one Prometheus server."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 2.0, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 2.0,
+        usage_window_s: float = 15.0,
+        client: httpx.Client | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.usage_window_s = usage_window_s
         self._client = client or httpx.Client(timeout=timeout_s)
 
     def close(self) -> None:
@@ -192,14 +208,15 @@ class PrometheusReader:
         extender CPU every refresh for nothing.
         """
         series: list[tuple[str, dict[str, Any]]] = []
+        window = f"{max(1, round(self.usage_window_s))}s"
         for name, promql in (
-            (METRICS.NODE_USAGE, METRICS.NODE_USAGE),
+            (METRICS.NODE_USAGE, f"max_over_time({METRICS.NODE_USAGE}[{window}])"),
             (METRICS.NODE_CAPACITY, METRICS.NODE_CAPACITY),
             (METRICS.NODE_BLOCKED, f"{METRICS.NODE_BLOCKED} > 0"),
             (METRICS.NODE_CONTENTION, f"{METRICS.NODE_CONTENTION} > 0"),
         ):
             series.extend((name, sample) for sample in self.query(promql)[1])
-        _, stamps = self.query(f"timestamp({METRICS.NODE_USAGE})")
+        _, ages = self.query(f"time() - {METRICS.SAMPLE_TIME}")
         nodes: dict[str, int] = {}
         resources: dict[str, int] = {}
         values: dict[tuple[str, int, int], float] = {}
@@ -228,16 +245,17 @@ class PrometheusReader:
                 arrays[name][i, j] = value
         present = np.zeros(len(nodes), dtype=bool)
         age = np.full(len(nodes), np.inf)
-        oldest: dict[str, float] = {}
-        for sample in stamps:
+        newest: dict[str, float] = {}
+        for sample in ages:
             node = (sample.get("metric") or {}).get("node")
             try:
-                evaluated, taken = float(sample["value"][0]), float(sample["value"][1])
+                sample_age = float(sample["value"][1])
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
-            if node in nodes:
-                oldest[node] = max(oldest.get(node, 0.0), max(0.0, evaluated - taken))
-        for node, sample_age in oldest.items():
+            if node in nodes and np.isfinite(sample_age):
+                # two scrape jobs may carry the same monitor: the newest sample counts
+                newest[node] = min(newest.get(node, np.inf), max(0.0, sample_age))
+        for node, sample_age in newest.items():
             present[nodes[node]] = True
             age[nodes[node]] = sample_age
         # Nodes with capacity but no usage sample stay out of the index: they have no utilization.

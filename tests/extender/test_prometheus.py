@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +26,13 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]
 NODES = [node("n1"), node("n2"), node("n3")]
 
 
+#: A node whose monitor is scraped on time but whose sampler is stuck: its sample time is two minutes old.
+STUCK = "n9"
+STUCK_AGE_S = 120.0
+
+
 class Exporter:
-    """A tiny node-monitor stand-in: the four node series on a prometheus_client HTTP server."""
+    """A tiny node-monitor stand-in: the node series and the sample time on a prometheus_client HTTP server."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -35,7 +41,9 @@ class Exporter:
         self.capacity = Gauge(METRICS.NODE_CAPACITY, "capacity", labels, registry=self.registry)
         self.blocked = Gauge(METRICS.NODE_BLOCKED, "blocked", labels, registry=self.registry)
         self.contention = Gauge(METRICS.NODE_CONTENTION, "contention", labels, registry=self.registry)
+        self.sampled = Gauge(METRICS.SAMPLE_TIME, "sample time", ["node"], registry=self.registry)
         for name in ("n1", "n2"):
+            self.sampled.labels(name).set_function(time.time)  # a live monitor samples every second
             self.capacity.labels(name, "cpu").set(16)
             self.capacity.labels(name, "memory").set(16 * GI)
             self.contention.labels(name, "cpu").set(0)
@@ -47,6 +55,10 @@ class Exporter:
         self.usage.labels("n2", "cpu").set(3)
         self.usage.labels("n2", "memory").set(5 * GI)
         self.contention.labels("n2", "memory").set(1)
+        self.usage.labels(STUCK, "cpu").set(1)
+        self.usage.labels(STUCK, "memory").set(1 * GI)
+        self.capacity.labels(STUCK, "memory").set(16 * GI)
+        self.sampled.labels(STUCK).set(time.time() - STUCK_AGE_S)
         # Port 0 and the port bound: a port picked free first could be taken before the server binds it.
         self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
         self.port = int(self.server.server_port)
@@ -87,7 +99,7 @@ def test_a_refresh_reads_every_series_with_its_sample_age(prometheus: str) -> No
     finally:
         reader.close()
     assert snapshot.error is None
-    assert set(snapshot.index) == {"n1", "n2"}
+    assert set(snapshot.index) == {"n1", "n2", STUCK}
     samples = snapshot.lookup(["n1", "n2", "n3"], ("cpu", "memory", "disk"), now_s=0.0)
     assert samples.present.tolist() == [True, True, False]
     # Usage nobody published (disk here, all of n3) is unknown, never 0: unknown harvests nothing.
@@ -95,8 +107,28 @@ def test_a_refresh_reads_every_series_with_its_sample_age(prometheus: str) -> No
     assert samples.capacity[0].tolist() == [16.0, 16 * GI, 0.0]
     assert samples.blocked[0, 1] == 1 * GI
     assert samples.contention.tolist() == [[False, False, False], [False, True, False], [False, False, False]]
-    # Age is Prometheus' evaluation time minus the sample's own timestamp: at most a few scrape intervals.
+    # Age is Prometheus' evaluation time minus the monitor's sample time: at most a few scrape intervals.
     assert 0.0 <= samples.age_s[0] < 10.0 and samples.age_s[2] == float("inf")
+    # Scraped as recently as the others, but sampled two minutes ago: its age says so.
+    stuck = snapshot.lookup([STUCK], ("memory",), now_s=0.0)
+    assert stuck.present.tolist() == [True] and stuck.age_s[0] >= STUCK_AGE_S
+
+
+def test_a_stuck_sampler_harvests_nothing_although_it_is_scraped(prometheus: str) -> None:
+    nodes = [node(STUCK)]
+    model = ClusterModel()
+    model.replace_nodes(nodes)
+    model.replace_pods([])
+    utilization = Utilization(PrometheusReader(prometheus))
+    utilization.refresh()
+    try:
+        with serving(create_app(StowageSettings(), model, utilization)) as url:
+            pod = opportunistic_pod(cpu="1", memory="1Gi")
+            body = httpx.post(f"{url}/filter", json=extender_args(pod, nodes, cache=True)).json()
+    finally:
+        utilization.stop()
+    assert body["NodeNames"] == []
+    assert "old (limit 30s" in body["FailedNodes"][STUCK]
 
 
 def test_the_extender_harvests_from_prometheus_numbers(prometheus: str) -> None:
@@ -166,3 +198,19 @@ def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
             assert ready["status"] == "ready" and "unreachable" in ready["utilization_error"]
     finally:
         utilization.stop()
+
+
+def test_usage_is_the_maximum_over_the_window_not_the_last_rate(exporter: Exporter, prometheus: str) -> None:
+    """A burst seen in one scrape keeps counting for ``harvest.usage_window_s``: one quiet rate opens nothing."""
+    burst = "n8"
+    exporter.sampled.labels(burst).set_function(time.time)
+    exporter.usage.labels(burst, "memory").set(12 * GI)
+    wait_for_query(prometheus, f'{METRICS.NODE_USAGE}{{node="{burst}",resource="memory"}} == {12 * GI}')
+    exporter.usage.labels(burst, "memory").set(1 * GI)
+    wait_for_query(prometheus, f'{METRICS.NODE_USAGE}{{node="{burst}",resource="memory"}} == {1 * GI}')
+    reader = PrometheusReader(prometheus, usage_window_s=600.0)  # the burst stays inside the window
+    try:
+        windowed = reader.fetch(fetched_at_s=0.0).lookup([burst], ("memory",), now_s=0.0)
+    finally:
+        reader.close()
+    assert windowed.usage[0, 0] == 12 * GI

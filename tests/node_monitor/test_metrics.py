@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
@@ -76,3 +77,15 @@ def test_metrics_leave_out_unknown_values_instead_of_exporting_zero(served) -> N
 def test_unknown_paths_are_404(served) -> None:
     url, _monitor, _clock = served
     assert httpx.get(f"{url}/").status_code == 404
+
+
+def test_the_sample_time_is_exported_and_does_not_move_while_sampling_is_stuck(served) -> None:
+    """Readers judge staleness by when the usage was sampled, not when it was scraped."""
+    url, monitor, _clock = served
+    before = time.time()
+    monitor.tick()
+    node = (("node", "n1"),)
+    first = _series(httpx.get(f"{url}/metrics").text)[(METRICS.SAMPLE_TIME, node)]
+    assert before <= first <= time.time()
+    time.sleep(0.05)  # scrapes without a tick: the same usage, the same sample time
+    assert _series(httpx.get(f"{url}/metrics").text)[(METRICS.SAMPLE_TIME, node)] == first
