@@ -6,11 +6,16 @@ Failure handling follows the protocol (EXTENDER_PROTOCOL.md §2):
 
 - a body that does not match the wire types → HTTP 400 ``{"error": "<field>: <problem>"}``;
 - a malformed Stowage annotation on a Stowage pod → every node rejected as
-  unresolvable with a message naming the annotation (the user sees it in the pod's
-  events); prioritize scores 0 and preempt leaves the candidates as they are;
-- an internal failure → filter answers 200 with ``Error`` set (ignorable extender:
-  the scheduler carries on without us); prioritize answers all-zero scores and
-  preempt echoes the candidates, so a degraded Stowage never blocks scheduling.
+  unresolvable with the ``invalid-pod`` phrase, and an Event on the pod naming the
+  annotation; prioritize scores 0 and preempt leaves the candidates as they are;
+- an internal failure → filter fails closed for opportunistic pods (every node
+  rejected with the ``internal-error`` phrase, never ``Error``, which an ignorable
+  extender would let through) and passes regular pods through unchanged;
+  prioritize answers all-zero scores and preempt echoes the candidates.
+
+Rejected nodes get their reason's fixed phrase (``messages.REASONS``); when a pod fits
+nowhere, one Event per pod (``events.PodEvents``, rate-limited, posted off the request
+path) carries the numbers: what it needs and what the closest nodes had.
 """
 
 from __future__ import annotations
@@ -33,15 +38,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 from stowage.extender import filtering, preemption, scoring, snapshot, wire
+from stowage.extender.events import EVENT_INVALID, EVENT_NOT_PLACED, PodEvents
+from stowage.extender.messages import REASONS
 from stowage.extender.metrics import ExtenderMetrics
 from stowage.extender.pods import PodRequest, parse_pod
-from stowage.extender.tails import HarvestTails
 
 from stowage import __version__
 from stowage.config import StowageSettings
 from stowage.errors import InvalidInput
 from stowage.kube.cluster import ClusterModel
-from stowage.labels import LABEL_CLASS, LABEL_QUEUE, PodClass
+from stowage.labels import LABEL_CLASS, LABEL_QUEUE, SCHEDULER_NAME, PodClass, pod_class
 from stowage.prom import Utilization
 
 __all__ = ["create_app"]
@@ -68,6 +74,34 @@ def _zero_scores(raw: Mapping[str, Any]) -> tuple[list[str], list[int]]:
         items = (raw.get("Nodes") or {}).get("items") or []
         names = [str(((item or {}).get("metadata") or {}).get("name") or "") for item in items]
     return names, [0] * len(names)
+
+
+def _pod_key(pod: Any) -> str:
+    meta = (pod.get("metadata") if isinstance(pod, Mapping) else None) or {}
+    return str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+
+
+def _failed_closed(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter answer after an internal error, read without touching the model.
+
+    Regular pods (and pods of other schedulers) pass every offered node: they never needed
+    Stowage's approval. Anything else, opportunistic or unreadable, is rejected on every node:
+    an opportunistic pod is never bound where Stowage did not approve it.
+    """
+    names, _ = _zero_scores(raw)
+    items = (raw.get("Nodes") or {}).get("items") if raw.get("NodeNames") is None else None
+    pod = raw.get("Pod") if isinstance(raw.get("Pod"), Mapping) else {}
+    try:
+        spec = pod.get("spec") or {}
+        regular = spec.get("schedulerName") != SCHEDULER_NAME or (
+            pod_class((pod.get("metadata") or {}).get("labels") or {}) is PodClass.REGULAR
+        )
+    except Exception:  # unreadable: treat as opportunistic
+        regular = False
+    if regular:
+        return wire.filter_result(names, {}, {}, node_items=items)
+    phrase = REASONS["internal-error"]
+    return wire.filter_result([], dict.fromkeys(names, phrase), {}, node_items=[] if items is not None else None)
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -178,13 +212,14 @@ class _Extender:
         utilization: Utilization,
         metrics: ExtenderMetrics,
         queue_weights: Mapping[str, float] | None,
+        events: PodEvents | None = None,
     ) -> None:
         self.settings = settings
         self.model = model
         self.utilization = utilization
         self.metrics = metrics
         self.queue_weights = queue_weights
-        self.tails = HarvestTails()
+        self.events = events or PodEvents(None)
         self.entries = wire.HostEntries()
         self.snapshots = snapshot.Snapshots(model, utilization, settings)
         self._last_pod: tuple[Mapping[str, Any], PodRequest] | None = None
@@ -221,12 +256,19 @@ class _Extender:
             pod = self.parse(raw["Pod"])
         except InvalidInput as exc:
             self.metrics.rejections.labels("invalid-pod").inc(len(names))
-            message = f"invalid Stowage pod: {exc}"
-            return wire.filter_result([], {}, {n: message for n in names}, node_items=[] if items is not None else None)
+            if self.events.due(_pod_key(raw["Pod"])):
+                self.events.emit(raw["Pod"], EVENT_INVALID, f"Stowage cannot place this pod: {exc}")
+            phrase = REASONS["invalid-pod"]
+            no_items = [] if items is not None else None
+            return wire.filter_result([], {}, dict.fromkeys(names, phrase), node_items=no_items)
         if not pod.ours:
             return wire.filter_result(names, {}, {}, node_items=items)
         snap = self.snapshots.take(names, exclude_pod=pod.key)
-        outcome = filtering.filter_nodes(pod, snap, self.tails)
+        outcome = filtering.filter_nodes(pod, snap)
+        if outcome.passed.size == 0 and names and self.events.due(pod.key):
+            self.events.emit(raw["Pod"], EVENT_NOT_PLACED,
+                             f"Stowage placed {pod.name} on none of {len(names)} nodes: "
+                             + filtering.explain(pod, snap, outcome))
         passed_names = filtering.pick(names, outcome.passed)
         self._last_filter = (pod.key, time.monotonic(), names, snap, passed_names, outcome.passed)
         for reason, count in outcome.reasons.items():
@@ -243,13 +285,14 @@ class _Extender:
         )
 
     def filter_response(self, raw: Mapping[str, Any]) -> bytes:
-        """The encoded filter answer; an internal failure goes in ``Error`` (never a 500)."""
+        """The encoded filter answer; never a 500, and never ``Error`` for an opportunistic pod (fail closed)."""
         start = time.perf_counter()
         try:
             body: Any = self.filter(raw)
-        except Exception as exc:  # reported in Error: the scheduler carries on without us
+        except Exception:
             log.exception("filter failed")
-            body = wire.error_filter_result(f"stowage extender internal error: {type(exc).__name__}: {exc}")
+            body = _failed_closed(raw)
+            self.metrics.rejections.labels("internal-error").inc(len(_zero_scores(raw)[0]))
         self.metrics.request_seconds.labels("filter").observe(time.perf_counter() - start)
         return _encode(body)
 
@@ -347,8 +390,12 @@ def create_app(
     *,
     metrics: ExtenderMetrics | None = None,
     queue_weights: Mapping[str, float] | None = None,
+    events: PodEvents | None = None,
 ) -> FastAPI:
-    """Build the extender app over a cluster model and a utilization feed (both owned by the caller)."""
+    """Build the extender app over a cluster model and a utilization feed (both owned by the caller).
+
+    ``events``: where Events about pods placed nowhere go (started and stopped by the caller); none by default.
+    """
 
     def harvestable() -> tuple[list[str], tuple[str, ...], Any]:
         names = model.node_names()
@@ -356,7 +403,7 @@ def create_app(
         return names, snap.resources, snap.harvestable
 
     metrics = metrics or ExtenderMetrics(harvestable)
-    ext = _Extender(settings, model, utilization, metrics, queue_weights)
+    ext = _Extender(settings, model, utilization, metrics, queue_weights, events)
     app = _ExtenderAPI(
         title="Stowage scheduler extender",
         version=__version__,

@@ -18,7 +18,11 @@ Checks, in order; the first that fails names the node's message (reason keys in
 6. ``harvest-capacity`` — opportunistic: ``d_r > A_opp_r`` on some resource
    (``policy.alignment.feasible``).
 
-Everything is vectorised over the nodes; strings are built only for rejected nodes.
+Each rejected node gets its reason's fixed phrase (``messages.REASONS``): kube-scheduler groups
+identical phrases in its ``FailedScheduling`` event ("0/500 nodes are available: 480 stowage:
+not enough harvestable capacity, 20 ..."), so per-node numbers there would make one line per
+node. The numbers go into one Event per pod instead, written by :func:`explain` for the few
+nodes that came closest. Everything is vectorised over the nodes.
 """
 
 from __future__ import annotations
@@ -28,25 +32,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from stowage.extender.messages import human, human_column, pointwise
+from stowage.extender.messages import REASONS, human, human_column
 from stowage.extender.pods import PodRequest
 from stowage.extender.snapshot import Snapshot
-from stowage.extender.tails import ASSUMED, AVAILABLE, BLOCKED, CAPACITY, USED, HarvestTails
 
 from stowage.policy import alignment
 from stowage.resources import DISK, NETWORK
 
-__all__ = ["FilterOutcome", "filter_nodes", "pick"]
+__all__ = ["FilterOutcome", "explain", "filter_nodes", "pick"]
 
 
 @dataclass(slots=True)
 class FilterOutcome:
-    """Indices of passing nodes (request order) and a message per rejected node."""
+    """Indices of passing nodes (request order), a reason phrase per rejected node, and the reason codes."""
 
     passed: np.ndarray
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
+    codes: np.ndarray | None = None  # (N,) reason code per node, 0 = passed
 
 
 # Reason codes in check order (0 = passes); the first failing check names the node's message.
@@ -60,90 +64,14 @@ _KEYS = {
     _NO_UTILIZATION: "utilization-unavailable",
     _CAPACITY: "harvest-capacity",
 }
-_KEY_BITS = 40  # over-patterns up to 40 resources fit a message key beside the heads id
-_UNKNOWN_MESSAGE = "opportunistic: node not in Stowage's cache yet (informers syncing or node just added)"
-_DISABLED_MESSAGE = "opportunistic: harvesting disabled on this node (label stowage.io/harvest=false)"
+#: Codes preemption cannot fix: a label, or a resource no node has.
+_UNRESOLVABLE = frozenset({_MISSING, _DISABLED})
+#: Columns of a harvest detail row: the numbers behind ``A_opp = T_alloc·C − U − B − S``.
+AVAILABLE, CAPACITY, USED, BLOCKED, ASSUMED = range(5)
 
 
 def _bandwidth_columns(snap: Snapshot) -> list[int]:
     return [snap.resources.index(r) for r in (DISK, NETWORK) if r in snap.resources]
-
-
-def _harvest_messages(snap: Snapshot, rows: np.ndarray, demand: np.ndarray, tails: HarvestTails | None) -> list[str]:
-    """One message per row in ``rows``, formatted a column at a time (this is the filter's hot path).
-
-    With ``tails``, each (node, resource) tail is reused while the node's numbers are
-    unchanged, and a node's whole message while its tails and the pod's heads are; the
-    text is the same either way (tests compare the paths).
-    """
-    a_opp = snap.harvestable[rows]
-    over = demand[None, :] > a_opp * (1.0 + alignment.FEASIBILITY_RTOL)
-    over_any = np.flatnonzero(over.any(axis=0)).tolist()
-    if len(over_any) > _KEY_BITS:  # more resources than bits of a message key: never in practice
-        tails = None
-    heads = [f"{snap.resources[r]} {human(float(demand[r]), snap.resources[r])} > harvestable " for r in over_any]
-    all_hit = np.ones(rows.size, dtype=bool)
-    cacheable = tails is not None
-    columns: list[tuple[np.ndarray, str, np.ndarray]] = []  # per over resource: rows over, head, tails
-    for r, head in zip(over_any, heads, strict=True):
-        res = snap.resources[r]
-        which = np.flatnonzero(over[:, r])
-        sub = rows[which]
-        t_alloc = f"{snap.t_alloc[r]:.2f} × "
-        values = np.stack(
-            (a_opp[which, r], snap.capacity[sub, r], snap.usage[sub, r], snap.blocked[sub, r], snap.assumed[sub, r]), 1
-        )
-        if tails is not None and _pointwise(values, res):
-            hit, tail = tails.lookup(res, snap.rows[sub], values, t_alloc)
-            all_hit[which[~hit]] = False
-        else:
-            tail = np.array(_tails_of_column(values, res, t_alloc), dtype=object)
-            cacheable = False
-        columns.append((which, head, tail))
-    model_rows = snap.rows[rows]
-    messages = np.empty(rows.size, dtype=object)
-    bits = 1 << np.arange(len(over_any), dtype=np.int64)
-    pattern = over[:, over_any] @ bits if len(over_any) <= _KEY_BITS else None
-    build = np.ones(rows.size, dtype=bool)
-    key = None
-    if tails is not None and pattern is not None:
-        if cacheable:
-            key = pattern + (tails.heads_id(tuple(heads)) << len(over_any))
-            reusable, stored = tails.messages(model_rows, key, all_hit)
-            messages[reusable] = stored[reusable]
-            build = ~reusable
-        else:
-            tails.forget_messages(model_rows)  # some tails may have moved on without their message
-    if not build.any():
-        return messages.tolist()
-    # where each row sits in each resource's column (−1: not over on it)
-    slots = []
-    for which, _, _ in columns:
-        slot = np.full(rows.size, -1, dtype=np.int64)
-        slot[which] = np.arange(which.size)
-        slots.append(slot)
-    if pattern is None:
-        for k in np.flatnonzero(build).tolist():
-            parts = [head + tail[slot[k]] for (_, head, tail), slot in zip(columns, slots, strict=True) if slot[k] >= 0]
-            messages[k] = "opportunistic: " + "; ".join(parts)
-        return messages.tolist()
-    # Rows grouped by which resources are over; each group's messages are joined without a Python loop per row.
-    for code in np.unique(pattern[build]).tolist():
-        group = np.flatnonzero((pattern == code) & build)
-        texts = [
-            list(map(head.__add__, tail[slot[group]].tolist()))
-            for bit, ((_, head, tail), slot) in enumerate(zip(columns, slots, strict=True))
-            if code >> bit & 1
-        ]
-        if not texts:
-            messages[group] = "opportunistic: "
-            continue
-        joined = texts[0] if len(texts) == 1 else list(map("; ".join, zip(*texts, strict=True)))
-        messages[group] = list(map("opportunistic: ".__add__, joined))
-    if key is not None:
-        built = np.flatnonzero(build)
-        tails.store_messages(model_rows[built], key[built], messages[built].tolist())
-    return messages.tolist()
 
 
 def pick(items: Sequence[str], positions: np.ndarray) -> list[str]:
@@ -153,11 +81,6 @@ def pick(items: Sequence[str], positions: np.ndarray) -> list[str]:
     if positions.size == 1:
         return [items[int(positions[0])]]
     return list(operator.itemgetter(*positions.tolist())(items))
-
-
-def _pointwise(values: np.ndarray, res: str) -> bool:
-    """Whether every number of the (k,5) column block formats on its own (see ``messages.pointwise``)."""
-    return all(pointwise(values[:, c], res, exact=c == CAPACITY) for c in range(values.shape[1]))
 
 
 def _tails_of_column(values: np.ndarray, res: str, t_alloc: str) -> list[str]:
@@ -180,24 +103,21 @@ def _tails_of_column(values: np.ndarray, res: str, t_alloc: str) -> list[str]:
 def _utilization_message(snap: Snapshot, i: int) -> str:
     limit = snap.stale_after_s
     if snap.samples_error is not None:
-        return f"opportunistic: no harvesting while utilization is unavailable ({snap.samples_error})"
+        return f"no harvesting while utilization is unavailable ({snap.samples_error})"
     if not snap.present[i]:
         return (
-            "opportunistic: Prometheus has no stowage_node_usage samples for this node "
+            "Prometheus has no stowage_node_usage samples for this node "
             "(is the stowage node-monitor running on it?); it harvests nothing"
         )
     return (
-        f"opportunistic: utilization samples are {snap.age_s[i]:.0f}s old (limit {limit:.0f}s, "
+        f"utilization samples are {snap.age_s[i]:.0f}s old (limit {limit:.0f}s, "
         "harvest.utilization_stale_after_s); the node harvests nothing until the node monitor reports again"
     )
 
 
 def _contention_message(snap: Snapshot, i: int) -> str:
     res = [snap.resources[r] for r in np.flatnonzero(snap.contended[i])]
-    return (
-        f"node in sustained contention on {', '.join(res)}; Stowage keeps new pods off it until the "
-        "node monitor reports it clear"
-    )
+    return f"sustained contention on {', '.join(res)}"
 
 
 def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[int]) -> str:
@@ -213,11 +133,8 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
     return "; ".join(parts)
 
 
-def filter_nodes(pod: PodRequest, snap: Snapshot, tails: HarvestTails | None = None) -> FilterOutcome:
-    """Decide every node of the request; see the module docstring for the checks.
-
-    ``tails``: the extender's message cache (None formats every message afresh; same text).
-    """
+def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
+    """Decide every node of the request; see the module docstring for the checks."""
     n = len(snap.names)
     if not pod.ours:
         return FilterOutcome(passed=np.arange(n))
@@ -246,31 +163,66 @@ def filter_nodes(pod: PodRequest, snap: Snapshot, tails: HarvestTails | None = N
         check[cols] = 0.0  # bandwidth was checked against declarations above
         mark(~alignment.feasible(check, snap.harvestable), _CAPACITY)
 
-    out = FilterOutcome(passed=np.flatnonzero(reason == 0))
+    out = FilterOutcome(passed=np.flatnonzero(reason == 0), codes=reason)
     if out.passed.size == n:
         return out
     names = snap.names
     counts = np.bincount(reason, minlength=len(_KEYS) + 1)
     out.reasons = {_KEYS[code]: int(counts[code]) for code in _KEYS if counts[code]}
-    capacity_rows = np.flatnonzero(reason == _CAPACITY)
-    if capacity_rows.size:
-        out.failed.update(
-            zip(pick(names, capacity_rows), _harvest_messages(snap, capacity_rows, demand, tails), strict=True)
-        )
-    for i in np.flatnonzero((reason != 0) & (reason != _CAPACITY)).tolist():
-        code, name = reason[i], names[i]
-        if code == _MISSING:
-            out.unresolvable[name] = (
-                f"opportunistic: no node in Stowage's cache offers {', '.join(missing)}; nothing of it to harvest"
-            )
-        elif code == _UNKNOWN:
-            out.failed[name] = _UNKNOWN_MESSAGE
-        elif code == _CONTENTION:
-            out.failed[name] = _contention_message(snap, i)
-        elif code == _BANDWIDTH:
-            out.failed[name] = _bandwidth_message(snap, i, demand, cols)
-        elif code == _DISABLED:
-            out.unresolvable[name] = _DISABLED_MESSAGE
-        else:
-            out.failed[name] = _utilization_message(snap, i)
+    for code in _KEYS:
+        if not counts[code]:
+            continue
+        target = out.unresolvable if code in _UNRESOLVABLE else out.failed
+        target.update(dict.fromkeys(pick(names, np.flatnonzero(reason == code)), REASONS[_KEYS[code]]))
     return out
+
+
+def _closeness(pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
+    """How near each row came to fitting: min over needed resources of ``A_opp / d`` (higher is closer)."""
+    demand = pod.demand_array(snap.resources)
+    need = demand > 0
+    if not need.any():
+        return np.zeros(rows.size)
+    ratio = snap.harvestable[rows][:, need] / demand[need][None, :]
+    return np.nan_to_num(ratio.min(axis=1), nan=-np.inf)
+
+
+def _harvest_detail(pod: PodRequest, snap: Snapshot, i: int) -> str:
+    demand = pod.demand_array(snap.resources)
+    parts = []
+    for r in np.flatnonzero(demand > snap.harvestable[i] * (1.0 + alignment.FEASIBILITY_RTOL)).tolist():
+        res = snap.resources[r]
+        values = np.array([[snap.harvestable[i, r], snap.capacity[i, r], snap.usage[i, r], snap.blocked[i, r],
+                            snap.assumed[i, r]]])
+        (tail,) = _tails_of_column(values, res, f"{snap.t_alloc[r]:.2f} × ")
+        parts.append(f"{res} {human(float(demand[r]), res)} > harvestable {tail}")
+    return "; ".join(parts)
+
+
+def explain(pod: PodRequest, snap: Snapshot, outcome: FilterOutcome, best: int = 3) -> str:
+    """The numbers behind a filter that placed the pod nowhere, for one Event: what the pod needs, how many
+    nodes failed for which reason, and what the ``best`` closest nodes had."""
+    codes = outcome.codes if outcome.codes is not None else np.zeros(len(snap.names), dtype=np.int8)
+    demand = pod.demand_array(snap.resources)
+    needs = ", ".join(f"{r} {human(float(v), r)}" for r, v in zip(snap.resources, demand, strict=True) if v > 0)
+    kind = "harvested capacity" if pod.opportunistic else "its requests"
+    counts = ", ".join(f"{count} {key}" for key, count in outcome.reasons.items())
+    text = f"needs {needs or 'nothing'} ({kind}); nodes rejected: {counts}."
+    rows = np.flatnonzero(codes == _CAPACITY)
+    if rows.size:
+        closest = rows[np.argsort(-_closeness(pod, snap, rows), kind="stable")[:best]]
+        text += " Closest: " + "; ".join(
+            f"{snap.names[i]}: {_harvest_detail(pod, snap, int(i))}" for i in closest.tolist()
+        ) + "."
+    for code, describe in ((_NO_UTILIZATION, _utilization_message), (_CONTENTION, _contention_message)):
+        where = np.flatnonzero(codes == code)
+        if where.size:
+            i = int(where[0])
+            text += f" {_KEYS[code]}, e.g. {snap.names[i]}: {describe(snap, i)}."
+    where = np.flatnonzero(codes == _BANDWIDTH)
+    if where.size:
+        i = int(where[0])
+        text += f" bandwidth, e.g. {snap.names[i]}: {_bandwidth_message(snap, i, demand, _bandwidth_columns(snap))}."
+    if (codes == _MISSING).any():
+        text += f" No node offers {', '.join(pod.missing_resources(snap.resources))}."
+    return text

@@ -1,9 +1,8 @@
-"""Per-node filter messages: short, stable phrases with the numbers behind them (they end up in pod events).
+"""Filter reasons (a fixed set of short phrases) and the number formatting of the per-pod Event.
 
-Each reason has a stable key (the ``reason`` label of ``stowage_extender_rejections_total``)
-and a message a person can act on, e.g.::
+The Event's numbers read, e.g.::
 
-    opportunistic: memory 3.0Gi > harvestable 1.2Gi (0.90 × 16Gi − used 13.2Gi − blocked 0)
+    memory 3.0Gi > harvestable 1.2Gi (0.90 × 16Gi − used 13.2Gi − blocked 0)
 """
 
 from __future__ import annotations
@@ -14,18 +13,21 @@ import numpy as np
 
 from stowage.resources import CPU, DISK, MEMORY, NETWORK
 
-__all__ = ["REASONS", "human", "human_column", "human_points", "pointwise"]
+__all__ = ["REASONS", "human", "human_column", "human_points"]
 
-#: reason key → what it means (documented in docs/extender.md).
+#: reason key (the ``reason`` label of ``stowage_extender_rejections_total``) → the fixed phrase every node
+#: rejected for it gets in ``FailedNodes``. kube-scheduler counts identical phrases in its FailedScheduling
+#: event; the numbers behind them go in one Event per pod (``filtering.explain``). Documented in docs/extender.md.
 REASONS: dict[str, str] = {
-    "unknown-node": "the node is not in Stowage's cache (informers not synced yet, or the node is new)",
-    "contention": "the node monitor reports sustained contention on the node",
-    "bandwidth": "the pod's declared disk/network bandwidth exceeds what the node has left",
-    "harvest-disabled": "the node is labelled stowage.io/harvest=false",
-    "utilization-unavailable": "Prometheus is unreachable or has no fresh samples for the node",
-    "harvest-capacity": "the opportunistic pod's demand exceeds the node's harvestable capacity",
-    "missing-resource": "the pod needs a resource no node offers",
-    "invalid-pod": "a Stowage label or annotation on the pod is malformed",
+    "unknown-node": "stowage: node not in Stowage's cache yet",
+    "contention": "stowage: node in sustained contention",
+    "bandwidth": "stowage: not enough declared disk/network bandwidth left",
+    "harvest-disabled": "stowage: harvesting disabled on node (stowage.io/harvest=false)",
+    "utilization-unavailable": "stowage: no fresh utilization for node (Prometheus or node monitor)",
+    "harvest-capacity": "stowage: not enough harvestable capacity",
+    "missing-resource": "stowage: pod needs a resource no node offers",
+    "invalid-pod": "stowage: invalid Stowage labels or annotations on the pod",
+    "internal-error": "stowage: extender error, opportunistic pod held (fail closed)",
 }
 
 _BINARY = (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10))
@@ -69,23 +71,6 @@ def human_column(values: np.ndarray, resource: str, *, exact: bool = False) -> l
         # one node type, or all zero (blocked, assumed): format once
         return [human(float(values[0]), resource, exact=exact)] * values.size
     return human_points(values, resource, exact=exact)
-
-
-def pointwise(values: np.ndarray, resource: str, *, exact: bool = False) -> bool:
-    """True when :func:`human_column` formats each value on its own (as :func:`human_points` does).
-
-    Two cases depend on the whole column: cores when some value is not finite (every value
-    then reads as :func:`human`), and a column of one repeated value (read once with
-    :func:`human`, which may differ from the column style, e.g. ``5`` against ``5.0`` cores).
-    A cache of per-value strings is valid only for pointwise columns.
-    """
-    if resource != CPU:
-        return True  # bytes and counts: human() and the column read every value alike
-    if not np.isfinite(values).all():
-        return False
-    if values.size > 1 and values.min() == values.max():
-        return human(float(values[0]), resource, exact=exact) == human_points(values[:1], resource, exact=exact)[0]
-    return True
 
 
 def human_points(values: np.ndarray, resource: str, *, exact: bool = False) -> list[str]:

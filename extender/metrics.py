@@ -8,6 +8,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from stowage.extender.messages import REASONS
 
 from stowage.labels import METRICS
 
@@ -59,5 +60,13 @@ class ExtenderMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.events = Counter(
+            METRICS.EXTENDER_EVENTS_TOTAL.removesuffix("_total"),
+            "Events about pods placed nowhere, by outcome (posted, failed, dropped)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for reason in REASONS:  # every reason exported from the start: rate() and alerts need the series
+            self.rejections.labels(reason)
         if harvestable is not None:
             self.registry.register(_HarvestableCollector(harvestable))

@@ -90,6 +90,7 @@ class METRICS:
     EXTENDER_REQUEST_SECONDS = "stowage_extender_request_seconds"
     EXTENDER_REJECTIONS_TOTAL = "stowage_extender_rejections_total"
     NODE_HARVESTABLE = "stowage_node_harvestable"
+    EXTENDER_EVENTS_TOTAL = "stowage_extender_events_total"
     # operator
     QUEUE_DOMINANT_SHARE = "stowage_queue_dominant_share"
     QUEUE_FAIR_SHARE = "stowage_queue_fair_share"

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from stowage.extender.app import create_app
+from stowage.extender.events import PodEvents
 from stowage.extender.server import serving
 
 from stowage.config import StowageSettings
@@ -39,6 +40,19 @@ class World:
     http: httpx.Client
     app: FastAPI
     settings: StowageSettings = field(default_factory=StowageSettings)
+    events: list[dict[str, Any]] = field(default_factory=list)  # Events the extender posted, in order
+
+    def event_about(self, pod_name: str, timeout_s: float = 10.0) -> dict[str, Any]:
+        """The newest Event posted about ``pod_name`` (they are posted off the request path: wait for it)."""
+        from tests.support.kube import wait_until
+
+        def found() -> dict[str, Any] | None:
+            return next((e for e in reversed(self.events) if e["involvedObject"]["name"] == pod_name), None)
+
+        wait_until(lambda: found() is not None, timeout_s)
+        event = found()
+        assert event is not None
+        return event
 
     def post(self, verb: str, body: Any) -> httpx.Response:
         return self.http.post(f"{self.url}/{verb}", json=body)
@@ -73,17 +87,20 @@ def make_world() -> Iterator[WorldFactory]:
             model.replace_nodes(nodes)
             model.replace_pods(list(pods))
         utilization = Utilization(None)
-        app = create_app(settings, model, utilization)
+        posted: list[dict[str, Any]] = []
+        events = PodEvents(lambda _ns, body: posted.append(body), min_interval_s=0.0).start()
+        app = create_app(settings, model, utilization, events=events)
         served = serving(app)
         url = served.__enter__()
         http = httpx.Client(timeout=10.0)
-        stack.append((served, http))
-        world = World(model, utilization, clock, url, http, app, settings)
+        stack.append((served, http, events))
+        world = World(model, utilization, clock, url, http, app, settings, posted)
         if samples is not None:
             world.samples(samples)
         return world
 
     yield build
-    for served, http in stack:
+    for served, http, events in stack:
         http.close()
         served.__exit__(None, None, None)
+        events.stop()

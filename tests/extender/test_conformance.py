@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 import pytest
+from stowage.extender.messages import REASONS
 
 from stowage.labels import SCHEDULER_NAME
 from tests.extender.conftest import World, WorldFactory
@@ -109,11 +110,42 @@ def test_a_nominated_node_alone_is_filtered_like_any_other(world: World) -> None
     assert body["NodeNames"] == ["n1"]
 
 
-def test_harvest_message_shows_the_numbers_behind_the_rejection(world: World) -> None:
-    body = world.post("filter", extender_args(opportunistic_pod(memory="3Gi"), NODES, cache=True)).json()
-    assert body["FailedNodes"]["n2"] == (
-        "opportunistic: memory 3.0Gi > harvestable 1.2Gi (0.90 × 16Gi − used 13.2Gi − blocked 0)"
+def test_rejected_nodes_get_one_stable_phrase_per_reason(world: World) -> None:
+    """kube-scheduler counts identical phrases in FailedScheduling: per-node numbers would make a line per node."""
+    body = world.post("filter", extender_args(opportunistic_pod(memory="14Gi"), NODES, cache=True)).json()
+    assert body["FailedNodes"] == {"n1": REASONS["harvest-capacity"], "n2": REASONS["harvest-capacity"],
+                                   "n3": REASONS["contention"]}
+    assert body["FailedAndUnresolvableNodes"] == {"n4": REASONS["harvest-disabled"]}
+    exported = world.http.get(f"{world.url}/metrics").text
+    for reason in REASONS:  # each a metric label, exported before its first rejection
+        assert f'stowage_extender_rejections_total{{reason="{reason}"}}' in exported
+
+
+def test_the_numbers_behind_a_rejection_go_in_one_event_on_the_pod(world: World) -> None:
+    pod = opportunistic_pod("etl-big", memory="14Gi")
+    world.post("filter", extender_args(pod, NODES, cache=True))
+    event = world.event_about("etl-big")
+    assert event["type"] == "Warning" and event["reason"] == "StowageNoNode"
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "batch", "name": "etl-big",
+                                       "uid": pod["metadata"]["uid"]}
+    message = event["message"]
+    assert "needs cpu 2, memory 14.0Gi (harvested capacity)" in message
+    assert "2 harvest-capacity" in message and "1 contention" in message and "1 harvest-disabled" in message
+    # the closest node first: n1 has 10.4Gi harvestable, n2 1.2Gi
+    assert message.index("n1: memory 14.0Gi > harvestable 10.4Gi (0.90 × 16Gi − used 4.0Gi − blocked 0)") < (
+        message.index("n2: memory 14.0Gi > harvestable 1.2Gi (0.90 × 16Gi − used 13.2Gi − blocked 0)")
     )
+    assert "contention, e.g. n3: sustained contention on memory" in message
+
+
+def test_events_about_one_pod_are_rate_limited(make_world: WorldFactory) -> None:
+    from stowage.extender.events import PodEvents
+
+    clock = [0.0]
+    events = PodEvents(None, min_interval_s=60.0, clock=lambda: clock[0])
+    assert events.due("uid-1") and not events.due("uid-1") and events.due("uid-2")
+    clock[0] = 61.0
+    assert events.due("uid-1")
 
 
 @pytest.mark.parametrize(
@@ -128,7 +160,7 @@ def test_harvest_message_shows_the_numbers_behind_the_rejection(world: World) ->
         pytest.param(
             regular_pod(),
             ["n1", "n2", "n4"],
-            {"n3": ("failed", "sustained contention on memory")},
+            {"n3": ("failed", REASONS["contention"])},
             id="regular-kept-off-contended-nodes-only",
         ),
         pytest.param(
@@ -152,7 +184,7 @@ def test_stale_samples_stop_harvesting_but_never_block_regular_pods(make_world: 
     world.samples({k: SAMPLES[k] for k in ("n1", "n2")}, age_s={"n1": 45.0, "n2": 1.0})
     opp = world.post("filter", extender_args(opportunistic_pod(memory="1Gi"), NODES[:2], cache=True)).json()
     assert opp["NodeNames"] == ["n2"]
-    assert "45s old (limit 30s" in opp["FailedNodes"]["n1"]
+    assert opp["FailedNodes"]["n1"] == REASONS["utilization-unavailable"]
     reg = world.post("filter", extender_args(regular_pod(), NODES[:2], cache=True)).json()
     assert reg["NodeNames"] == ["n1", "n2"]
 
@@ -161,7 +193,8 @@ def test_without_prometheus_no_node_harvests_and_regular_pods_still_schedule(mak
     world = make_world(NODES)  # no samples at all: utilization unavailable
     opp = world.post("filter", extender_args(opportunistic_pod(), NODES, cache=True)).json()
     assert opp["NodeNames"] == []
-    assert "utilization is unavailable" in opp["FailedNodes"]["n1"]
+    assert opp["FailedNodes"]["n1"] == REASONS["utilization-unavailable"]
+    assert "utilization is unavailable" in world.event_about(opportunistic_pod()["metadata"]["name"])["message"]
     reg = world.post("filter", extender_args(regular_pod(), NODES, cache=True)).json()
     assert reg["NodeNames"] == names(NODES)  # no samples → no contention known → nothing blocked
 
@@ -173,8 +206,11 @@ def test_declared_bandwidth_is_never_over_allocated(make_world: WorldFactory) ->
     pod = regular_pod("io-1", cpu="1", annotations={"stowage.io/disk-bandwidth": "80Mi"})
     body = world.post("filter", extender_args(pod, nodes, cache=True)).json()
     assert body["NodeNames"] == ["d2", "d3"]  # d3 declares nothing: not checked
-    assert body["FailedNodes"]["d1"] == (
-        "disk bandwidth 80.0Mi/s > free 50.0Mi/s (node declares 200Mi/s, pods declared 150.0Mi/s)"
+    assert body["FailedNodes"]["d1"] == REASONS["bandwidth"]
+    crowded = world.post("filter", extender_args(pod, nodes[:1], cache=True)).json()
+    assert crowded["NodeNames"] == []
+    assert "disk bandwidth 80.0Mi/s > free 50.0Mi/s (node declares 200Mi/s, pods declared 150.0Mi/s)" in (
+        world.event_about("io-1")["message"]
     )
 
 
@@ -191,7 +227,7 @@ def test_an_opportunistic_pod_without_its_demand_annotation_counts_at_its_limits
     del pod["metadata"]["annotations"]["stowage.io/demand"]
     body = world.post("filter", extender_args(pod, NODES, cache=True)).json()
     assert body["NodeNames"] == []  # n1 has 0.9·16Gi − 4Gi = 10.4Gi harvestable
-    assert body["FailedNodes"]["n1"].startswith("opportunistic: memory 12.0Gi > harvestable 10.4Gi")
+    assert "n1: memory 12.0Gi > harvestable 10.4Gi" in world.event_about(pod["metadata"]["name"])["message"]
 
 
 def test_an_opportunistic_pod_needing_a_resource_no_node_has_is_unresolvable_everywhere(world: World) -> None:
@@ -199,9 +235,8 @@ def test_an_opportunistic_pod_needing_a_resource_no_node_has_is_unresolvable_eve
     pod["metadata"]["annotations"]["stowage.io/demand"] = '{"cpu": "1", "example.com/fpga": "1"}'
     body = world.post("filter", extender_args(pod, NODES, cache=True)).json()
     assert body["NodeNames"] == [] and body["FailedNodes"] == {}
-    assert body["FailedAndUnresolvableNodes"]["n1"] == (
-        "opportunistic: no node in Stowage's cache offers example.com/fpga; nothing of it to harvest"
-    )
+    assert body["FailedAndUnresolvableNodes"]["n1"] == REASONS["missing-resource"]
+    assert "No node offers example.com/fpga" in world.event_about(pod["metadata"]["name"])["message"]
 
 
 def test_a_malformed_stowage_annotation_rejects_every_node_with_the_field_named(world: World) -> None:
@@ -209,7 +244,9 @@ def test_a_malformed_stowage_annotation_rejects_every_node_with_the_field_named(
     body = world.post("filter", extender_args(pod, NODES, cache=True)).json()
     assert body["NodeNames"] == []
     assert set(body["FailedAndUnresolvableNodes"]) == set(names(NODES))
-    assert "stowage.io/demand" in body["FailedAndUnresolvableNodes"]["n1"]
+    assert body["FailedAndUnresolvableNodes"]["n1"] == REASONS["invalid-pod"]
+    event = world.event_about(pod["metadata"]["name"])
+    assert event["reason"] == "StowageInvalidPod" and "stowage.io/demand" in event["message"]
 
 
 # --- the assumed set S ----------------------------------------------------------------------------
@@ -228,7 +265,8 @@ def test_two_pods_in_quick_succession_cannot_take_the_same_harvestable_slot(make
     world.post("prioritize", {**args, "Pod": second})
     body = world.post("filter", {**args, "Pod": third}).json()
     assert body["NodeNames"] == []
-    assert "assumed 8.0Gi" in body["FailedNodes"][chosen]
+    assert f"{chosen}: memory 8.0Gi > harvestable 2.4Gi" in world.event_about("etl-2")["message"]
+    assert "assumed 8.0Gi" in world.event_about("etl-2")["message"]
 
 
 def test_a_pod_refiltered_does_not_compete_with_its_own_provisional_slot(make_world: WorldFactory) -> None:
@@ -404,17 +442,28 @@ def test_a_node_name_with_a_lone_surrogate_is_echoed_as_valid_json(world: World)
     assert response.json()["NodeNames"] == ["\ud800"]
 
 
-def test_an_internal_failure_in_filter_is_reported_in_error_not_as_a_500(world: World) -> None:
+@pytest.mark.parametrize("cache", [True, False])
+def test_an_internal_failure_fails_opportunistic_pods_closed_and_lets_regular_pods_pass(
+    world: World, cache: bool
+) -> None:
+    """Never ``Error``: an ignorable extender's Error lets kube-scheduler bind the pod anywhere."""
     from stowage.prom import UtilizationSnapshot
 
     broken = UtilizationSnapshot.from_nodes({"n1": {"usage": {"cpu": 1.0}}})
     broken.index["n2"] = 99  # a corrupt snapshot: row 99 does not exist
     world.utilization.replace(broken)
-    response = world.post("filter", extender_args(opportunistic_pod(), NODES, cache=True))
+    response = world.post("filter", extender_args(opportunistic_pod(), NODES, cache=cache))
     assert response.status_code == 200
     body = response.json()
-    assert body["Error"].startswith("stowage extender internal error: IndexError")
+    assert body["Error"] == "" and body["NodeNames" if cache else "Nodes"] in ([], {"metadata": {}, "items": []})
+    assert body["FailedNodes"] == dict.fromkeys(names(NODES), REASONS["internal-error"])
     assert "Traceback" not in response.text
+    regular = world.post("filter", extender_args(regular_pod(), NODES, cache=cache)).json()
+    assert regular["Error"] == "" and regular["FailedNodes"] == {}
+    if cache:
+        assert regular["NodeNames"] == names(NODES)
+    else:
+        assert [n["metadata"]["name"] for n in regular["Nodes"]["items"]] == names(NODES)
     prioritized = world.post("prioritize", extender_args(opportunistic_pod(), NODES, cache=True))
     assert prioritized.status_code == 200 and [e["Score"] for e in prioritized.json()] == [0, 0, 0, 0]
 

@@ -10,8 +10,12 @@ import httpx
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from stowage.extender import filtering
 from stowage.extender.app import create_app
+from stowage.extender.messages import REASONS
+from stowage.extender.pods import parse_pod
 from stowage.extender.server import serving
+from stowage.extender.snapshot import take
 
 from stowage.config import StowageSettings, apply_overrides
 from stowage.kube.cluster import ClusterModel
@@ -72,6 +76,14 @@ class Exporter:
         self.server.server_close()
 
 
+def explained(model: ClusterModel, utilization: Utilization, settings: StowageSettings, pod: dict,
+              names: list[str]) -> str:
+    """The numbers the extender's Event about ``pod`` would carry (``filtering.explain``)."""
+    parsed = parse_pod(pod)
+    snap = take(model, utilization, settings, names)
+    return filtering.explain(parsed, snap, filtering.filter_nodes(parsed, snap))
+
+
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[Exporter]:
     exp = Exporter()
@@ -128,7 +140,7 @@ def test_a_stuck_sampler_harvests_nothing_although_it_is_scraped(prometheus: str
     finally:
         utilization.stop()
     assert body["NodeNames"] == []
-    assert "old (limit 30s" in body["FailedNodes"][STUCK]
+    assert "old (limit 30s" in explained(model, utilization, StowageSettings(), pod, [STUCK])
 
 
 def test_the_extender_harvests_from_prometheus_numbers(prometheus: str) -> None:
@@ -145,11 +157,10 @@ def test_the_extender_harvests_from_prometheus_numbers(prometheus: str) -> None:
         utilization.stop()
     # n1: 0.9·16Gi − 4Gi − 1Gi = 9.4Gi < 10Gi; n2 contended; n3 has no samples.
     assert body["NodeNames"] == []
-    assert body["FailedNodes"]["n1"] == (
-        "opportunistic: memory 10.0Gi > harvestable 9.4Gi (0.90 × 16Gi − used 4.0Gi − blocked 1.0Gi)"
-    )
-    assert "sustained contention on memory" in body["FailedNodes"]["n2"]
-    assert "no stowage_node_usage samples" in body["FailedNodes"]["n3"]
+    assert body["FailedNodes"] == {"n1": REASONS["harvest-capacity"], "n2": REASONS["contention"],
+                                   "n3": REASONS["utilization-unavailable"]}
+    detail = explained(model, utilization, StowageSettings(), pod, ["n1", "n2", "n3"])
+    assert "n1: memory 10.0Gi > harvestable 9.4Gi (0.90 × 16Gi − used 4.0Gi − blocked 1.0Gi)" in detail
 
 
 def test_samples_older_than_the_limit_harvest_nothing(prometheus: str) -> None:
@@ -166,7 +177,8 @@ def test_samples_older_than_the_limit_harvest_nothing(prometheus: str) -> None:
     finally:
         utilization.stop()
     assert body["NodeNames"] == []
-    assert "old (limit 0s, harvest.utilization_stale_after_s)" in body["FailedNodes"]["n1"]
+    assert body["FailedNodes"]["n1"] == REASONS["utilization-unavailable"]
+    assert "old (limit 0s, harvest.utilization_stale_after_s)" in explained(model, utilization, settings, pod, ["n1"])
 
 
 def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
@@ -192,7 +204,7 @@ def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
             wait_until(lambda: "unreachable" in (utilization.current.error or ""), 30)
             body = httpx.post(f"{url}/filter", json=opp).json()
             assert body["NodeNames"] == [] and body["Error"] == ""
-            assert "unreachable" in body["FailedNodes"]["n1"]
+            assert body["FailedNodes"]["n1"] == REASONS["utilization-unavailable"]
             assert httpx.post(f"{url}/filter", json=reg).json()["NodeNames"] == ["n1"]
             ready = httpx.get(f"{url}/readyz").json()
             assert ready["status"] == "ready" and "unreachable" in ready["utilization_error"]
