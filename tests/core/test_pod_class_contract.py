@@ -106,3 +106,20 @@ def test_the_routing_resource_is_not_demand() -> None:
     assert labels.HARVEST_RESOURCE not in parsed.demand and parsed.demand["cpu"] == 1.0
     record = pod_record(pod, seen_at_s=0.0)
     assert record is not None and labels.HARVEST_RESOURCE not in record.demand
+
+
+def test_the_example_opportunistic_pod_is_what_every_reader_calls_opportunistic() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "opportunistic-pod.yaml"
+    pod = next(doc for doc in yaml.safe_load_all(path.read_text()) if doc["kind"] == "Pod")
+    parsed = parse_pod(pod)
+    assert parsed.ours and parsed.opportunistic and parsed.demand["memory"] == 2 * 2**30
+    requests = pod["spec"]["containers"][0]["resources"]["requests"]
+    assert requests[labels.HARVEST_RESOURCE] == "1" and requests["cpu"] == "0"
+    assert pod["spec"]["priorityClassName"] == labels.OPPORTUNISTIC_PRIORITY_CLASS
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}, "status": {"phase": "Running"}}
+    bound["metadata"] = {**pod["metadata"], "uid": "u1"}
+    assert pod_info(bound).opportunistic and pod_record(bound, 0.0).opportunistic
