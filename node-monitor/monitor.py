@@ -168,8 +168,12 @@ class NodeMonitor:
             if not replan:
                 break
         if not outcomes:
-            log.warning("sustained contention on %s (%s) but no opportunistic pod to evict",
-                        self.node, ", ".join(p.resource for p in pressure))
+            resources = ", ".join(p.resource for p in pressure)
+            if pending.any():  # evictions in flight already bring projected usage under the threshold
+                log.debug("sustained contention on %s (%s) covered by %d eviction(s) in flight",
+                          self.node, resources, int(pending.sum()))
+            else:
+                log.warning("sustained contention on %s (%s) but no opportunistic pod to evict", self.node, resources)
         self.evictor.node_event(evicted, pressure)
         return outcomes
 
