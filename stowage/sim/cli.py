@@ -7,6 +7,7 @@ prints a comparison table (ratios to kube-default) and writes
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import time
@@ -106,6 +107,11 @@ def simulate(
         raise click.ClickException(str(exc)) from exc
     if arrivals == "batch":
         workload = workload.with_batch_arrivals()
+    if not no_plots and importlib.util.find_spec("matplotlib") is None:
+        # Say so before the runs, not after minutes of simulation.
+        from stowage.sim.plots import MISSING_MATPLOTLIB
+
+        raise click.ClickException(MISSING_MATPLOTLIB)
     chosen = list(policies) or list(PRESETS)
     try:
         usage = parse_usage(usage_spec)

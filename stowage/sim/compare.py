@@ -35,9 +35,13 @@ def run_all(
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
     if show:
-        from tqdm import tqdm
-
-        bar = tqdm(total=workload.task_count * len(runs), unit="task", file=sys.stderr, leave=False)
+        try:
+            from tqdm import tqdm
+        except ModuleNotFoundError:
+            # A progress bar is a nicety: run without it, and say how to get it.
+            print("stowage: no progress bar (tqdm is in the `sim` extra: pip install 'stowage[sim]')", file=sys.stderr)
+        else:
+            bar = tqdm(total=workload.task_count * len(runs), unit="task", file=sys.stderr, leave=False)
     results: dict[str, RunResult] = {}
     wall: dict[str, float] = {}
     try:

@@ -19,7 +19,13 @@ import numpy as np
 
 from stowage.sim.metrics import RunResult
 
-__all__ = ["write_plots"]
+__all__ = ["MISSING_MATPLOTLIB", "write_plots"]
+
+#: The message when the ``sim`` extra is not installed (the cluster image leaves it out).
+MISSING_MATPLOTLIB = (
+    "the report plots need matplotlib, which is in Stowage's `sim` extra: "
+    "pip install 'stowage[sim]' (from a checkout: pip install -e '.[sim]'), or pass --no-plots"
+)
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -28,8 +34,14 @@ def _grid(n: int) -> tuple[int, int]:
 
 
 def write_plots(results: Mapping[str, RunResult], folder: str | Path) -> list[Path]:
-    """Write the three PNGs into ``folder`` (created if needed); returns their paths."""
-    import matplotlib
+    """Write the three PNGs into ``folder`` (created if needed); returns their paths.
+
+    Raises :class:`ModuleNotFoundError` with :data:`MISSING_MATPLOTLIB` when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(MISSING_MATPLOTLIB, name=exc.name) from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
