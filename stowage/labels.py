@@ -24,6 +24,8 @@ __all__ = [
     "ANN_NETWORK_BANDWIDTH",
     "API_GROUP",
     "API_VERSION",
+    "DEFAULT_QUEUE",
+    "GATE_ADMISSION",
     "HARVEST_RESOURCE",
     "LABEL_CLASS",
     "LABEL_HARVEST",
@@ -31,9 +33,12 @@ __all__ = [
     "LABEL_OPPORTUNISTIC",
     "LABEL_QUEUE",
     "LABEL_TASK_GROUP",
+    "LABEL_WEBHOOK",
     "METRICS",
     "OPPORTUNISTIC_PRIORITY_CLASS",
     "SCHEDULER_NAME",
+    "SYSTEM_LABELS",
+    "WEBHOOK_IGNORE",
     "Opportunistic",
     "PodClass",
     "PodIntent",
@@ -54,6 +59,11 @@ OPPORTUNISTIC_PRIORITY_CLASS = "stowage-opportunistic"
 #: marked ``ignoredByScheduler`` (and the kubelet dropping extended resources its node does not
 #: advertise), it routes exactly the opportunistic pods through Stowage's harvest check, fail-closed.
 HARVEST_RESOURCE = f"{DOMAIN}/harvested"
+#: The Queue a plain pod or a Job lands in when it names none (the Job CRD's default for ``spec.queue``).
+DEFAULT_QUEUE = "default"
+#: Scheduling gate the admission webhook puts on every Stowage pod it admits; the dispatcher removes it
+#: when it releases the pod, so plain pods too are released in fair order.
+GATE_ADMISSION = f"{DOMAIN}/admission"
 
 # --- labels -------------------------------------------------------------------------------------
 LABEL_OPPORTUNISTIC = f"{DOMAIN}/opportunistic"  # user intent: "true" | "auto" | "false"
@@ -62,6 +72,9 @@ LABEL_QUEUE = f"{DOMAIN}/queue"  # system-set on Job pods; on a namespace: defau
 LABEL_JOB = f"{DOMAIN}/job"
 LABEL_TASK_GROUP = f"{DOMAIN}/task-group"
 LABEL_HARVEST = f"{DOMAIN}/harvest"  # node label; "false" keeps the node out of harvesting
+#: Namespace label: ``stowage.io/webhook: "ignore"`` takes the namespace out of the pod webhook's scope.
+LABEL_WEBHOOK = f"{DOMAIN}/webhook"
+WEBHOOK_IGNORE = "ignore"
 #: Labels only the webhook may set; a user's value is overwritten.
 SYSTEM_LABELS: tuple[str, ...] = (LABEL_CLASS, LABEL_QUEUE, LABEL_JOB, LABEL_TASK_GROUP)
 

@@ -1,0 +1,405 @@
+"""Stowage's admission rules as pure functions: no Kopf, no I/O (``webhooks`` is the glue).
+
+==============================================  ==========================================================
+``validate_queue(spec)``                        every problem of a Queue spec (``InvalidInput`` each)
+``validate_job(spec, queue_exists, old_spec)``  every problem of a Job spec: unknown queue, a cycle in
+                                                ``dependsOn``, bad quantities in a task's template, ...
+``mutate_pod(pod, queue_exists)``               the JSON patch (RFC 6902) that admits a Stowage pod;
+                                                raises ``InvalidInput`` to refuse it
+``convert_opportunistic(pod)``                  the opportunistic conversion, on a copy (the operator
+                                                also calls it when it creates an opportunistic task)
+==============================================  ==========================================================
+
+Each problem names the field, the value and what is allowed (``stowage.errors.InvalidInput``). The
+API server's schema and CEL rules (``charts/stowage/crds/``) run before a validating webhook and
+catch most of the same mistakes; these rules repeat them so each stands alone, and add what a
+schema cannot see: other objects (does the Queue exist?), cycles, quantity grammar in a pod template.
+
+``queue_exists`` is a predicate ``name -> bool`` the caller supplies (an API read in the webhook,
+a dict in tests).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from stowage.operator import crd
+
+from stowage import labels
+from stowage.errors import IntentError, InvalidInput, QuantityError
+from stowage.kube.records import container_limits, tracked
+from stowage.resources import CPU, MEMORY, ResourceVector, parse_quantity, pod_demand
+
+__all__ = [
+    "JSONPatch",
+    "QueueExists",
+    "convert_opportunistic",
+    "json_patch",
+    "mutate_pod",
+    "validate_job",
+    "validate_queue",
+]
+
+QueueExists = Callable[[str], bool]
+JSONPatch = list[dict[str, Any]]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A resource name as the API accepts it in requests/limits: "cpu", "nvidia.com/gpu", "hugepages-2Mi".
+_RESOURCE_NAME = re.compile(
+    r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_QUEUE_ALLOWED = "the name of an existing Queue (kubectl get sq)"
+_NO_DEMAND = (
+    "an opportunistic pod must state what it will use: set resources.requests or resources.limits "
+    "(cpu, memory) on its containers, e.g. requests: {cpu: 500m, memory: 1Gi}; with neither it would fit "
+    "every node's harvested capacity, however full"
+)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# --- Queue ---------------------------------------------------------------------------------------
+
+
+def validate_queue(spec: Mapping[str, Any] | None, old_spec: Mapping[str, Any] | None = None) -> list[InvalidInput]:
+    """Every problem of a Queue's ``spec``; empty when it may be stored.
+
+    ``weight`` a finite number > 0; ``quota`` a map of resource name → non-negative quantity;
+    ``opportunistic`` and ``jobOrder`` from their enums. Absent fields take the CRD's defaults.
+    ``old_spec`` is the stored spec on an update: an update that leaves the spec as it is (labels,
+    finalizers) always passes, so no rule added later can pin an object that is already stored.
+    """
+    spec = spec or {}
+    if old_spec is not None and old_spec == spec:
+        return []
+    problems: list[InvalidInput] = []
+    if "weight" in spec:
+        weight = spec["weight"]
+        if not _is_number(weight) or not math.isfinite(weight) or weight <= 0:
+            problems.append(InvalidInput("spec.weight", weight, "a number > 0 (the queue's weight in weighted DRF)"))
+    quota = spec.get("quota")
+    if quota is not None:
+        if not isinstance(quota, Mapping):
+            problems.append(InvalidInput("spec.quota", quota, "a map of resource name to quantity"))
+        else:
+            for name, value in quota.items():
+                if not isinstance(name, str) or not _RESOURCE_NAME.match(name):
+                    problems.append(InvalidInput(
+                        "spec.quota", name, "resource names such as cpu, memory, nvidia.com/gpu as keys"))
+                    continue
+                try:
+                    parse_quantity(value, f"spec.quota.{name}")
+                except QuantityError as exc:
+                    problems.append(exc)
+    for key, allowed in (("opportunistic", crd.QUEUE_OPPORTUNISTIC), ("jobOrder", crd.JOB_ORDERS)):
+        if key in spec and spec[key] not in allowed:
+            problems.append(InvalidInput(f"spec.{key}", spec[key], f"one of {', '.join(allowed)}"))
+    return problems
+
+
+# --- Job -----------------------------------------------------------------------------------------
+
+
+def _template_quantities(template: Any, where: str) -> list[InvalidInput]:
+    """Bad quantities in a pod template's containers' and init containers' requests and limits."""
+    spec = (template or {}).get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return []
+    problems: list[InvalidInput] = []
+    for kind in ("initContainers", "containers"):
+        for j, container in enumerate(spec.get(kind) or []):
+            resources = (container or {}).get("resources") if isinstance(container, Mapping) else None
+            for part in ("requests", "limits"):
+                values = (resources or {}).get(part) if isinstance(resources, Mapping) else None
+                if not isinstance(values, Mapping):
+                    continue
+                for name, value in values.items():
+                    try:
+                        parse_quantity(value, f"{where}.spec.{kind}[{j}].resources.{part}.{name}")
+                    except QuantityError as exc:
+                        problems.append(exc)
+    return problems
+
+
+def _find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """One cycle of the ``dependsOn`` graph as ``[a, b, ..., a]``, or None. Names in ``edges`` order."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in edges.get(node, ()):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep):], dep]
+            if dep in edges and dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in edges:
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def _validate_task(task: Any, i: int, names: set[str]) -> list[InvalidInput]:
+    where = f"spec.tasks[{i}]"
+    if not isinstance(task, Mapping):
+        return [InvalidInput(where, task, "an object with name, replicas, template")]
+    problems: list[InvalidInput] = []
+    name = task.get("name")
+    if not isinstance(name, str) or not _DNS_LABEL.match(name) or len(name) > 63:
+        problems.append(InvalidInput(f"{where}.name", name, "a DNS label: lower-case letters, digits and '-', "
+                                                            "at most 63"))
+    replicas = task.get("replicas", 1)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+        problems.append(InvalidInput(f"{where}.replicas", replicas, "an integer >= 1"))
+    retries = task.get("maxRetries", crd.DEFAULT_MAX_RETRIES)
+    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= crd.MAX_RETRIES_LIMIT:
+        problems.append(InvalidInput(f"{where}.maxRetries", retries, f"an integer in [0, {crd.MAX_RETRIES_LIMIT}]"))
+    if "expectedDuration" in task:
+        duration = task["expectedDuration"]
+        if not _is_number(duration) or not math.isfinite(duration) or duration < 0:
+            problems.append(InvalidInput(f"{where}.expectedDuration", duration,
+                                         "a finite number of seconds >= 0 (one task's expected run time)"))
+    depends = task.get("dependsOn") or []
+    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+        problems.append(InvalidInput(f"{where}.dependsOn", depends, "a list of task names"))
+    else:
+        for k, dep in enumerate(depends):
+            if dep == name:
+                problems.append(InvalidInput(f"{where}.dependsOn[{k}]", dep, "another task's name (not its own)"))
+            elif dep not in names:
+                known = ", ".join(sorted(names)) or "none"
+                problems.append(InvalidInput(f"{where}.dependsOn[{k}]", dep, f"the name of a task of this Job "
+                                                                             f"({known})"))
+    template = task.get("template")
+    if not isinstance(template, Mapping):
+        problems.append(InvalidInput(f"{where}.template", template, "a pod template (metadata and spec)"))
+    else:
+        problems += _template_quantities(template, f"{where}.template")
+    return problems
+
+
+def validate_job(spec: Mapping[str, Any] | None, queue_exists: QueueExists,
+                 old_spec: Mapping[str, Any] | None = None) -> list[InvalidInput]:
+    """Every problem of a Job's ``spec``; empty when it may be stored.
+
+    ``old_spec`` is the stored spec on an update: the queue is looked up only when it is new (a Job
+    whose Queue was deleted later can still be suspended or finalised), and ``queue`` and ``tasks``
+    must not change. An update that leaves the spec as it is (labels, finalizers, Kopf's annotations)
+    always passes.
+    """
+    spec = spec or {}
+    if old_spec is not None and old_spec == spec:
+        return []
+    problems: list[InvalidInput] = []
+    queue = spec.get("queue", labels.DEFAULT_QUEUE)
+    if old_spec is not None and old_spec.get("queue", labels.DEFAULT_QUEUE) != queue:
+        problems.append(InvalidInput("spec.queue", queue, f"unchanged ({old_spec.get('queue')!r}): the queue of a "
+                                                          "Job is immutable; create the Job again"))
+    elif old_spec is None and (not isinstance(queue, str) or not queue_exists(queue)):
+        problems.append(InvalidInput("spec.queue", queue, _QUEUE_ALLOWED))
+    if "opportunistic" in spec and spec["opportunistic"] not in tuple(labels.Opportunistic):
+        problems.append(InvalidInput("spec.opportunistic", spec["opportunistic"], "one of 'true', 'auto', 'false' "
+                                                                                 "(quoted: a string)"))
+    if "suspend" in spec and not isinstance(spec["suspend"], bool):
+        problems.append(InvalidInput("spec.suspend", spec["suspend"], "true or false"))
+
+    tasks = spec.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        problems.append(InvalidInput("spec.tasks", tasks, "a list of at least one task group"))
+        return problems
+    if len(tasks) > crd.MAX_TASKS:
+        problems.append(InvalidInput("spec.tasks", f"{len(tasks)} groups", f"at most {crd.MAX_TASKS} groups"))
+    names = [t.get("name") if isinstance(t, Mapping) else None for t in tasks]
+    known = {n for n in names if isinstance(n, str)}
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if isinstance(name, str) and name in seen:
+            problems.append(InvalidInput(f"spec.tasks[{i}].name", name, "a name no other task of this Job has"))
+        if isinstance(name, str):
+            seen.add(name)
+    for i, task in enumerate(tasks):
+        problems += _validate_task(task, i, known)
+    # Self-dependencies are reported on the task itself; the graph search looks for longer cycles.
+    edges = {n: [d for d in (t.get("dependsOn") or []) if isinstance(d, str) and d != n]
+             for n, t in zip(names, tasks, strict=True) if isinstance(n, str) and isinstance(t, Mapping)
+             and isinstance(t.get("dependsOn") or [], list)}
+    cycle = _find_cycle(edges)
+    if cycle is not None:
+        problems.append(InvalidInput("spec.tasks[*].dependsOn", " -> ".join(cycle),
+                                     "dependencies without a cycle (a barrier that waits on itself never opens)"))
+    if old_spec is not None and old_spec.get("tasks") != tasks:
+        problems.append(InvalidInput("spec.tasks", "(changed)", "unchanged: the tasks of a Job are immutable once it "
+                                                                "is created; create a new Job"))
+    return problems
+
+
+# --- Pods ----------------------------------------------------------------------------------------
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def json_patch(old: Any, new: Any, path: str = "") -> JSONPatch:
+    """RFC 6902 operations turning ``old`` into ``new``.
+
+    Objects are compared key by key, lists of equal length item by item; anything else that differs
+    is replaced whole (a list that grew or shrank, a changed scalar).
+    """
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        ops: JSONPatch = [{"op": "remove", "path": f"{path}/{_escape(k)}"} for k in old if k not in new]
+        for key, value in new.items():
+            if key not in old:
+                ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
+            else:
+                ops += json_patch(old[key], value, f"{path}/{_escape(key)}")
+        return ops
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [op for i, (a, b) in enumerate(zip(old, new, strict=True)) for op in json_patch(a, b, f"{path}/{i}")]
+    if type(old) is not type(new) or old != new:
+        return [{"op": "replace", "path": path, "value": new}]
+    return []
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for kind in ("initContainers", "containers") for c in spec.get(kind) or [] if isinstance(c, dict)]
+
+
+def _demand(pod: Mapping[str, Any]) -> ResourceVector:
+    """What an opportunistic pod will use: its requests (limits where no request), else its limits.
+
+    The second step covers a pod converted by hand (explicit zero requests): its limits are then the
+    only statement of its use, the rule the extender applies to a pod without the annotation.
+    """
+    positive = {k: v for k, v in tracked(pod_demand(pod)).items() if v > 0}
+    if not positive:
+        positive = {k: v for k, v in tracked(container_limits(pod)).items() if v > 0}
+    if not positive:
+        raise IntentError("spec.containers[*].resources", "no requests and no limits", _NO_DEMAND)
+    return ResourceVector(positive)
+
+
+def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod, converted to run on harvested capacity (a deep copy; ``pod`` is not changed).
+
+    Exactly as docs/operator.md says: every container's (and init container's) cpu and memory
+    requests become an explicit ``"0"`` (an absent key would be defaulted to the limit), limits stay;
+    the first container requests and is limited to ``stowage.io/harvested: "1"`` (routes the pod
+    through the extender's harvest check); annotation ``stowage.io/demand`` holds the original
+    requests (limits where no request) as JSON quantities; ``priorityClassName:
+    stowage-opportunistic`` with ``priority`` and ``preemptionPolicy`` removed (the Priority
+    admission plugin fills them in again from the class, and refuses values that disagree with it);
+    label ``stowage.io/class: opportunistic``.
+
+    Raises :class:`IntentError` when the pod has no requests and no limits (it would fit anywhere).
+    """
+    out = copy.deepcopy(dict(pod))
+    demand = _demand(out)
+    meta = out.setdefault("metadata", {})
+    meta.setdefault("labels", {})[labels.LABEL_CLASS] = labels.PodClass.OPPORTUNISTIC.value
+    meta.setdefault("annotations", {})[labels.ANN_DEMAND] = json.dumps(demand.as_quantities())
+    spec = out.setdefault("spec", {})
+    for container in _containers(spec):
+        requests = container.setdefault("resources", {}).setdefault("requests", {})
+        requests[CPU] = "0"
+        requests[MEMORY] = "0"
+    first = (spec.get("containers") or [None])[0]
+    if isinstance(first, dict):
+        resources = first.setdefault("resources", {})
+        resources.setdefault("requests", {})[labels.HARVEST_RESOURCE] = "1"
+        resources.setdefault("limits", {})[labels.HARVEST_RESOURCE] = "1"
+    spec["priorityClassName"] = labels.OPPORTUNISTIC_PRIORITY_CLASS
+    spec.pop("priority", None)
+    spec.pop("preemptionPolicy", None)
+    return out
+
+
+def _strip_harvest_resource(spec: dict[str, Any]) -> None:
+    """Only a converted pod requests ``stowage.io/harvested``; a user's own request of it goes."""
+    for container in _containers(spec):
+        resources = container.get("resources")
+        if not isinstance(resources, dict):
+            continue
+        for part in ("requests", "limits"):
+            if isinstance(resources.get(part), dict):
+                resources[part].pop(labels.HARVEST_RESOURCE, None)
+
+
+def _admitted(pod: Mapping[str, Any], queue_exists: QueueExists) -> dict[str, Any]:
+    out = copy.deepcopy(dict(pod))
+    meta = out.setdefault("metadata", {})
+    pod_labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    where = "metadata.labels"
+    raw_intent = pod_labels.get(labels.LABEL_OPPORTUNISTIC)
+    # A plain pod without the label opts out (DESIGN.md); "auto" is decided at admission too: its
+    # requests are immutable once created, so it stays regular.
+    intent = (labels.Opportunistic.parse(raw_intent, f"{where}[{labels.LABEL_OPPORTUNISTIC!r}]")
+              if raw_intent is not None else labels.Opportunistic.FALSE)
+    # The queue label is a system label on Job pods but the user's choice on a plain pod: kept when
+    # it names a Queue, refused when it names none (a typo must not land the pod in another queue).
+    queue = pod_labels.get(labels.LABEL_QUEUE)
+    if queue is None:
+        if not queue_exists(labels.DEFAULT_QUEUE):
+            raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", "(absent)",
+                              f"{_QUEUE_ALLOWED}; without the label the pod goes to queue "
+                              f"{labels.DEFAULT_QUEUE!r}, which does not exist")
+        queue = labels.DEFAULT_QUEUE
+    elif not queue_exists(queue):
+        raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", queue, _QUEUE_ALLOWED)
+
+    # System labels and annotations are the webhook's to set: whatever the user wrote goes.
+    pod_labels = {k: v for k, v in pod_labels.items() if k not in labels.SYSTEM_LABELS}
+    pod_labels[labels.LABEL_QUEUE] = queue
+    annotations = {k: v for k, v in annotations.items() if k != labels.ANN_DEMAND}
+    meta["labels"] = pod_labels
+    if annotations or "annotations" in meta:
+        meta["annotations"] = annotations
+    spec = out.setdefault("spec", {})
+    _strip_harvest_resource(spec)
+    if intent is labels.Opportunistic.TRUE:
+        out = convert_opportunistic(out)
+        spec = out["spec"]
+    else:
+        pod_labels[labels.LABEL_CLASS] = labels.PodClass.REGULAR.value
+    gates = spec.get("schedulingGates") or []
+    if not any(isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION for g in gates):
+        spec["schedulingGates"] = [*gates, {"name": labels.GATE_ADMISSION}]
+    return out
+
+
+def mutate_pod(pod: Mapping[str, Any], queue_exists: QueueExists) -> JSONPatch:
+    """The JSON patch that admits a pod created by a user; ``[]`` for pods of other schedulers.
+
+    For ``schedulerName: stowage-scheduler`` pods: the system labels (``stowage.io/class``,
+    ``stowage.io/job``, ``stowage.io/task-group``) and the ``stowage.io/demand`` annotation a user set
+    are removed or overwritten; ``stowage.io/queue`` is the pod's own label when it names an existing
+    Queue, ``default`` when absent; ``stowage.io/opportunistic: "true"`` gets the opportunistic
+    conversion (:func:`convert_opportunistic`), anything else (``auto``, ``false``, absent) stays regular
+    with ``stowage.io/class: regular``; the scheduling gate ``stowage.io/admission`` is added, and the
+    dispatcher releases the pod in fair order.
+
+    Raises :class:`InvalidInput` naming the field to refuse the pod: a malformed
+    ``stowage.io/opportunistic``, a queue label naming no Queue (or no ``default`` Queue), an
+    opportunistic pod with no requests and no limits.
+    """
+    if (pod.get("spec") or {}).get("schedulerName") != labels.SCHEDULER_NAME:
+        return []
+    return json_patch(pod, _admitted(pod, queue_exists))

@@ -1,0 +1,305 @@
+"""Kopf glue for Stowage's admission webhooks: the handlers, the webhook server, the webhook configurations.
+
+The rules themselves are :mod:`stowage.operator.admission` (pure). Here:
+
+- :func:`register` puts three handlers into a ``kopf.OperatorRegistry``; their ids are the URL paths
+  the API server calls (``/validate-queue.stowage.io`` …), and the names of the webhooks;
+- :func:`webhook_server` builds Kopf's HTTPS server from certificate files (never Kopf's self-signed
+  path: it needs oscrypto, which fails on OpenSSL 3);
+- :func:`webhook_configurations` is the one definition of the Validating/MutatingWebhookConfiguration
+  objects: failure policy, scope, selectors, conditions. Kopf's own managed configurations cannot
+  carry a ``namespaceSelector`` or ``matchConditions`` and remove their webhooks when the operator
+  stops, which would let a pod through unconverted; so ``settings.admission.managed`` stays unset and
+  :class:`ConfiguringServer` writes ours (server-side apply) whenever the server reports where it is
+  reachable. The chart may instead render the same objects statically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from typing import Any
+
+import jsonpatch  # Kopf's own dependency: applies our RFC 6902 patch to the body Kopf diffs
+import kopf
+from stowage.operator import admission, crd
+
+from stowage import labels
+from stowage.errors import InvalidInput
+
+__all__ = [
+    "CONFIGURATION_NAME",
+    "EXEMPT_NAMESPACES",
+    "FIELD_MANAGER",
+    "HANDLER_IDS",
+    "MUTATE_POD",
+    "TIMEOUT_S",
+    "VALIDATE_JOB",
+    "VALIDATE_QUEUE",
+    "ConfiguringServer",
+    "configure",
+    "kubernetes_applier",
+    "kubernetes_queue_lookup",
+    "register",
+    "service_client_config",
+    "webhook_configurations",
+    "webhook_server",
+]
+
+VALIDATE_QUEUE = "validate-queue.stowage.io"
+VALIDATE_JOB = "validate-job.stowage.io"
+MUTATE_POD = "mutate-pod.stowage.io"
+HANDLER_IDS: tuple[str, ...] = (VALIDATE_QUEUE, VALIDATE_JOB, MUTATE_POD)
+#: Name of both the ValidatingWebhookConfiguration and the MutatingWebhookConfiguration.
+CONFIGURATION_NAME = "stowage.io"
+#: Namespaces the pod webhook never sees, besides those labelled ``stowage.io/webhook: ignore``: the
+#: system's own pods must never depend on Stowage. Add Stowage's namespace (the operator's pods).
+EXEMPT_NAMESPACES: tuple[str, ...] = ("kube-system",)
+#: Seconds the API server waits for an answer: a pod create waits this long when the webhook hangs.
+TIMEOUT_S = 10
+FIELD_MANAGER = "stowage-operator"
+_NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server (1.22+)
+
+QueueExists = admission.QueueExists
+Applier = Callable[[list[dict[str, Any]]], None]
+
+
+# --- handlers ------------------------------------------------------------------------------------
+
+
+def _refuse(problems: Sequence[InvalidInput]) -> None:
+    if problems:
+        raise kopf.AdmissionError("; ".join(str(p) for p in problems), code=422)
+
+
+def _apply_patch(ops: admission.JSONPatch, body: dict[str, Any]) -> None:
+    jsonpatch.apply_patch(body, ops, in_place=True)
+
+
+def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
+             trusted_users: Collection[str] = ()) -> None:
+    """Register the three admission handlers into ``registry``.
+
+    ``queue_lookup(name)`` says whether a Queue exists (e.g. :func:`kubernetes_queue_lookup`).
+    ``trusted_users`` are API usernames whose pods pass the pod webhook unchanged: the operator's
+    own service account (``system:serviceaccount:<namespace>:<name>``), which creates a Job's pods
+    already labelled and, when opportunistic, converted.
+    """
+    trusted = frozenset(trusted_users)
+    common: dict[str, Any] = {"registry": registry, "persistent": True}
+
+    @kopf.on.validate(crd.GROUP, crd.VERSION, crd.QUEUE.plural, id=VALIDATE_QUEUE,
+                      operations=["CREATE", "UPDATE"], **common)
+    def validate_queue(spec: Mapping[str, Any], old: Mapping[str, Any] | None, **_: Any) -> None:
+        _refuse(admission.validate_queue(spec, old.get("spec") if old is not None else None))
+
+    @kopf.on.validate(crd.GROUP, crd.VERSION, crd.JOB.plural, id=VALIDATE_JOB,
+                      operations=["CREATE", "UPDATE"], **common)
+    def validate_job(spec: Mapping[str, Any], old: Mapping[str, Any] | None, **_: Any) -> None:
+        _refuse(admission.validate_job(spec, queue_lookup, old.get("spec") if old is not None else None))
+
+    @kopf.on.mutate("v1", "pods", id=MUTATE_POD, operations=["CREATE"], **common)
+    def mutate_pod(body: Mapping[str, Any], patch: kopf.Patch, userinfo: Mapping[str, Any],
+                   warnings: list[str], **_: Any) -> None:
+        # The operator's own pods (a Job's tasks) are made right by the operator; a user's are not trusted.
+        if userinfo.get("username") in trusted:
+            return
+        try:
+            ops = admission.mutate_pod(body, queue_lookup)
+        except InvalidInput as exc:
+            raise kopf.AdmissionError(str(exc), code=422) from None
+        if ops:
+            patch.fns.append(functools.partial(_apply_patch, ops))
+        intent = ((body.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_OPPORTUNISTIC)
+        if ops and str(intent).strip().lower() == labels.Opportunistic.AUTO:
+            warnings.append(f"{labels.LABEL_OPPORTUNISTIC}=auto on a plain pod runs it regular (its requests "
+                            "cannot change after creation); use \"true\" to run it on harvested capacity")
+
+    del validate_queue, validate_job, mutate_pod  # registered; nothing calls them by name
+
+
+# --- server --------------------------------------------------------------------------------------
+
+
+def webhook_server(*, certfile: str, pkeyfile: str, addr: str = "0.0.0.0", port: int | None = 9443,
+                   host: str | None = None, cafile: str | None = None) -> kopf.WebhookServer:
+    """Kopf's HTTPS webhook server listening on ``addr:port`` with the given certificate (``port=None``: any free one).
+
+    ``host`` is the name the API server uses in the URL (default: ``addr``, or 127.0.0.1 for
+    0.0.0.0); ``cafile`` the CA bundle the API server verifies the certificate with (default: the
+    certificate file itself, right for a self-signed one or one that holds its chain).
+    """
+    return kopf.WebhookServer(addr=addr, port=port, host=host, certfile=certfile, pkeyfile=pkeyfile, cafile=cafile)
+
+
+def service_client_config(namespace: str, name: str, port: int = 443,
+                          ca_bundle: str | None = None) -> dict[str, Any]:
+    """A webhook ``clientConfig`` reaching the server through a Service (in a cluster)."""
+    config: dict[str, Any] = {"service": {"namespace": namespace, "name": name, "port": port, "path": "/"}}
+    if ca_bundle is not None:
+        config["caBundle"] = ca_bundle
+    return config
+
+
+def _with_path(client_config: Mapping[str, Any], handler_id: str) -> dict[str, Any]:
+    """``client_config`` pointing at the handler: its id is the last path segment (Kopf routes by it)."""
+    config = copy.deepcopy(dict(client_config))
+    segment = urllib.parse.quote(handler_id)
+    if "url" in config:
+        config["url"] = f"{config['url'].rstrip('/')}/{segment}"
+    if "service" in config:
+        service = config["service"]
+        service["path"] = f"{(service.get('path') or '').rstrip('/')}/{segment}"
+    return config
+
+
+def webhook_configurations(client_config: Mapping[str, Any], *, name: str = CONFIGURATION_NAME,
+                           exempt_namespaces: Collection[str] = EXEMPT_NAMESPACES,
+                           trusted_users: Collection[str] = ()) -> list[dict[str, Any]]:
+    """The ValidatingWebhookConfiguration and MutatingWebhookConfiguration, in that order.
+
+    ``client_config`` is ``{"url": …}`` or ``{"service": …}`` (:func:`service_client_config`) with
+    ``caBundle``; each webhook gets its handler id appended to the path.
+
+    Every webhook fails closed (``failurePolicy: Fail``): a Stowage pod the webhook did not see must
+    not run unconverted, and a Job or Queue must not skip validation. The pod webhook's scope keeps
+    everything else independent of it: only pods with ``schedulerName: stowage-scheduler``
+    (``matchConditions``), not in ``exempt_namespaces`` nor in a namespace labelled
+    ``stowage.io/webhook: ignore`` (``namespaceSelector``), not created by ``trusted_users``.
+    """
+    common: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "matchPolicy": "Equivalent",
+        "timeoutSeconds": TIMEOUT_S,
+        "admissionReviewVersions": ["v1"],
+    }
+    validating = [
+        {
+            "name": VALIDATE_QUEUE,
+            "clientConfig": _with_path(client_config, VALIDATE_QUEUE),
+            "rules": [{"apiGroups": [crd.GROUP], "apiVersions": [crd.VERSION], "resources": [crd.QUEUE.plural],
+                       "operations": ["CREATE", "UPDATE"], "scope": "Cluster"}],
+            **common,
+        },
+        {
+            "name": VALIDATE_JOB,
+            "clientConfig": _with_path(client_config, VALIDATE_JOB),
+            "rules": [{"apiGroups": [crd.GROUP], "apiVersions": [crd.VERSION], "resources": [crd.JOB.plural],
+                       "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}],
+            **common,
+        },
+    ]
+    conditions = [{
+        "name": "stowage-scheduler-pods",
+        "expression": f"has(object.spec.schedulerName) && object.spec.schedulerName == '{labels.SCHEDULER_NAME}'",
+    }]
+    if trusted_users:
+        users = ", ".join(f"'{u}'" for u in sorted(trusted_users))
+        conditions.append({"name": "not-from-the-operator", "expression": f"!(request.userInfo.username in [{users}])"})
+    mutating = [{
+        "name": MUTATE_POD,
+        "clientConfig": _with_path(client_config, MUTATE_POD),
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"],
+                   "scope": "Namespaced"}],
+        "namespaceSelector": {"matchExpressions": [
+            {"key": labels.LABEL_WEBHOOK, "operator": "NotIn", "values": [labels.WEBHOOK_IGNORE]},
+            {"key": _NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(exempt_namespaces)},
+        ]},
+        "matchConditions": conditions,
+        # Our patch zeroes requests and records demand once; a second pass would record the zeros.
+        "reinvocationPolicy": "Never",
+        **common,
+    }]
+    meta = {"name": name, "labels": {"app.kubernetes.io/name": "stowage", "app.kubernetes.io/component": "webhook"}}
+    api_version = "admissionregistration.k8s.io/v1"
+    return [
+        {"apiVersion": api_version, "kind": "ValidatingWebhookConfiguration", "metadata": meta, "webhooks": validating},
+        {"apiVersion": api_version, "kind": "MutatingWebhookConfiguration", "metadata": copy.deepcopy(meta),
+         "webhooks": mutating},
+    ]
+
+
+class ConfiguringServer:
+    """A Kopf webhook server that (re)writes Stowage's webhook configurations each time it is (re)started.
+
+    Wraps ``server`` (e.g. :func:`webhook_server`): whenever it yields a client config (at start and
+    after a certificate renewal), ``apply`` receives :func:`webhook_configurations` for it, run in a
+    thread. With ``service=(namespace, name, port)`` the configurations reach the server through that
+    Service, keeping the server's CA bundle. Nothing is removed when the operator stops: the webhooks
+    stay and fail closed.
+    """
+
+    def __init__(self, server: kopf.WebhookServerProtocol, apply: Applier, *,
+                 service: tuple[str, str, int] | None = None, name: str = CONFIGURATION_NAME,
+                 exempt_namespaces: Collection[str] = EXEMPT_NAMESPACES, trusted_users: Collection[str] = ()) -> None:
+        self.server, self.apply, self.service = server, apply, service
+        self._options: dict[str, Any] = {"name": name, "exempt_namespaces": tuple(exempt_namespaces),
+                                         "trusted_users": tuple(trusted_users)}
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        async for client_config in self.server(fn):
+            reached: dict[str, Any] = dict(client_config)
+            if self.service is not None:
+                reached = service_client_config(*self.service, ca_bundle=client_config.get("caBundle"))
+            await asyncio.to_thread(self.apply, webhook_configurations(reached, **self._options))
+            yield client_config
+
+    async def __aenter__(self) -> ConfiguringServer:
+        if hasattr(self.server, "__aenter__"):
+            await self.server.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if hasattr(self.server, "__aexit__"):
+            await self.server.__aexit__(*exc)
+
+
+def configure(settings: kopf.OperatorSettings, server: kopf.WebhookServerProtocol) -> None:
+    """Serve admission through ``server``; Kopf manages no webhook configuration (ours do: see the module)."""
+    settings.admission.server = server
+    settings.admission.managed = None
+
+
+# --- the API, through the official client -------------------------------------------------------
+
+
+def kubernetes_applier(api_client: Any, field_manager: str = FIELD_MANAGER) -> Applier:
+    """An ``apply`` for :class:`ConfiguringServer`: server-side apply with a ``kubernetes.client.ApiClient``."""
+    from kubernetes import client
+
+    api = client.AdmissionregistrationV1Api(api_client)
+
+    def apply(configurations: list[dict[str, Any]]) -> None:
+        for obj in configurations:
+            patch = (api.patch_validating_webhook_configuration if obj["kind"] == "ValidatingWebhookConfiguration"
+                     else api.patch_mutating_webhook_configuration)
+            patch(obj["metadata"]["name"], obj, field_manager=field_manager, force=True,
+                  _content_type="application/apply-patch+yaml")
+
+    return apply
+
+
+def kubernetes_queue_lookup(api_client: Any) -> QueueExists:
+    """``queue_lookup`` for :func:`register`: reads the Queue from the API (404 → does not exist).
+
+    A read, not an informer's cache: a Queue created a moment before the Job that names it is found.
+    Any other API error propagates, and the webhook refuses (fails closed).
+    """
+    from kubernetes import client
+
+    objects = client.CustomObjectsApi(api_client)
+
+    def exists(name: str) -> bool:
+        try:
+            objects.get_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, name)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    return exists

@@ -1,0 +1,367 @@
+"""The admission rules as pure functions: every rule on a table of cases, no cluster, no Kopf."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from typing import Any
+
+import jsonpatch
+import pytest
+from stowage.operator import admission
+
+from stowage import labels
+from stowage.errors import IntentError, InvalidInput, QuantityError
+
+QUEUES = {"default", "batch"}
+
+
+def exists(name: str) -> bool:
+    return name in QUEUES
+
+
+def no_queue(name: str) -> bool:
+    return False
+
+
+def _fields(problems: list[InvalidInput]) -> list[str]:
+    return [p.field for p in problems]
+
+
+# --- Queue ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [
+    pytest.param({}, id="empty-takes-defaults"),
+    pytest.param(None, id="no-spec"),
+    pytest.param({"weight": 0.5, "quota": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": 8},
+                  "opportunistic": "Deny", "jobOrder": "FSP"}, id="everything-set"),
+    pytest.param({"weight": 3}, id="integer-weight"),
+])
+def test_a_good_queue_has_no_problems(spec: dict[str, Any] | None) -> None:
+    assert admission.validate_queue(spec) == []
+
+
+@pytest.mark.parametrize(("spec", "field", "phrase"), [
+    pytest.param({"weight": 0}, "spec.weight", "a number > 0", id="weight-zero"),
+    pytest.param({"weight": -2}, "spec.weight", "a number > 0", id="weight-negative"),
+    pytest.param({"weight": math.nan}, "spec.weight", "a number > 0", id="weight-nan"),
+    pytest.param({"weight": math.inf}, "spec.weight", "a number > 0", id="weight-infinite"),
+    pytest.param({"weight": "2"}, "spec.weight", "a number > 0", id="weight-a-string"),
+    pytest.param({"weight": True}, "spec.weight", "a number > 0", id="weight-a-bool"),
+    pytest.param({"quota": {"memory": "lots"}}, "spec.quota.memory", "a Kubernetes quantity",
+                 id="quota-not-a-quantity"),
+    pytest.param({"quota": {"cpu": "-1"}}, "spec.quota.cpu", "a non-negative quantity", id="quota-negative"),
+    pytest.param({"quota": {"cpu": "1e400"}}, "spec.quota.cpu", "small enough to represent", id="quota-overflow"),
+    pytest.param({"quota": {"GPU count": "4"}}, "spec.quota", "resource names such as cpu", id="quota-bad-key"),
+    pytest.param({"quota": ["cpu"]}, "spec.quota", "a map of resource name to quantity", id="quota-a-list"),
+    pytest.param({"opportunistic": "allow"}, "spec.opportunistic", "one of Allow, Deny", id="opportunistic-case"),
+    pytest.param({"jobOrder": "LIFO"}, "spec.jobOrder", "one of FIFO, SRTF, FSP", id="job-order-enum"),
+])
+def test_a_bad_queue_is_refused_naming_field_value_and_allowed(spec: dict[str, Any], field: str, phrase: str) -> None:
+    (problem,) = admission.validate_queue(spec)
+    assert problem.field == field
+    assert phrase in problem.allowed
+    assert repr(problem.value) in str(problem)
+
+
+def test_every_problem_of_a_queue_is_reported_at_once() -> None:
+    problems = admission.validate_queue({"weight": 0, "quota": {"cpu": "x", "memory": "-1"}, "jobOrder": "LIFO"})
+    assert _fields(problems) == ["spec.weight", "spec.quota.cpu", "spec.quota.memory", "spec.jobOrder"]
+    assert isinstance(problems[1], QuantityError)
+
+
+def test_a_queue_update_that_leaves_the_spec_alone_always_passes() -> None:
+    # Labels, finalizers or annotations changed: a rule added later must not pin a stored object.
+    stored = {"weight": 0}
+    assert admission.validate_queue(stored, old_spec=copy.deepcopy(stored)) == []
+    assert _fields(admission.validate_queue({"weight": 0}, old_spec={"weight": 1})) == ["spec.weight"]
+
+
+# --- Job -----------------------------------------------------------------------------------------
+
+
+def _task(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}, **extra}
+
+
+def _resources(**resources: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "main", "image": "x", "resources": resources}]}}
+
+
+@pytest.mark.parametrize("spec", [
+    pytest.param({"tasks": [_task("a")]}, id="minimal-in-the-default-queue"),
+    pytest.param({"queue": "batch", "opportunistic": "true", "suspend": True,
+                  "tasks": [_task("a", replicas=4, expectedDuration=30, maxRetries=0),
+                            _task("b", dependsOn=["a"], expectedDuration=0.5),
+                            _task("c", dependsOn=["a", "b"])]}, id="diamond-of-barriers"),
+    pytest.param({"tasks": [{"name": "a", "template": _resources(requests={"cpu": "500m", "memory": "1Gi"},
+                                                                 limits={"nvidia.com/gpu": 1})}]},
+                 id="quantities-in-the-template"),
+])
+def test_a_good_job_has_no_problems(spec: dict[str, Any]) -> None:
+    assert admission.validate_job(spec, exists) == []
+
+
+@pytest.mark.parametrize(("spec", "field", "phrase", "value"), [
+    pytest.param({"queue": "nightly", "tasks": [_task("a")]}, "spec.queue", "the name of an existing Queue", "nightly",
+                 id="unknown-queue"),
+    pytest.param({"tasks": [_task("a", dependsOn=["b"]), _task("b", dependsOn=["a"])]}, "spec.tasks[*].dependsOn",
+                 "dependencies without a cycle", "a -> b -> a", id="two-cycle"),
+    pytest.param({"tasks": [_task("x"), _task("a", dependsOn=["c"]), _task("b", dependsOn=["a"]),
+                            _task("c", dependsOn=["b", "x"])]},
+                 "spec.tasks[*].dependsOn", "a barrier that waits on itself never opens", "a -> c -> b -> a",
+                 id="three-cycle"),
+    pytest.param({"tasks": [_task("a", dependsOn=["a"])]}, "spec.tasks[0].dependsOn[0]", "not its own", "a",
+                 id="depends-on-itself"),
+    pytest.param({"tasks": [_task("a"), _task("b", dependsOn=["a", "ghost"])]}, "spec.tasks[1].dependsOn[1]",
+                 "the name of a task of this Job (a, b)", "ghost", id="unknown-dependency"),
+    pytest.param({"tasks": [_task("a"), _task("a")]}, "spec.tasks[1].name", "a name no other task", "a",
+                 id="duplicate-name"),
+    pytest.param({"tasks": [_task("Train_1")]}, "spec.tasks[0].name", "a DNS label", "Train_1", id="name-not-a-label"),
+    pytest.param({"tasks": [{"name": "a", "template": _resources(requests={"cpu": "2 cores"})}]},
+                 "spec.tasks[0].template.spec.containers[0].resources.requests.cpu", "a Kubernetes quantity",
+                 "2 cores", id="bad-request"),
+    pytest.param({"tasks": [{"name": "a", "template": {"spec": {"initContainers": [
+        {"name": "i", "resources": {"limits": {"memory": "-1Gi"}}}]}}}]},
+                 "spec.tasks[0].template.spec.initContainers[0].resources.limits.memory", "a non-negative quantity",
+                 "-1Gi", id="bad-init-container-limit"),
+    pytest.param({"tasks": [_task("a", expectedDuration=-5)]}, "spec.tasks[0].expectedDuration",
+                 "a finite number of seconds >= 0", -5, id="negative-duration"),
+    pytest.param({"tasks": [_task("a", expectedDuration="10m")]}, "spec.tasks[0].expectedDuration",
+                 "a finite number of seconds", "10m", id="duration-a-string"),
+    pytest.param({"tasks": [_task("a", expectedDuration=math.inf)]}, "spec.tasks[0].expectedDuration",
+                 "a finite number of seconds", math.inf, id="infinite-duration"),
+    pytest.param({"tasks": [_task("a", replicas=0)]}, "spec.tasks[0].replicas", "an integer >= 1", 0,
+                 id="replicas-zero"),
+    pytest.param({"tasks": [_task("a", maxRetries=101)]}, "spec.tasks[0].maxRetries", "an integer in [0, 100]", 101,
+                 id="retries-above-100"),
+    pytest.param({"tasks": [{"name": "a"}]}, "spec.tasks[0].template", "a pod template", None, id="no-template"),
+    pytest.param({"tasks": []}, "spec.tasks", "at least one task group", [], id="no-tasks"),
+    pytest.param({}, "spec.tasks", "at least one task group", None, id="no-spec"),
+    pytest.param({"opportunistic": True, "tasks": [_task("a")]}, "spec.opportunistic", "quoted", True,
+                 id="opportunistic-unquoted"),
+    pytest.param({"tasks": [_task(f"t{i}") for i in range(65)]}, "spec.tasks", "at most 64 groups", "65 groups",
+                 id="too-many-groups"),
+])
+def test_a_bad_job_is_refused_naming_field_value_and_allowed(spec: dict[str, Any], field: str, phrase: str,
+                                                              value: Any) -> None:
+    (problem,) = admission.validate_job(spec, exists)
+    assert problem.field == field
+    assert phrase in problem.allowed
+    assert problem.value == value or (value is None and problem.value is None)
+
+
+def test_a_job_without_a_queue_is_checked_against_the_default_queue() -> None:
+    asked: list[str] = []
+    admission.validate_job({"tasks": [_task("a")]}, lambda name: asked.append(name) or True)
+    assert asked == [labels.DEFAULT_QUEUE]
+    (problem,) = admission.validate_job({"tasks": [_task("a")]}, no_queue)
+    assert (problem.field, problem.value) == ("spec.queue", "default")
+
+
+def test_every_problem_of_a_job_is_reported_at_once() -> None:
+    spec = {"queue": "nightly", "tasks": [_task("a", dependsOn=["b"], replicas=0), _task("b", dependsOn=["a"])]}
+    assert _fields(admission.validate_job(spec, exists)) == [
+        "spec.queue", "spec.tasks[0].replicas", "spec.tasks[*].dependsOn"]
+
+
+@pytest.mark.parametrize(("old", "new", "fields"), [
+    pytest.param({"queue": "gone", "tasks": [_task("a")]}, {"queue": "gone", "tasks": [_task("a")], "suspend": True},
+                 [], id="suspend-while-the-queue-is-gone"),
+    pytest.param({"queue": "gone", "tasks": [_task("a", replicas=0)]},
+                 {"queue": "gone", "tasks": [_task("a", replicas=0)]}, [], id="unchanged-spec-always-passes"),
+    pytest.param({"queue": "batch", "tasks": [_task("a")]}, {"queue": "default", "tasks": [_task("a")]},
+                 ["spec.queue"], id="queue-changed"),
+    pytest.param({"tasks": [_task("a")]}, {"tasks": [_task("a", replicas=3)]}, ["spec.tasks"], id="tasks-changed"),
+])
+def test_a_job_update(old: dict[str, Any], new: dict[str, Any], fields: list[str]) -> None:
+    asked: list[str] = []
+    problems = admission.validate_job(new, lambda name: asked.append(name) or name in QUEUES, old_spec=old)
+    assert _fields(problems) == fields
+    assert asked == []  # the queue is looked up only when a Job is created
+
+
+# --- JSON patch ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("old", "new", "ops"), [
+    pytest.param({"a": 1}, {"a": 1}, [], id="equal"),
+    pytest.param({"a": {"x/y": 1}}, {"a": {"x/y": 2}}, [{"op": "replace", "path": "/a/x~1y", "value": 2}],
+                 id="slash-escaped"),
+    pytest.param({"a~b": 1}, {}, [{"op": "remove", "path": "/a~0b"}], id="tilde-escaped"),
+    pytest.param({"l": [1, 2]}, {"l": [1, 3]}, [{"op": "replace", "path": "/l/1", "value": 3}], id="list-item"),
+    pytest.param({"l": [1]}, {"l": [1, 2]}, [{"op": "replace", "path": "/l", "value": [1, 2]}], id="list-grew"),
+    pytest.param({"v": 1}, {"v": 1.0}, [{"op": "replace", "path": "/v", "value": 1.0}], id="type-changed"),
+    pytest.param({}, {"m": {"k": "v"}}, [{"op": "add", "path": "/m", "value": {"k": "v"}}], id="new-object"),
+])
+def test_json_patch(old: Any, new: Any, ops: list[dict[str, Any]]) -> None:
+    assert admission.json_patch(old, new) == ops
+    assert jsonpatch.apply_patch(old, ops) == new
+
+
+# --- Pods ----------------------------------------------------------------------------------------
+
+
+def _pod(pod_labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+         containers: list[dict[str, Any]] | None = None, scheduler: str = labels.SCHEDULER_NAME,
+         **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns"}
+    if pod_labels is not None:
+        meta["labels"] = pod_labels
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"schedulerName": scheduler, "containers": containers or [_container()], **spec}}
+
+
+def _container(name: str = "main", **resources: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "busybox"}
+    if resources:
+        c["resources"] = resources
+    return c
+
+
+def _admit(pod: dict[str, Any], queue_exists: Any = exists) -> dict[str, Any]:
+    ops = admission.mutate_pod(pod, queue_exists)
+    return jsonpatch.apply_patch(pod, ops)
+
+
+OPP = {labels.LABEL_OPPORTUNISTIC: "true"}
+
+
+def test_pods_of_other_schedulers_are_left_alone() -> None:
+    pod = _pod({labels.LABEL_CLASS: "opportunistic", labels.LABEL_OPPORTUNISTIC: "true"}, scheduler="default-scheduler")
+    assert admission.mutate_pod(pod, no_queue) == []
+
+
+def test_a_plain_pod_gets_the_default_queue_the_regular_class_and_the_gate() -> None:
+    admitted = _admit(_pod(containers=[_container(requests={"cpu": "1"})]))
+    assert admitted["metadata"]["labels"] == {labels.LABEL_QUEUE: "default", labels.LABEL_CLASS: "regular"}
+    assert admitted["spec"]["schedulingGates"] == [{"name": labels.GATE_ADMISSION}]
+    assert admitted["spec"]["containers"] == [_container(requests={"cpu": "1"})]
+    assert "annotations" not in admitted["metadata"]
+
+
+@pytest.mark.parametrize("intent", [None, "false", "auto", "AUTO", "False"])
+def test_only_true_converts_a_plain_pod(intent: str | None) -> None:
+    pod = _pod({} if intent is None else {labels.LABEL_OPPORTUNISTIC: intent},
+               containers=[_container(requests={"cpu": "1"}, limits={"memory": "1Gi"})])
+    admitted = _admit(pod)
+    assert admitted["metadata"]["labels"][labels.LABEL_CLASS] == "regular"
+    assert admitted["spec"]["containers"] == pod["spec"]["containers"]
+    assert "priorityClassName" not in admitted["spec"]
+
+
+def test_the_pods_own_queue_label_is_kept_when_the_queue_exists() -> None:
+    admitted = _admit(_pod({labels.LABEL_QUEUE: "batch"}))
+    assert admitted["metadata"]["labels"][labels.LABEL_QUEUE] == "batch"
+
+
+@pytest.mark.parametrize(("pod", "queue_exists", "field", "value", "phrase"), [
+    pytest.param(_pod({labels.LABEL_QUEUE: "nightly"}), exists, "metadata.labels['stowage.io/queue']", "nightly",
+                 "the name of an existing Queue", id="unknown-queue-label"),
+    pytest.param(_pod(), no_queue, "metadata.labels['stowage.io/queue']", "(absent)",
+                 "goes to queue 'default', which does not exist", id="no-default-queue"),
+    pytest.param(_pod({labels.LABEL_OPPORTUNISTIC: "yes"}), exists, "metadata.labels['stowage.io/opportunistic']",
+                 "yes", "one of 'true', 'auto', 'false'", id="malformed-intent"),
+    pytest.param(_pod(OPP), exists, "spec.containers[*].resources", "no requests and no limits",
+                 "set resources.requests or resources.limits (cpu, memory) on its containers", id="no-demand"),
+    pytest.param(_pod(OPP, containers=[_container(requests={"cpu": "0", "memory": "0"})]), exists,
+                 "spec.containers[*].resources", "no requests and no limits", "e.g. requests: {cpu: 500m, memory: 1Gi}",
+                 id="zero-demand"),
+    pytest.param(_pod(OPP, containers=[_container(requests={labels.HARVEST_RESOURCE: "1"},
+                                                  limits={labels.HARVEST_RESOURCE: "1"})]), exists,
+                 "spec.containers[*].resources", "no requests and no limits", "fit every node's harvested capacity",
+                 id="only-the-routing-resource"),
+])
+def test_a_pod_is_refused_naming_what_to_change(pod: dict[str, Any], queue_exists: Any, field: str, value: Any,
+                                                phrase: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        admission.mutate_pod(pod, queue_exists)
+    assert isinstance(caught.value, IntentError)
+    assert (caught.value.field, caught.value.value) == (field, value)
+    assert phrase in caught.value.allowed
+
+
+def test_spoofed_system_labels_and_annotations_go() -> None:
+    pod = _pod({labels.LABEL_CLASS: "opportunistic", labels.LABEL_JOB: "j", labels.LABEL_TASK_GROUP: "g", "app": "x"},
+               {labels.ANN_DEMAND: '{"cpu": "1m"}', "note": "kept"},
+               containers=[_container(requests={"cpu": "2", labels.HARVEST_RESOURCE: "1"},
+                                      limits={labels.HARVEST_RESOURCE: "1"})])
+    admitted = _admit(pod)
+    assert admitted["metadata"]["labels"] == {"app": "x", labels.LABEL_QUEUE: "default", labels.LABEL_CLASS: "regular"}
+    assert admitted["metadata"]["annotations"] == {"note": "kept"}
+    assert admitted["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "2"}, "limits": {}}
+    assert labels.pod_class(admitted["metadata"]["labels"]) is labels.PodClass.REGULAR
+
+
+def test_the_opportunistic_conversion_exactly_as_documented() -> None:
+    pod = _pod({**OPP, labels.LABEL_CLASS: "regular"}, {labels.ANN_DEMAND: '{"cpu": "1m"}'},
+               containers=[_container("main", requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "3Gi"}),
+                           _container("sidecar", limits={"cpu": "500m", "memory": "256Mi"})],
+               initContainers=[_container("init", requests={"cpu": "4"})],
+               priority=0, preemptionPolicy="PreemptLowerPriority")
+    original = copy.deepcopy(pod)
+    admitted = _admit(pod)
+    assert pod == original  # the input is not changed
+    meta, spec = admitted["metadata"], admitted["spec"]
+    assert meta["labels"] == {**OPP, labels.LABEL_QUEUE: "default", labels.LABEL_CLASS: "opportunistic"}
+    # requests (limits where none), the init container's peak included: max(1 + 0.5, 4) cpu
+    assert json.loads(meta["annotations"][labels.ANN_DEMAND]) == {"cpu": "4", "memory": "2304Mi"}
+    main, sidecar = spec["containers"]
+    assert main["resources"] == {"requests": {"cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"},
+                                 "limits": {"memory": "3Gi", labels.HARVEST_RESOURCE: "1"}}
+    assert sidecar["resources"] == {"requests": {"cpu": "0", "memory": "0"},
+                                    "limits": {"cpu": "500m", "memory": "256Mi"}}
+    assert spec["initContainers"][0]["resources"]["requests"] == {"cpu": "0", "memory": "0"}
+    assert spec["priorityClassName"] == labels.OPPORTUNISTIC_PRIORITY_CLASS
+    assert "priority" not in spec and "preemptionPolicy" not in spec  # the Priority plugin recomputes them
+    assert spec["schedulingGates"] == [{"name": labels.GATE_ADMISSION}]
+    assert labels.pod_intent(admitted).is_opportunistic
+
+
+def test_a_pod_converted_by_hand_gets_its_demand_from_its_limits() -> None:
+    hand = _container(requests={"cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"},
+                      limits={"memory": "2Gi", labels.HARVEST_RESOURCE: "1"})
+    admitted = _admit(_pod(OPP, containers=[hand]))
+    assert json.loads(admitted["metadata"]["annotations"][labels.ANN_DEMAND]) == {"memory": "2Gi"}
+
+
+def test_the_gate_is_added_once_next_to_the_users_gates() -> None:
+    pod = _pod(schedulingGates=[{"name": "example.com/wait"}, {"name": labels.GATE_ADMISSION}])
+    assert _admit(pod)["spec"]["schedulingGates"] == [{"name": "example.com/wait"}, {"name": labels.GATE_ADMISSION}]
+    pod = _pod(schedulingGates=[{"name": "example.com/wait"}])
+    assert _admit(pod)["spec"]["schedulingGates"] == [{"name": "example.com/wait"}, {"name": labels.GATE_ADMISSION}]
+
+
+def test_the_patch_touches_only_what_admission_owns() -> None:
+    pod = _pod({"app": "x"}, {"note": "n"}, containers=[_container(requests={"cpu": "1"}), _container("b")],
+               volumes=[{"name": "v", "emptyDir": {}}])
+    paths = sorted(op["path"] for op in admission.mutate_pod(pod, exists))
+    assert paths == ["/metadata/labels/stowage.io~1class", "/metadata/labels/stowage.io~1queue",
+                     "/spec/schedulingGates"]
+
+
+def test_a_pod_without_labels_gets_them_added() -> None:
+    pod = _pod(containers=[_container(limits={"memory": "1Gi"})])
+    assert "labels" not in pod["metadata"]
+    ops = admission.mutate_pod(pod, exists)
+    assert {"op": "add", "path": "/metadata/labels",
+            "value": {labels.LABEL_QUEUE: "default", labels.LABEL_CLASS: "regular"}} in ops
+    pod["metadata"]["labels"] = None  # as some clients send it
+    assert _admit(pod)["metadata"]["labels"] == {labels.LABEL_QUEUE: "default", labels.LABEL_CLASS: "regular"}
+
+
+def test_convert_opportunistic_is_usable_on_a_task_pod() -> None:
+    # The operator converts the pods it creates for opportunistic tasks itself (they skip the webhook).
+    pod = _pod({labels.LABEL_JOB: "j", labels.LABEL_TASK_GROUP: "g", labels.LABEL_QUEUE: "batch"},
+               containers=[_container(requests={"cpu": "2", "memory": "1Gi"})])
+    converted = admission.convert_opportunistic(pod)
+    assert converted["metadata"]["labels"] == {labels.LABEL_JOB: "j", labels.LABEL_TASK_GROUP: "g",
+                                               labels.LABEL_QUEUE: "batch", labels.LABEL_CLASS: "opportunistic"}
+    assert converted["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"}
+    assert "schedulingGates" not in converted["spec"]
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2", "memory": "1Gi"}

@@ -1,0 +1,298 @@
+"""The Queue and Job CRDs on a real API server: accepted, defaults applied, bad objects refused by the server
+itself (schema and CEL rules, no webhook involved), status subresource, printer columns as ``kubectl get``
+reads them (the Table format)."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from stowage.operator import crd
+
+from stowage import labels
+from tests.operator.conftest import RawApi
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+
+def _schema(definition: dict[str, Any]) -> dict[str, Any]:
+    return definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def _queue(name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"apiVersion": crd.API_VERSION, "kind": "Queue", "metadata": {"name": name}, "spec": spec or {}}
+
+
+def _task(name: str, **extra: Any) -> dict[str, Any]:
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]}}
+    return {"name": name, "template": template, **extra}
+
+
+def _job(name: str, tasks: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": name},
+            "spec": {"tasks": tasks if tasks is not None else [_task("a")], **spec}}
+
+
+# --- the YAML and the constants the admission rules use ------------------------------------------
+
+
+def test_crd_yaml_names_match_the_operator_constants() -> None:
+    queue, job = crd.load_crds()
+    for definition, kind in ((queue, crd.QUEUE), (job, crd.JOB)):
+        spec = definition["spec"]
+        assert definition["metadata"]["name"] == kind.crd_name
+        assert spec["group"] == crd.GROUP
+        assert [v["name"] for v in spec["versions"]] == [crd.VERSION]
+        assert spec["names"]["kind"] == kind.kind
+        assert spec["names"]["plural"] == kind.plural
+        assert spec["names"]["singular"] == kind.singular
+        assert spec["names"]["shortNames"] == [kind.short_name]
+        assert spec["scope"] == ("Namespaced" if kind.namespaced else "Cluster")
+        assert spec["versions"][0]["subresources"] == {"status": {}}
+
+
+def test_crd_enums_and_defaults_match_the_operator_constants() -> None:
+    queue, job = crd.load_crds()
+    q = _schema(queue)["properties"]["spec"]["properties"]
+    assert q["weight"]["default"] == crd.DEFAULT_WEIGHT
+    assert tuple(q["jobOrder"]["enum"]) == crd.JOB_ORDERS and q["jobOrder"]["default"] == crd.DEFAULT_JOB_ORDER
+    assert tuple(q["opportunistic"]["enum"]) == crd.QUEUE_OPPORTUNISTIC
+    assert q["opportunistic"]["default"] == crd.DEFAULT_QUEUE_OPPORTUNISTIC
+    j = _schema(job)["properties"]
+    spec = j["spec"]["properties"]
+    assert spec["queue"]["default"] == labels.DEFAULT_QUEUE
+    assert tuple(spec["opportunistic"]["enum"]) == tuple(labels.Opportunistic)
+    assert spec["opportunistic"]["default"] == labels.Opportunistic.AUTO
+    assert spec["tasks"]["maxItems"] == crd.MAX_TASKS
+    task = spec["tasks"]["items"]["properties"]
+    assert task["maxRetries"]["default"] == crd.DEFAULT_MAX_RETRIES
+    assert task["maxRetries"]["maximum"] == crd.MAX_RETRIES_LIMIT
+    assert task["dependsOn"]["maxItems"] == crd.MAX_TASKS
+    assert tuple(j["status"]["properties"]["phase"]["enum"]) == crd.JOB_PHASES
+
+
+def test_kind_paths_are_the_api_servers() -> None:
+    assert crd.QUEUE.path("q") == "/apis/stowage.io/v1alpha1/queues/q"
+    assert crd.JOB.path(namespace="ns") == "/apis/stowage.io/v1alpha1/namespaces/ns/jobs"
+    assert crd.JOB.path("j", "ns") == "/apis/stowage.io/v1alpha1/namespaces/ns/jobs/j"
+    assert crd.JOB.path() == "/apis/stowage.io/v1alpha1/jobs"
+
+
+# --- on the real API server ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def ns(kube: RawApi, stowage_crds: list[dict[str, Any]]) -> Iterator[str]:
+    """A namespace of its own (deleted afterwards, with its Jobs)."""
+    name = f"crd-{secrets.token_hex(3)}"
+    kube.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    kube.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def queue_name(kube: RawApi, stowage_crds: list[dict[str, Any]]) -> Iterator[str]:
+    """A fresh Queue name; the Queue is deleted afterwards if a test made it."""
+    name = f"q-{secrets.token_hex(3)}"
+    yield name
+    kube.request("DELETE", crd.QUEUE.path(name))
+
+
+def test_api_server_establishes_both_crds(stowage_crds: list[dict[str, Any]]) -> None:
+    for stored in stowage_crds:
+        conditions = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
+        assert conditions["Established"] == "True"
+        assert conditions["NamesAccepted"] == "True"
+    assert {s["status"]["acceptedNames"]["shortNames"][0] for s in stowage_crds} == {"sq", "sjob"}
+
+
+def test_an_empty_queue_gets_every_default(kube: RawApi, queue_name: str) -> None:
+    stored = kube.ok("POST", crd.QUEUE.path(), {"apiVersion": crd.API_VERSION, "kind": "Queue",
+                                                 "metadata": {"name": queue_name}})
+    assert stored["spec"] == {"weight": 1, "opportunistic": "Allow", "jobOrder": "SRTF"}
+
+
+def test_a_queue_keeps_what_it_was_given(kube: RawApi, queue_name: str) -> None:
+    spec = {"weight": 2.5, "quota": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": 8}, "opportunistic": "Deny",
+            "jobOrder": "FSP"}
+    assert kube.ok("POST", crd.QUEUE.path(), _queue(queue_name, spec))["spec"] == spec
+
+
+def test_a_job_gets_every_default(kube: RawApi, ns: str) -> None:
+    stored = kube.ok("POST", crd.JOB.path(namespace=ns), _job("j"))
+    spec = stored["spec"]
+    assert (spec["queue"], spec["opportunistic"], spec["suspend"]) == ("default", "auto", False)
+    assert spec["tasks"][0]["replicas"] == 1
+    assert spec["tasks"][0]["maxRetries"] == 3
+    assert spec["tasks"][0]["template"]["spec"]["containers"][0]["image"] == "busybox:1.36"  # kept as written
+
+
+def test_a_job_with_a_barrier_is_accepted(kube: RawApi, ns: str) -> None:
+    tasks = [_task("prepare", replicas=2, expectedDuration=30.5),
+             _task("train", replicas=8, dependsOn=["prepare"], maxRetries=0),
+             _task("report", dependsOn=["prepare", "train"])]
+    stored = kube.ok("POST", crd.JOB.path(namespace=ns), _job("pipeline", tasks, queue="batch", opportunistic="true"))
+    assert [t["name"] for t in stored["spec"]["tasks"]] == ["prepare", "train", "report"]
+    assert stored["spec"]["tasks"][2]["dependsOn"] == ["prepare", "train"]
+
+
+# Each case: the object, then (field, phrase) pairs the server's own message must contain.
+QUEUE_REJECTIONS = [
+    pytest.param({"weight": 0}, [("spec.weight", "should be greater than 0")], id="weight-zero"),
+    pytest.param({"weight": -1}, [("spec.weight", "should be greater than 0")], id="weight-negative"),
+    pytest.param({"jobOrder": "LIFO"}, [("spec.jobOrder", 'Unsupported value: "LIFO"')], id="job-order-enum"),
+    pytest.param({"opportunistic": "Maybe"}, [("spec.opportunistic", 'supported values: "Allow", "Deny"')],
+                 id="opportunistic-enum"),
+    pytest.param({"quota": {"memory": "lots"}}, [("spec.quota.memory", "should match")], id="quota-not-a-quantity"),
+    pytest.param({"quota": {"cpu": "-2"}}, [("spec.quota.cpu", "should match")], id="quota-negative-string"),
+    pytest.param({"quota": {"cpu": -2}}, [("spec.quota.cpu", "greater than or equal to 0")], id="quota-negative-int"),
+    pytest.param({"weight": "heavy"}, [("spec.weight", "must be of type number")], id="weight-not-a-number"),
+]
+
+
+@pytest.mark.parametrize(("spec", "expected"), QUEUE_REJECTIONS)
+def test_the_api_server_refuses_a_bad_queue(kube: RawApi, queue_name: str, spec: dict[str, Any],
+                                            expected: list[tuple[str, str]]) -> None:
+    status, answer = kube.request("POST", crd.QUEUE.path(), _queue(queue_name, spec))
+    assert status == 422, answer
+    for field, phrase in expected:
+        assert field in answer["message"] and phrase in answer["message"], answer["message"]
+
+
+JOB_REJECTIONS = [
+    pytest.param(_job("j", [_task("a"), _task("b", dependsOn=["a", "ghost"])]),
+                 [("spec.tasks", "task b: every dependsOn entry must name a task of this Job")],
+                 id="unknown-depends-on"),
+    pytest.param(_job("j", [_task("a"), _task("a")]),
+                 [("spec.tasks", "task names must be unique within a Job; repeated: a")], id="duplicate-task-names"),
+    pytest.param(_job("j", [_task("a", dependsOn=["a"])]),
+                 [("spec.tasks[0].dependsOn", "task a cannot depend on itself")], id="depends-on-itself"),
+    pytest.param(_job("j", [_task("a", dependsOn=["b", "b"]), _task("b")]),
+                 [("spec.tasks[0].dependsOn[1]", "Duplicate value")], id="depends-on-twice"),
+    pytest.param(_job("j", []), [("spec.tasks", "should have at least 1 items")], id="no-tasks"),
+    pytest.param(_job("j", opportunistic="maybe"), [("spec.opportunistic", 'Unsupported value: "maybe"')],
+                 id="opportunistic-enum"),
+    pytest.param(_job("j", opportunistic=True), [("spec.opportunistic", "must be of type string")],
+                 id="opportunistic-unquoted"),
+    pytest.param(_job("j", [_task("a", replicas=0)]), [("spec.tasks[0].replicas", "greater than or equal to 1")],
+                 id="replicas-zero"),
+    pytest.param(_job("j", [_task("a", maxRetries=101)]), [("spec.tasks[0].maxRetries", "less than or equal to 100")],
+                 id="max-retries-above-100"),
+    pytest.param(_job("j", [_task("a", expectedDuration=-1)]),
+                 [("spec.tasks[0].expectedDuration", "greater than or equal to 0")], id="negative-duration"),
+    pytest.param(_job("j", [_task("Not_A_Label")]), [("spec.tasks[0].name", "should match")],
+                 id="name-not-a-dns-label"),
+    pytest.param(_job("j", [{"name": "a"}]), [("spec.tasks[0].template", "Required value")], id="template-missing"),
+    pytest.param({"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": "j"}},
+                 [("spec", "Required value")], id="spec-missing"),
+]
+
+
+@pytest.mark.parametrize(("job", "expected"), JOB_REJECTIONS)
+def test_the_api_server_refuses_a_bad_job(kube: RawApi, ns: str, job: dict[str, Any],
+                                          expected: list[tuple[str, str]]) -> None:
+    status, answer = kube.request("POST", crd.JOB.path(namespace=ns), job)
+    assert status == 422, answer
+    for field, phrase in expected:
+        assert field in answer["message"] and phrase in answer["message"], answer["message"]
+
+
+def test_a_jobs_queue_cannot_change(kube: RawApi, ns: str) -> None:
+    kube.ok("POST", crd.JOB.path(namespace=ns), _job("j", queue="batch"))
+    status, answer = kube.request("PATCH", crd.JOB.path("j", ns), {"spec": {"queue": "other"}},
+                                  content_type="application/merge-patch+json")
+    assert status == 422, answer
+    assert "spec.queue" in answer["message"] and "spec.queue is immutable" in answer["message"]
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param([{"op": "replace", "path": "/spec/tasks/0/replicas", "value": 5}], id="replicas"),
+    pytest.param([{"op": "replace", "path": "/spec/tasks/0/template/spec/containers/0/image", "value": "x"}],
+                 id="template-inside-preserved-fields"),
+    pytest.param([{"op": "add", "path": "/spec/tasks/-", "value": _task("b")}], id="a-new-group"),
+])
+def test_a_jobs_tasks_cannot_change(kube: RawApi, ns: str, change: list[dict[str, Any]]) -> None:
+    kube.ok("POST", crd.JOB.path(namespace=ns), _job("j"))
+    status, answer = kube.request("PATCH", crd.JOB.path("j", ns), change, content_type="application/json-patch+json")
+    assert status == 422, answer
+    assert "spec.tasks is immutable" in answer["message"]
+
+
+def test_a_job_may_be_suspended_and_resumed(kube: RawApi, ns: str) -> None:
+    kube.ok("POST", crd.JOB.path(namespace=ns), _job("j"))
+    for value in (True, False):
+        stored = kube.ok("PATCH", crd.JOB.path("j", ns), {"spec": {"suspend": value}},
+                         content_type="application/merge-patch+json")
+        assert stored["spec"]["suspend"] is value
+
+
+def test_status_is_written_only_through_its_subresource(kube: RawApi, ns: str) -> None:
+    kube.ok("POST", crd.JOB.path(namespace=ns), {**_job("j"), "status": {"phase": "Succeeded"}})
+    assert "status" not in kube.ok("GET", crd.JOB.path("j", ns))  # a create ignores status
+    status, answer = kube.request("PATCH", crd.JOB.path("j", ns) + "/status", {"status": {"phase": "Done"}},
+                                  content_type="application/merge-patch+json")
+    assert status == 422 and 'phase: Unsupported value: "Done"' in answer["message"], answer
+    written = kube.ok("PATCH", crd.JOB.path("j", ns) + "/status",
+                      {"status": {"phase": "Running", "groups": {"a": {"pending": 0, "running": 1}},
+                                  "unknownField": 1}},
+                      content_type="application/merge-patch+json")
+    assert written["status"] == {"phase": "Running", "groups": {"a": {"pending": 0, "running": 1}}}  # pruned
+
+
+# --- printer columns -----------------------------------------------------------------------------
+
+
+def _table(kube: RawApi, path: str) -> tuple[list[str], dict[str, list[Any]]]:
+    table = kube.ok("GET", path, accept=TABLE)
+    assert table["kind"] == "Table"
+    names = [c["name"] for c in table["columnDefinitions"]]
+    return names, {row["object"]["metadata"]["name"]: row["cells"] for row in table["rows"]}
+
+
+def test_job_printer_columns_show_queue_phase_done_and_opportunistic_running(kube: RawApi, ns: str) -> None:
+    kube.ok("POST", crd.JOB.path(namespace=ns), _job("etl", [_task("a", replicas=10)], queue="batch"))
+    kube.ok("POST", crd.JOB.path(namespace=ns), _job("fresh"))
+    kube.ok("PATCH", crd.JOB.path("etl", ns) + "/status",
+            {"status": {"phase": "Running", "tasksTotal": 10, "tasksSucceeded": 3, "progress": "3/10",
+                        "opportunisticRunning": 2, "remainingWork": 12.5}},
+            content_type="application/merge-patch+json")
+    names, rows = _table(kube, crd.JOB.path(namespace=ns))
+    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Age", "Opportunistic", "Suspended", "Remaining"]
+    assert rows["etl"][:5] == ["etl", "batch", "Running", "3/10", 2]
+    assert rows["etl"][6:] == ["auto", False, 12.5]
+    assert rows["fresh"][:5] == ["fresh", "default", None, None, None]  # nothing written yet: empty cells
+
+
+def test_queue_printer_columns_show_weight_and_shares_side_by_side(kube: RawApi, queue_name: str) -> None:
+    kube.ok("POST", crd.QUEUE.path(), _queue(queue_name, {"weight": 2}))
+    kube.ok("PATCH", crd.QUEUE.path(queue_name) + "/status",
+            {"status": {"dominantShare": {"regular": 0.4, "opportunistic": 0.1}, "fairShare": 0.5,
+                        "pendingTasks": 7, "runningTasks": 4,
+                        "allocated": {"regular": {"cpu": "16", "memory": "64Gi"}}}},
+            content_type="application/merge-patch+json")
+    names, rows = _table(kube, crd.QUEUE.path())
+    assert names == ["Name", "Weight", "Dominant Share", "Fair Share", "Pending", "Running", "Age", "Opp Share",
+                     "Order", "Opportunistic"]
+    row = rows[queue_name]
+    assert row[:6] == [queue_name, 2, 0.4, 0.5, 7, 4]
+    assert row[7:] == [0.1, "SRTF", "Allow"]
+
+
+def test_short_names_reach_the_same_resources(kube: RawApi, stowage_crds: list[dict[str, Any]]) -> None:
+    resources = kube.ok("GET", f"/apis/{crd.API_VERSION}")["resources"]
+    short = {r["name"]: r.get("shortNames") for r in resources if "/" not in r["name"]}
+    assert short == {"queues": ["sq"], "jobs": ["sjob"]}
+    categories = {r["name"]: r.get("categories") for r in resources if "/" not in r["name"]}
+    assert categories == {"queues": ["stowage"], "jobs": ["stowage"]}
+
+
+def test_crds_reapply_unchanged(kube: RawApi, stowage_crds: list[dict[str, Any]]) -> None:
+    # The chart upgrades by applying the same files again: that must be a no-op, not a conflict.
+    for definition in crd.load_crds():
+        name = definition["metadata"]["name"]
+        before = kube.ok("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        after = kube.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", copy.deepcopy(definition))
+        assert after["metadata"]["generation"] == before["metadata"]["generation"]

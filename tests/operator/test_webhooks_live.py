@@ -1,0 +1,369 @@
+"""Stowage's admission webhooks served by Kopf and called by the real API server over loopback.
+
+Kopf runs in a thread with the handlers of :func:`stowage.operator.webhooks.register` and a
+:class:`~stowage.operator.webhooks.ConfiguringServer` (HTTPS on 127.0.0.1 with the control plane's
+loopback certificate), which writes the webhook configurations with ``clientConfig.url``. Everything is then
+checked through the API server: refusals carry our messages, pods are stored converted and gated,
+and with the webhook down a Stowage pod cannot be created while exempt namespaces and other pods
+are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import kopf
+import pytest
+from stowage.operator import admission, crd, webhooks
+
+from stowage import labels
+from tests.operator.conftest import RawApi
+from tests.support.controlplane import ControlPlane, ExternalCluster
+
+PODS = "/api/v1/namespaces/{ns}/pods"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+TEST_QUEUE = "wh-batch"
+#: The operator's identity: its pods (a Job's tasks) skip the pod webhook.
+OPERATOR_USER = "system:serviceaccount:stowage-system:stowage-operator"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AdmissionOperator:
+    """Kopf with Stowage's webhooks on a thread: :meth:`start` waits until the API server calls it."""
+
+    def __init__(self, plane: ControlPlane, kube: RawApi) -> None:
+        self.plane, self.kube = plane, kube
+        # The control plane's own serving certificate (openssl-made, for 127.0.0.1, signed by its CA) serves
+        # here too: a loopback HTTPS endpoint the API server verifies with that CA.
+        self.ca, self.cert, self.key = plane.ca_file, plane.pki / "apiserver.crt", plane.pki / "apiserver.key"
+        self.port = _free_port()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def _registry(self) -> kopf.OperatorRegistry:
+        registry = kopf.OperatorRegistry()
+        webhooks.register(registry, webhooks.kubernetes_queue_lookup(self.kube.api), trusted_users=[OPERATOR_USER])
+
+        @kopf.on.login(registry=registry)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=self.plane.host, ca_path=str(self.plane.ca_file), token=self.plane.token)
+
+        return registry
+
+    def _settings(self) -> kopf.OperatorSettings:
+        settings = kopf.OperatorSettings()
+        settings.posting.enabled = False
+        server = webhooks.webhook_server(addr="127.0.0.1", port=self.port, host="127.0.0.1", certfile=str(self.cert),
+                                         pkeyfile=str(self.key), cafile=str(self.ca))
+        webhooks.configure(settings, webhooks.ConfiguringServer(
+            server, webhooks.kubernetes_applier(self.kube.api), trusted_users=[OPERATOR_USER]))
+        return settings
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(kopf.operator(registry=self._registry(), settings=self._settings(), standalone=True,
+                                      clusterwide=True, stop_flag=self._stop))
+        except BaseException as exc:  # reported by start()/stop()
+            self.error = exc
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="kopf-admission", daemon=True)
+        self._thread.start()
+        # Ready when the API server calls our Queue webhook: a dry-run create with a quota key no schema
+        # can check comes back refused with our message.
+        probe = {"apiVersion": crd.API_VERSION, "kind": "Queue", "metadata": {"name": "probe"},
+                 "spec": {"quota": {"no such resource!": "1"}}}
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            assert self._thread.is_alive(), f"Kopf exited: {self.error!r}"
+            status, last = self.kube.request("POST", crd.QUEUE.path(), probe, query={"dryRun": "All"})
+            if status == 422 and f'"{webhooks.VALIDATE_QUEUE}" denied the request' in str(last):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"the webhook did not answer within {timeout_s}s; last answer: {last}")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            assert not self._thread.is_alive(), "Kopf did not stop"
+            self._thread = None
+
+
+@pytest.fixture(scope="module")
+def operator(control_plane: ControlPlane | ExternalCluster, kube: RawApi,
+             stowage_crds: list[dict[str, Any]]) -> Iterator[AdmissionOperator]:
+    """Kopf serving the webhooks; afterwards Kopf is stopped and the webhook configurations deleted."""
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("the API server must reach a webhook on this machine's loopback (STOWAGE_TEST_KUBECONFIG is set)")
+    kube.apply(f"{PRIORITY_CLASSES}/{labels.OPPORTUNISTIC_PRIORITY_CLASS}", {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": labels.OPPORTUNISTIC_PRIORITY_CLASS}, "value": -10, "preemptionPolicy": "Never"})
+    for name in (labels.DEFAULT_QUEUE, TEST_QUEUE):
+        kube.apply(crd.QUEUE.path(name), {"apiVersion": crd.API_VERSION, "kind": "Queue", "metadata": {"name": name}})
+    running = AdmissionOperator(control_plane, kube)
+    logging.getLogger("kopf").setLevel(logging.INFO)
+    running.start()
+    try:
+        yield running
+    finally:
+        with contextlib.suppress(AssertionError):
+            running.stop()
+        # Fail-closed configurations outlive the operator by design: remove them, or every later
+        # stowage-scheduler pod of the session would be refused.
+        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            kube.request("DELETE", f"{ADMISSION}/{kind}/{webhooks.CONFIGURATION_NAME}")
+        kube.request("DELETE", crd.QUEUE.path(TEST_QUEUE))
+
+
+def _namespace(kube: RawApi, name: str, ns_labels: dict[str, str] | None = None) -> None:
+    kube.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": name, "labels": ns_labels or {}}})
+    deadline = time.monotonic() + 60.0  # pods are admitted once the default ServiceAccount exists
+    while kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] != 200:
+        assert time.monotonic() < deadline, f"no default ServiceAccount in {name}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def ns(kube: RawApi, operator: AdmissionOperator) -> Iterator[str]:
+    name = f"wh-{secrets.token_hex(3)}"
+    _namespace(kube, name)
+    yield name
+    kube.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def _pod(name: str, *, scheduler: str = labels.SCHEDULER_NAME, pod_labels: dict[str, str] | None = None,
+         annotations: dict[str, str] | None = None, resources: dict[str, Any] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "busybox:1.36"}
+    if resources is not None:
+        container["resources"] = resources
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": pod_labels or {}, "annotations": annotations or {}},
+            "spec": {"schedulerName": scheduler, "restartPolicy": "Never", "containers": [container]}}
+
+
+def _gates(pod: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+
+# --- validating ----------------------------------------------------------------------------------
+
+
+def test_a_queue_with_a_bad_quota_key_is_refused_by_the_webhook(kube: RawApi, operator: AdmissionOperator) -> None:
+    body = {"apiVersion": crd.API_VERSION, "kind": "Queue", "metadata": {"name": f"q-{secrets.token_hex(3)}"},
+            "spec": {"weight": 2, "quota": {"GPU count": "4", "cpu": "8"}}}
+    status, answer = kube.request("POST", crd.QUEUE.path(), body)
+    assert status == 422, answer
+    assert f'admission webhook "{webhooks.VALIDATE_QUEUE}" denied the request' in answer["message"]
+    assert ("spec.quota: resource names such as cpu, memory, nvidia.com/gpu as keys, got 'GPU count'"
+            in answer["message"])
+
+
+def test_a_job_naming_an_unknown_queue_is_refused(kube: RawApi, ns: str) -> None:
+    job = {"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"queue": "nightly", "tasks": [{"name": "a", "template": {"spec": {"containers": []}}}]}}
+    status, answer = kube.request("POST", crd.JOB.path(namespace=ns), job)
+    assert status == 422, answer
+    assert f'admission webhook "{webhooks.VALIDATE_JOB}" denied the request' in answer["message"]
+    assert "spec.queue: the name of an existing Queue (kubectl get sq), got 'nightly'" in answer["message"]
+
+
+def test_a_job_with_a_dependency_cycle_and_a_bad_quantity_is_refused_naming_both(kube: RawApi, ns: str) -> None:
+    bad = {"spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "2 cores"}}}]}}
+    job = {"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"queue": TEST_QUEUE, "tasks": [
+               {"name": "a", "dependsOn": ["c"], "template": bad},
+               {"name": "b", "dependsOn": ["a"], "template": {}},
+               {"name": "c", "dependsOn": ["b"], "template": {}}]}}
+    status, answer = kube.request("POST", crd.JOB.path(namespace=ns), job)
+    assert status == 422, answer
+    assert "spec.tasks[*].dependsOn: dependencies without a cycle" in answer["message"]
+    assert "got 'a -> c -> b -> a'" in answer["message"]
+    assert "spec.tasks[0].template.spec.containers[0].resources.requests.cpu" in answer["message"]
+
+
+def test_a_good_job_is_stored_and_its_status_and_metadata_stay_writable(kube: RawApi, ns: str) -> None:
+    job = {"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"queue": TEST_QUEUE, "tasks": [{"name": "a", "template": {}}]}}
+    kube.ok("POST", crd.JOB.path(namespace=ns), job)
+    kube.ok("PATCH", crd.JOB.path("j", ns), {"metadata": {"finalizers": ["kopf.zalando.org/KopfFinalizerMarker"]}},
+            content_type="application/merge-patch+json")
+    kube.ok("PATCH", crd.JOB.path("j", ns), {"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json")
+
+
+# --- mutating ------------------------------------------------------------------------------------
+
+
+def test_an_opportunistic_pod_is_stored_converted_and_gated(kube: RawApi, ns: str) -> None:
+    pod = _pod("etl", pod_labels={labels.LABEL_OPPORTUNISTIC: "true", labels.LABEL_QUEUE: TEST_QUEUE},
+               resources={"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "3Gi"}})
+    stored = kube.ok("POST", PODS.format(ns=ns), pod)
+    meta, spec = stored["metadata"], stored["spec"]
+    assert meta["labels"] == {labels.LABEL_OPPORTUNISTIC: "true", labels.LABEL_QUEUE: TEST_QUEUE,
+                              labels.LABEL_CLASS: "opportunistic"}
+    assert json.loads(meta["annotations"][labels.ANN_DEMAND]) == {"cpu": "1", "memory": "2Gi"}
+    resources = spec["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"}
+    assert resources["limits"] == {"memory": "3Gi", labels.HARVEST_RESOURCE: "1"}
+    # The Priority plugin ran again after our patch and filled these in from the class.
+    assert (spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == (
+        labels.OPPORTUNISTIC_PRIORITY_CLASS, -10, "Never")
+    assert _gates(stored) == [labels.GATE_ADMISSION]
+    assert labels.pod_class(meta["labels"]) is labels.PodClass.OPPORTUNISTIC
+
+
+def test_spoofed_system_labels_and_annotations_are_overwritten(kube: RawApi, ns: str) -> None:
+    pod = _pod("sneaky", pod_labels={labels.LABEL_CLASS: "opportunistic", labels.LABEL_JOB: "someone-elses",
+                                     labels.LABEL_TASK_GROUP: "train", "app": "mine"},
+               annotations={labels.ANN_DEMAND: '{"cpu": "1m"}', "note": "kept"},
+               resources={"requests": {"cpu": "500m", labels.HARVEST_RESOURCE: "1"},
+                          "limits": {labels.HARVEST_RESOURCE: "1"}})
+    stored = kube.ok("POST", PODS.format(ns=ns), pod)
+    assert stored["metadata"]["labels"] == {"app": "mine", labels.LABEL_QUEUE: labels.DEFAULT_QUEUE,
+                                            labels.LABEL_CLASS: "regular"}
+    assert stored["metadata"]["annotations"] == {"note": "kept"}
+    assert stored["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
+    assert stored["spec"].get("priorityClassName") is None
+    assert _gates(stored) == [labels.GATE_ADMISSION]
+
+
+def test_an_auto_pod_stays_regular_with_a_warning(kube: RawApi, ns: str) -> None:
+    pod = _pod("auto", pod_labels={labels.LABEL_OPPORTUNISTIC: "auto"}, resources={"requests": {"cpu": "1"}})
+    stored = kube.ok("POST", PODS.format(ns=ns), pod)
+    assert stored["metadata"]["labels"][labels.LABEL_CLASS] == "regular"
+    assert stored["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
+    assert _gates(stored) == [labels.GATE_ADMISSION]
+
+
+@pytest.mark.parametrize(("pod", "field", "phrase"), [
+    pytest.param(_pod("empty", pod_labels={labels.LABEL_OPPORTUNISTIC: "true"}), "spec.containers[*].resources",
+                 "an opportunistic pod must state what it will use: set resources.requests or resources.limits",
+                 id="opportunistic-without-demand"),
+    pytest.param(_pod("lost", pod_labels={labels.LABEL_QUEUE: "nightly"}), "metadata.labels['stowage.io/queue']",
+                 "the name of an existing Queue (kubectl get sq), got 'nightly'", id="unknown-queue-label"),
+    pytest.param(_pod("typo", pod_labels={labels.LABEL_OPPORTUNISTIC: "yes"}),
+                 "metadata.labels['stowage.io/opportunistic']", "one of 'true', 'auto', 'false', got 'yes'",
+                 id="malformed-intent"),
+])
+def test_a_pod_is_refused_saying_what_to_change(kube: RawApi, ns: str, pod: dict[str, Any], field: str,
+                                                phrase: str) -> None:
+    status, answer = kube.request("POST", PODS.format(ns=ns), pod)
+    assert status == 422, answer
+    assert f'admission webhook "{webhooks.MUTATE_POD}" denied the request' in answer["message"]
+    assert field in answer["message"] and phrase in answer["message"], answer["message"]
+
+
+def test_pods_of_other_schedulers_are_not_sent_to_the_webhook(kube: RawApi, ns: str) -> None:
+    pod = _pod("plain", scheduler="default-scheduler", pod_labels={labels.LABEL_CLASS: "opportunistic"})
+    stored = kube.ok("POST", PODS.format(ns=ns), pod)
+    assert stored["metadata"]["labels"] == {labels.LABEL_CLASS: "opportunistic"}  # theirs, untouched
+    assert "schedulingGates" not in stored["spec"]
+
+
+def test_a_batch_job_pod_is_gated_and_classed(kube: RawApi, ns: str) -> None:
+    template = _pod("x", pod_labels={labels.LABEL_QUEUE: TEST_QUEUE}, resources={"requests": {"cpu": "100m"}})
+    del template["metadata"]["name"]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nightly"},
+           "spec": {"template": {"metadata": template["metadata"], "spec": template["spec"]}}}
+    kube.ok("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    deadline = time.monotonic() + 60.0
+    while True:  # the Job controller creates the pod (as its own service account, through the webhook)
+        items = kube.ok("GET", PODS.format(ns=ns), query={"labelSelector": "job-name=nightly"})["items"]
+        if items:
+            break
+        assert time.monotonic() < deadline, "the Job controller created no pod"
+        time.sleep(0.2)
+    pod = items[0]
+    assert pod["metadata"]["labels"][labels.LABEL_QUEUE] == TEST_QUEUE
+    assert pod["metadata"]["labels"][labels.LABEL_CLASS] == "regular"
+    assert _gates(pod) == [labels.GATE_ADMISSION]
+
+
+def test_the_operators_own_pods_pass_unchanged(kube: RawApi, ns: str) -> None:
+    kube.ok("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}]})
+    task = admission.convert_opportunistic(_pod(
+        "j-train-0",
+        pod_labels={labels.LABEL_JOB: "j", labels.LABEL_TASK_GROUP: "train", labels.LABEL_QUEUE: TEST_QUEUE},
+        resources={"requests": {"cpu": "2", "memory": "1Gi"}}))
+    deadline = time.monotonic() + 30.0
+    while True:  # RBAC caches the new binding within moments
+        status, stored = kube.request("POST", PODS.format(ns=ns), task, headers={"Impersonate-User": OPERATOR_USER})
+        if status != 403 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert status == 201, stored
+    assert stored["metadata"]["labels"] == {labels.LABEL_JOB: "j", labels.LABEL_TASK_GROUP: "train",
+                                            labels.LABEL_QUEUE: TEST_QUEUE, labels.LABEL_CLASS: "opportunistic"}
+    assert "schedulingGates" not in stored["spec"]  # released already: the operator creates a task when it runs
+    spec = stored["spec"]
+    assert (spec["priorityClassName"], spec["priority"]) == (labels.OPPORTUNISTIC_PRIORITY_CLASS, -10)
+
+
+def test_the_configurations_fail_closed_and_exempt_system_namespaces(kube: RawApi, operator: AdmissionOperator) -> None:
+    mutating = kube.ok("GET", f"{ADMISSION}/mutatingwebhookconfigurations/{webhooks.CONFIGURATION_NAME}")
+    (hook,) = mutating["webhooks"]
+    assert hook["name"] == webhooks.MUTATE_POD and hook["failurePolicy"] == "Fail"
+    assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{operator.port}/{webhooks.MUTATE_POD}"
+    assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in (
+        hook["namespaceSelector"]["matchExpressions"])
+    validating = kube.ok("GET", f"{ADMISSION}/validatingwebhookconfigurations/{webhooks.CONFIGURATION_NAME}")
+    assert [(h["name"], h["failurePolicy"]) for h in validating["webhooks"]] == [
+        (webhooks.VALIDATE_QUEUE, "Fail"), (webhooks.VALIDATE_JOB, "Fail")]
+
+
+# --- the webhook down (keep last: it stops the module's operator, then starts it again) ----------
+
+
+def test_with_the_webhook_down_stowage_pods_are_refused_and_exempt_namespaces_are_not(
+        kube: RawApi, operator: AdmissionOperator, ns: str) -> None:
+    ignored = f"wh-ignored-{secrets.token_hex(3)}"
+    _namespace(kube, ignored, {labels.LABEL_WEBHOOK: labels.WEBHOOK_IGNORE})
+    created: list[str] = []
+    operator.stop()
+    try:
+        # The configurations stay behind (fail closed): the API server cannot reach the webhook.
+        status, answer = kube.request("POST", PODS.format(ns=ns), _pod(
+            "unconverted", pod_labels={labels.LABEL_OPPORTUNISTIC: "true"}, resources={"limits": {"memory": "1Gi"}}))
+        assert status >= 500, answer
+        assert f'failed calling webhook "{webhooks.MUTATE_POD}"' in answer["message"]
+        status, answer = kube.request("POST", crd.QUEUE.path(), {"apiVersion": crd.API_VERSION, "kind": "Queue",
+                                                                  "metadata": {"name": "while-down"}})
+        assert status >= 500 and f'failed calling webhook "{webhooks.VALIDATE_QUEUE}"' in answer["message"], answer
+
+        # Everything outside the pod webhook's scope is created as usual.
+        for namespace, pod in ((ns, _pod("other-scheduler", scheduler="default-scheduler")),
+                               (ignored, _pod("exempt-by-label")),
+                               ("kube-system", _pod(f"exempt-system-{secrets.token_hex(3)}"))):
+            stored = kube.ok("POST", PODS.format(ns=namespace), pod)
+            created.append(f"{PODS.format(ns=namespace)}/{stored['metadata']['name']}")
+            assert "schedulingGates" not in stored["spec"]  # not seen by the webhook
+    finally:
+        for path in created:
+            kube.request("DELETE", path)
+        kube.request("DELETE", f"/api/v1/namespaces/{ignored}")
+        operator.start()
+    stored = kube.ok("POST", PODS.format(ns=ns), _pod("after", resources={"requests": {"cpu": "1"}}))
+    assert _gates(stored) == [labels.GATE_ADMISSION]
