@@ -16,7 +16,8 @@ __all__ = ["extender"]
     "--kubeconfig",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Kubeconfig to use. Default: the in-cluster service account, then $KUBECONFIG or ~/.kube/config.",
+    help="Kubeconfig to use (token, client certificate or exec plugin). Default: the in-cluster service account, "
+    "then $KUBECONFIG or ~/.kube/config.",
 )
 @click.option(
     "--prometheus-url",
@@ -74,11 +75,12 @@ def extender(
     from stowage.extender.server import ExtenderRuntime
 
     from stowage.config import load_settings
-    from stowage.kube.client import api_client
+    from stowage.kube.api import KubeClient, load_config
 
     try:
         settings = load_settings(config_path)
-        api = api_client(kubeconfig)
+        # Lists of thousands of pods: allow more than the default 10 s per request.
+        api = KubeClient(load_config(kubeconfig), timeout_s=30.0, user_agent="stowage-extender")
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     if prometheus_url is None:

@@ -18,10 +18,10 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
-from kubernetes import client
 from stowage.extender.app import create_app
 
 from stowage.config import StowageSettings
+from stowage.kube.api import KubeClient
 from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import cluster_informers
 from stowage.prom import PrometheusReader, Utilization
@@ -60,7 +60,7 @@ class ExtenderRuntime:
     def __init__(
         self,
         settings: StowageSettings,
-        api: client.ApiClient,
+        api: KubeClient,
         *,
         prometheus_url: str | None,
         prometheus_interval_s: float = 5.0,
@@ -68,7 +68,7 @@ class ExtenderRuntime:
     ) -> None:
         self.settings = settings
         self.model = ClusterModel(recent_window_s=settings.harvest.ramp_up_s)
-        self.informers = cluster_informers(client.CoreV1Api(api), self.model, watch_timeout_s=watch_timeout_s)
+        self.informers = cluster_informers(api, self.model, watch_timeout_s=watch_timeout_s)
         reader = (
             PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s) if prometheus_url else None
         )

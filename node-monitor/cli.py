@@ -68,7 +68,8 @@ class _Regex(click.ParamType):
 @click.option("--proc-root", type=click.Path(path_type=Path, file_okay=False), default=Path("/proc"),
               help="Where /proc is mounted; <proc-root>/net/dev gives node network bytes (needs hostNetwork).")
 @click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Kubeconfig file; default: the in-cluster service account.")
+              help="Kubeconfig file (token, client certificate or exec plugin). Default: the in-cluster service "
+                   "account, then $KUBECONFIG or ~/.kube/config.")
 @click.option("--address", default="0.0.0.0", help="Address for /metrics and /healthz.")
 @click.option("--port", type=click.IntRange(0, 65535), default=9808,
               help="Port for /metrics and /healthz (0: any free port, printed at start).")
@@ -186,18 +187,20 @@ def _serve(
     client = None
     store = evictor = None
     if not no_kubernetes:
-        from stowage.node_monitor.kubeapi import ApiError, KubeClient, load_config
+        from stowage.kube.api import ApiError, KubeClient, load_config
 
         try:
-            client = KubeClient(load_config(kubeconfig))
+            client = KubeClient(load_config(kubeconfig), user_agent="stowage-node-monitor")
         except ConfigError as exc:
-            raise click.UsageError(str(exc)) from exc
+            raise click.UsageError(f"{exc}\n  or run without a cluster: --no-kubernetes --capacity LIST") from exc
+        log.info("Kubernetes API at %s from %s", client.config.server, client.config.source)
         store = PodStore(node)
         evictor = Evictor(client, node, dry_run=dry_run)
     elif not capacity_flags:
         log.warning("--no-kubernetes without --capacity: capacity unknown, so no contention can be detected")
     monitor = NodeMonitor(node, sampler, settings.contention, metrics, store, evictor, capacity_flags)
 
+    watcher = None
     if client is not None:
         assert store is not None and evictor is not None
 
@@ -215,9 +218,11 @@ def _serve(
             if exc.status in (401, 403):
                 raise click.UsageError(f"cannot read node {node!r}: {exc} (RBAC needs nodes get)") from exc
             log.warning("cannot read node %s yet (%s); will retry", node, exc)
+        except ConfigError as exc:  # an exec credential plugin that cannot run or answers nonsense
+            raise click.UsageError(str(exc)) from exc
         except Exception as exc:
             log.warning("API server not reachable yet (%s); will retry", exc)
-        PodWatcher(client, store, stop, on_relist=refresh_node).start()
+        watcher = PodWatcher(client, store, on_resync=refresh_node).start()
 
     try:
         stale_after_s = max(10.0, 5 * settings.contention.sample_interval_s)
@@ -238,6 +243,8 @@ def _serve(
         monitor.run(stop)
     finally:
         server.stop()
+        if watcher is not None:
+            watcher.stop()
         if client is not None:
             client.close()
         log.info("node-monitor stopped")

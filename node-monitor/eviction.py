@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stowage.node_monitor.kubeapi import ApiError, KubeClient
 from stowage.node_monitor.pods import PodInfo
 
+from stowage.kube.api import ApiError, KubeClient
 from stowage.resources import CPU
 
 __all__ = [
@@ -111,7 +111,9 @@ class Evictor:
             self.client.evict(pod.namespace, pod.name, pod.uid)
         except ApiError as exc:
             if exc.status == 429:
-                log.info("eviction of %s/%s refused by a disruption budget: %s", pod.namespace, pod.name, exc.message)
+                # A PodDisruptionBudget forbids it now (the message names the budget), or the server is throttling.
+                after = f"; server asks to wait {exc.retry_after_s:g}s" if exc.retry_after_s is not None else ""
+                log.info("eviction of %s/%s refused: %s%s", pod.namespace, pod.name, exc.message, after)
                 return Outcome.REFUSED
             if exc.status == 404:
                 return Outcome.GONE

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stowage.node_monitor.kubeapi import KubeClient
-
 from stowage.errors import IntentError
+from stowage.kube import api
+from stowage.kube.informer import Backoff, Informer
 from stowage.labels import PodClass, pod_class
 
 __all__ = ["PodInfo", "PodStore", "PodWatcher", "pod_info"]
@@ -132,50 +132,27 @@ class PodStore:
             return dict(self._pods)
 
 
-class PodWatcher(threading.Thread):
-    """List, then watch, this node's pods into a :class:`PodStore`; relist after any error.
+class PodWatcher(Informer):
+    """List, then watch, this node's pods into a :class:`PodStore` (field selector ``spec.nodeName``).
 
-    ``on_relist`` runs before every list (the monitor refreshes the Node's
-    capacity there). Stops when ``stop`` is set; waits at most ``backoff_max_s``
-    between failed attempts.
+    The shared :class:`~stowage.kube.informer.Informer` loop: relist at once after ``410 Gone``,
+    jittered backoff up to ``backoff_max_s`` after other errors. ``on_resync`` runs before every
+    list and every new watch, at least every ``watch_timeout_s`` (the monitor re-reads the Node's
+    capacity there). ``start()`` it; ``stop()`` ends it promptly.
     """
 
     def __init__(
         self,
-        client: KubeClient,
+        client: api.KubeClient,
         store: PodStore,
-        stop: threading.Event,
-        on_relist: Callable[[], None] | None = None,
+        on_resync: Callable[[], None] | None = None,
         watch_timeout_s: int = 300,
         backoff_max_s: float = 30.0,
     ) -> None:
-        super().__init__(name="pod-watcher", daemon=True)
-        self.client, self.store, self.stop = client, store, stop
-        self.on_relist = on_relist
-        self.watch_timeout_s = watch_timeout_s
-        self.backoff_max_s = backoff_max_s
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            store.apply({"type": kind, "object": obj})
 
-    def run(self) -> None:
-        backoff = 0.5
-        while not self.stop.is_set():
-            if self.on_relist is not None:
-                try:
-                    self.on_relist()
-                except Exception as exc:  # e.g. no RBAC for nodes get: keep following pods regardless
-                    log.warning("refreshing the node before listing pods failed: %s", exc)
-            try:
-                items, version = self.client.list_pods(self.store.node)
-                self.store.replace(items)
-                backoff = 0.5
-                for event in self.client.watch_pods(self.store.node, version, self.watch_timeout_s):
-                    if self.stop.is_set():
-                        return
-                    if event.get("type") == "ERROR":  # e.g. 410 Gone: the version expired, relist
-                        break
-                    self.store.apply(event)
-            except Exception as exc:  # any failure: log, back off, relist; never kill the monitor
-                if self.stop.is_set():  # the stream was interrupted to shut down
-                    return
-                log.warning("pod list/watch failed (%s); retrying in %.1fs", exc, backoff)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, self.backoff_max_s)
+        super().__init__(client, api.PODS, name=f"pods-on-{store.node}", params=api.on_node(store.node),
+                         on_replace=store.replace, on_event=on_event, on_resync=on_resync,
+                         watch_timeout_s=watch_timeout_s, backoff=Backoff(cap_s=backoff_max_s))
+        self.store = store

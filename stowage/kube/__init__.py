@@ -1,5 +1,7 @@
-"""Thin adapters over the Kubernetes client shared by the cluster components (informers, events).
+"""Thin adapters over the Kubernetes API shared by the cluster components.
 
-Nothing here decides anything: it turns API objects into compact records for
-the policy and turns decisions into API calls.
+``credentials`` finds the API server and the identity (kubeconfig, exec plugins, service
+account); ``api`` is the one client (REST verbs on paths, raw JSON via orjson, no ``kubernetes``
+import); ``informer`` keeps a consumer in step by list + watch; ``cluster``, ``records`` and
+``recent`` turn API objects into compact records for the policy. Nothing here decides anything.
 """

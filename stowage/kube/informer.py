@@ -1,8 +1,6 @@
-"""A list-then-watch loop over one resource, on a thread, with the ``kubernetes`` client.
+"""A list-then-watch loop over one resource, on a thread, with :class:`stowage.kube.api.KubeClient`.
 
-Why not ``kubernetes.watch.Watch``: it deserialises every object into client models
-(slow for thousands of pods) and, with ``deserialize=False``, mishandles ``ERROR``
-events. Here bodies are read raw and parsed with orjson; the callbacks get plain
+Bodies are read raw and parsed with orjson (thousands of pods per list); the callbacks get plain
 API JSON dicts.
 
 Life cycle::
@@ -12,35 +10,25 @@ Life cycle::
       │                                   │ 410 Gone (ERROR event or HTTP status) → relist at once
       └──── backoff (exponential, capped, jittered) ◄── any other API or network error
 
-``stop()`` ends the loop promptly: it closes the open watch response.
+``stop()`` ends the loop promptly: it interrupts the open watch stream.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
+from stowage.kube import api
 
-__all__ = ["BOUND_PODS", "Backoff", "Informer", "WatchExpired", "cluster_informers"]
+__all__ = ["BOUND_PODS", "Backoff", "Informer", "cluster_informers"]
 
 log = logging.getLogger(__name__)
 
 #: Pods that hold node resources: bound to a node and not finished.
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-
-ListFunction = Callable[..., Any]
-"""A ``CoreV1Api`` list method such as ``list_node`` or ``list_pod_for_all_namespaces``."""
-
-
-class WatchExpired(Exception):
-    """The resourceVersion we watch from is too old (HTTP 410 Gone): relist."""
 
 
 class Backoff:
@@ -63,37 +51,43 @@ class Backoff:
 class Informer:
     """Keep a consumer in step with one resource through list + watch, on a daemon thread.
 
-    ``on_replace(items)`` receives the full list after every (re)list; ``on_event(type,
-    obj)`` each ADDED / MODIFIED / DELETED object. Both run on the informer's thread
-    and must not block for long. ``synced`` is set after the first successful list.
+    ``path`` is the collection (``/api/v1/nodes``), ``params`` its list/watch query (field or
+    label selectors). ``on_replace(items)`` receives the full list after every (re)list;
+    ``on_event(type, obj)`` each ADDED / MODIFIED / DELETED object. Both run on the informer's
+    thread and must not block for long. ``on_resync()``, if given, runs before every list and every
+    new watch, so at least every ``watch_timeout_s`` (refresh a related object there); its errors
+    are logged, not fatal. ``synced`` is set after the first successful list.
     """
 
     def __init__(
         self,
-        list_fn: ListFunction,
+        client: api.KubeClient,
+        path: str,
         *,
         name: str,
         on_replace: Callable[[list[dict[str, Any]]], None],
         on_event: Callable[[str, dict[str, Any]], None],
+        params: Mapping[str, Any] | None = None,
+        on_resync: Callable[[], None] | None = None,
         watch_timeout_s: int = 300,
         request_timeout_s: float = 30.0,
         backoff: Backoff | None = None,
-        list_kwargs: Mapping[str, Any] | None = None,
-        page_size: int = 500,
+        page_size: int = api.DEFAULT_PAGE_SIZE,
     ) -> None:
         self.name = name
-        self._list_fn = list_fn
+        self._client = client
+        self._path = path
+        self._params = dict(params or {})
         self._on_replace = on_replace
         self._on_event = on_event
+        self._on_resync = on_resync
         self._watch_timeout_s = int(watch_timeout_s)
         self._request_timeout_s = float(request_timeout_s)
         self._backoff = backoff or Backoff()
-        self._list_kwargs = dict(list_kwargs or {})
         self._page_size = int(page_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._response: Any = None
-        self._lock = threading.Lock()
+        self._stream: api.WatchStream | None = None
         self.synced = threading.Event()
         self.relists = 0  # how many times the loop listed (1 + recoveries); for tests and logs
         self.last_error: str | None = None
@@ -107,18 +101,18 @@ class Informer:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
-        with self._lock:
-            response = self._response
-        if response is not None:
-            # shutdown() (urllib3 ≥ 2.3) interrupts a read blocked in another thread; close() alone does not.
-            with contextlib.suppress(Exception):
-                getattr(response, "shutdown", response.close)()
+        stream = self._stream
+        if stream is not None:
+            stream.interrupt()
         if self._thread is not None:
             self._thread.join(timeout_s)
 
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -130,120 +124,81 @@ class Informer:
                 self._backoff.reset()
                 while not self._stop.is_set():
                     version = self._watch(version)
-            except WatchExpired:
-                log.info("informer %s: watch expired (410 Gone); relisting", self.name)
             except Exception as exc:  # any API/network failure: back off and relist
                 if self._stop.is_set():
                     break
+                if isinstance(exc, api.ApiError) and exc.status == 410:
+                    # The version watched from (or a continue token) expired: routine, relist at once.
+                    log.info("informer %s: %s; relisting", self.name, exc)
+                    continue
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 delay = self._backoff.next_delay()
+                if isinstance(exc, api.ApiError) and exc.retry_after_s is not None:
+                    delay = max(delay, exc.retry_after_s)  # the server said how long it needs
                 log.warning("informer %s: %s; retrying in %.1fs", self.name, self.last_error, delay)
                 self._stop.wait(delay)
 
-    def _call(self, **kwargs: Any) -> Any:
-        response = self._list_fn(_preload_content=False, **self._list_kwargs, **kwargs)
-        with self._lock:
-            self._response = response
-        if self._stop.is_set():
-            response.close()
-        return response
-
-    def _release(self, response: Any) -> None:
-        with self._lock:
-            self._response = None
+    def _resync(self) -> None:
+        if self._on_resync is None:
+            return
         try:
-            response.close()
-            response.release_conn()
-        except Exception:  # best effort
-            pass
+            self._on_resync()
+        except Exception as exc:  # e.g. no RBAC for the related object: keep following this resource regardless
+            log.warning("informer %s: resync hook failed: %s", self.name, exc)
 
     def _list(self) -> str | None:
         """A consistent list in pages of ``page_size`` (the API server's ``continue`` tokens)."""
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"_request_timeout": self._request_timeout_s, "limit": self._page_size}
-            if token:
-                kwargs["_continue"] = token
-            try:
-                response = self._call(**kwargs)
-            except ApiException as exc:
-                if exc.status == 410:  # the continue token expired: start the list again
-                    raise WatchExpired() from exc
-                raise
-            try:
-                body = orjson.loads(response.data)
-            finally:
-                self._release(response)
-            items.extend(body.get("items") or [])
-            meta = body.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                break
+        self._resync()
+        items, version = self._client.list(self._path, self._params, page_size=self._page_size,
+                                           timeout_s=self._request_timeout_s)
         self._on_replace(items)
         self.relists += 1
         self.synced.set()
-        return meta.get("resourceVersion")
+        return version
 
     def _watch(self, version: str | None) -> str | None:
-        kwargs: dict[str, Any] = {
-            "watch": True,
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": self._watch_timeout_s,
-            # connect timeout, read timeout: a silent stream longer than the server timeout is dead.
-            "_request_timeout": (self._request_timeout_s, self._watch_timeout_s + self._request_timeout_s),
-        }
-        if version:
-            kwargs["resource_version"] = version
+        self._resync()
+        stream = self._client.watch(self._path, self._params, version, self._watch_timeout_s)
+        self._stream = stream
+        if self._stop.is_set():
+            stream.interrupt()
         try:
-            response = self._call(**kwargs)
-        except ApiException as exc:
-            if exc.status == 410:
-                raise WatchExpired() from exc
-            raise
-        try:
-            for line in iter_resp_lines(response):
+            for event in stream:
                 if self._stop.is_set():
                     break
-                if not line or line.isspace():
-                    continue
-                event = orjson.loads(line)
                 kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise WatchExpired()
-                    raise ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
                 version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                if kind == "BOOKMARK":
-                    continue
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._on_event(kind, obj)
         finally:
-            self._release(response)
+            self._stream = None
+            stream.close()
         return version
 
 
-def cluster_informers(core: Any, model: Any, **informer_kwargs: Any) -> list[Informer]:
+def cluster_informers(client: api.KubeClient, model: Any, **informer_kwargs: Any) -> list[Informer]:
     """The two informers that keep a cluster model in step: every Node, and the bound, unfinished Pods.
 
-    ``core`` is a ``CoreV1Api``; ``model`` has ``replace_nodes``/``apply_node_event`` and
-    ``replace_pods``/``apply_pod_event`` (``stowage.kube.cluster.ClusterModel``). The informers are
-    returned unstarted; ``informer_kwargs`` (backoff, watch timeout) go to both.
+    ``model`` has ``replace_nodes``/``apply_node_event`` and ``replace_pods``/``apply_pod_event``
+    (``stowage.kube.cluster.ClusterModel``). The informers are returned unstarted;
+    ``informer_kwargs`` (backoff, watch timeout) go to both.
     """
     return [
         Informer(
-            core.list_node,
+            client,
+            api.NODES,
             name="nodes",
             on_replace=model.replace_nodes,
             on_event=model.apply_node_event,
             **informer_kwargs,
         ),
         Informer(
-            core.list_pod_for_all_namespaces,
+            client,
+            api.PODS,
             name="pods",
             on_replace=model.replace_pods,
             on_event=model.apply_pod_event,
-            list_kwargs={"field_selector": BOUND_PODS},
+            params={"fieldSelector": BOUND_PODS},
             **informer_kwargs,
         ),
     ]

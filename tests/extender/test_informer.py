@@ -54,7 +54,7 @@ def cluster() -> Iterator[KubeEmulator]:
 
 def start(handle: KubeEmulator, model: ClusterModel, backoff: Backoff | None = None) -> list[Informer]:
     fast = backoff or Backoff(base_s=0.01, cap_s=0.05, rng=random.Random(1))
-    return [informer.start() for informer in cluster_informers(client.CoreV1Api(handle.api), model, backoff=fast)]
+    return [informer.start() for informer in cluster_informers(handle.client, model, backoff=fast)]
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ def test_the_runtime_becomes_ready_and_answers_from_the_watched_cluster() -> Non
         core = client.CoreV1Api(cluster.api)
         core.create_node(api_node("n1"))
         core.create_namespaced_pod("batch", regular_pod("busy-0", cpu="15", memory="1Gi", node_name="n1"))
-        runtime = ExtenderRuntime(StowageSettings(), cluster.api, prometheus_url=None)
+        runtime = ExtenderRuntime(StowageSettings(), cluster.client, prometheus_url=None)
         with runtime, serving(runtime.app) as url, httpx.Client(timeout=10.0) as http:
             wait_until(lambda: http.get(f"{url}/readyz").status_code == 200, 30)
             core.create_node(api_node("n2", cpu="32"))

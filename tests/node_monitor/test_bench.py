@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from stowage.node_monitor.bench import build_tree
 from stowage.node_monitor.cgroups import Driver
 from stowage.node_monitor.metrics import NodeMetrics
@@ -13,7 +14,10 @@ from stowage.node_monitor.monitor import NodeMonitor
 from stowage.node_monitor.sampling import Sampler
 from stowage.node_monitor.summary import summarise
 
+from stowage.bench import bench
 from stowage.config import ContentionSettings
+
+from .emulator import running_emulator, write_kubeconfig
 
 PODS = 110  # the kubelet's default maximum pods per node
 
@@ -57,10 +61,6 @@ def test_bench_metrics_render_110_pods(benchmark, tmp_path: Path) -> None:
 
 
 def test_the_bench_command_reports_every_measurement_it_was_asked_for(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from stowage.bench import bench
-
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(bench, ["node-monitor", "--pods", "5", "--repeat", "10", "--skip", "rss",
                                         "--skip", "reaction", "--json", str(out)], catch_exceptions=False)
@@ -69,8 +69,24 @@ def test_the_bench_command_reports_every_measurement_it_was_asked_for(tmp_path: 
     assert {"sample_v2-systemd", "sample_v2-cgroupfs", "sample_v1-cgroupfs"} <= set(json.loads(out.read_text()))
 
 
-def test_the_reaction_measurement_sees_the_eviction_request() -> None:
-    from stowage.node_monitor.bench import measure_reaction
+def test_without_a_kubeconfig_memory_and_reaction_are_skipped_and_say_why() -> None:
+    result = CliRunner().invoke(bench, ["node-monitor", "--pods", "5", "--repeat", "10"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("skipped: needs a real API server (--kubeconfig PATH)") == 2
+    help_text = " ".join(CliRunner().invoke(bench, ["node-monitor", "--help"]).output.split())
+    assert "--kubeconfig" in help_text and "Without it, only the sample cost is measured" in help_text
 
-    result = measure_reaction(interval_s=0.2, sustained_count=3, pods=5, runs=1)
-    assert len(result["reaction_s"]) == 1 and result["reaction_s"][0] > 0  # an eviction arrived (no timing assert)
+
+def test_with_a_kubeconfig_memory_and_reaction_are_measured_against_that_server(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    with running_emulator() as emulator:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", emulator.url)
+        result = CliRunner().invoke(bench, ["node-monitor", "--pods", "5", "--repeat", "10", "--interval", "0.2",
+                                            "--runs", "1", "--kubeconfig", str(kubeconfig), "--json", str(out)],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert [status for _, _, status in emulator.emu.evictions] == [201]  # the newest pod, the only candidate
+        assert emulator.live("v1/nodes") == [] and emulator.live("v1/pods") == []  # the bench cleaned up
+    results = json.loads(out.read_text())
+    assert results["rss"]["rss_mb"] > 0  # a running monitor was measured (no timing or size asserts)
+    assert len(results["reaction"]["reaction_s"]) == 1 and results["reaction"]["reaction_s"][0] > 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from stowage.node_monitor.synthetic import SyntheticNode
 from stowage.cli import main
 
 
-def run(*args: str, env: dict[str, str] | None = None):
+def run(*args: str, env: dict[str, str | None] | None = None):
     return CliRunner().invoke(main, ["node-monitor", *args], env=env or {}, catch_exceptions=False)
 
 
@@ -51,9 +53,26 @@ def test_a_node_name_is_required_with_kubernetes() -> None:
 
 
 def test_without_a_cluster_and_without_kubeconfig_it_says_what_to_pass(tmp_path: Path) -> None:
-    result = run("--node-name", "n1", "--cgroup-root", str(tmp_path))
+    env = {"KUBERNETES_SERVICE_HOST": None, "KUBECONFIG": str(tmp_path / "absent")}
+    result = run("--node-name", "n1", "--cgroup-root", str(tmp_path), env=env)
     assert result.exit_code == 2
+    assert "in-cluster service account" in result.output and str(tmp_path / "absent") in result.output
     assert "--kubeconfig" in result.output and "--no-kubernetes" in result.output
+
+
+def test_the_node_monitor_never_imports_the_kubernetes_client() -> None:
+    # Importing `kubernetes` costs ~35 MB of resident memory, over half the DaemonSet's 60 MB budget.
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from stowage.cli import main\n"
+        "import stowage.kube.api, stowage.kube.credentials, stowage.kube.informer\n"
+        "from stowage.node_monitor import bench, capacity, cli, eviction, metrics, monitor, pods, sampling, summary\n"
+        "assert CliRunner().invoke(main, ['node-monitor', '--help']).exit_code == 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'kmock')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_bad_config_file_names_the_key(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 from stowage.node_monitor.capacity import node_capacity
 from stowage.node_monitor.cgroups import Driver, QoS
 from stowage.node_monitor.eviction import Evictor
-from stowage.node_monitor.kubeapi import KubeClient, load_config
 from stowage.node_monitor.metrics import NodeMetrics
 from stowage.node_monitor.monitor import NodeMonitor, TickReport
 from stowage.node_monitor.pods import PodStore
@@ -22,6 +21,7 @@ from stowage.node_monitor.sampling import Sampler
 from stowage.node_monitor.synthetic import SyntheticNode
 
 from stowage.config import ContentionPolicy, ContentionSettings
+from stowage.kube.api import KubeClient, load_config
 from stowage.labels import LABEL_CLASS, LABEL_OPPORTUNISTIC
 
 from .emulator import NODES, PODS, Emulator, write_kubeconfig

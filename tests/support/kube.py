@@ -2,9 +2,11 @@
 
 Usage::
 
-    with kube_emulator() as (emulator, api):        # api: kubernetes.client.ApiClient
+    with kube_emulator() as (emulator, api):        # api: kubernetes.client.ApiClient (the test's own hands)
         CoreV1Api(api).create_node({"metadata": {"name": "n1"}})
         wait_until(lambda: ..., timeout_s=5)
+
+    handle.client                                   # stowage.kube.api.KubeClient: the code under test's client
 
 The emulator (``kmock.KubernetesEmulator`` served by ``kmock.Server``) runs its own
 asyncio loop on a daemon thread; ``v1/pods``, ``v1/nodes`` and ``v1/events`` are
@@ -35,6 +37,8 @@ import kmock
 import yaml
 from kubernetes import client
 
+from stowage.kube.api import ApiConfig, KubeClient
+
 __all__ = ["DEFAULT_RESOURCES", "KubeEmulator", "gone_once", "kube_emulator", "wait_until", "write_kubeconfig"]
 
 DEFAULT_RESOURCES: tuple[str, ...] = ("v1/pods", "v1/nodes", "v1/events")
@@ -44,12 +48,13 @@ T = TypeVar("T")
 
 @dataclass
 class KubeEmulator:
-    """A running emulator. Unpacks as ``(emulator, api)``."""
+    """A running emulator. Unpacks as ``(emulator, api)``; ``client`` is Stowage's own client for it."""
 
     emulator: kmock.KubernetesEmulator
     api: client.ApiClient
     url: str
     loop: asyncio.AbstractEventLoop
+    client: KubeClient
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.emulator, self.api))
@@ -100,9 +105,11 @@ def kube_emulator(
     configuration = client.Configuration()
     configuration.host = state["url"]
     api = client.ApiClient(configuration)
+    kube = KubeClient(ApiConfig(state["url"], token="test-token", source="kmock"))
     try:
-        yield KubeEmulator(state["emulator"], api, state["url"], loop)
+        yield KubeEmulator(state["emulator"], api, state["url"], loop, kube)
     finally:
+        kube.close()
         api.close()
         assert stop is not None
         loop.call_soon_threadsafe(stop.set)
