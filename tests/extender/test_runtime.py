@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from kubernetes import client
 from stowage.extender.cli import extender
+from stowage.extender.messages import REASONS
 from stowage.extender.server import ExtenderRuntime, serving
 
 from stowage.config import StowageSettings
@@ -43,7 +44,7 @@ def test_the_runtime_becomes_ready_and_answers_from_the_watched_cluster() -> Non
             assert scores == [{"Host": "n1", "Score": 0}, {"Host": "n2", "Score": 10}]
             opp = http.post(f"{url}/filter", json=extender_args(opportunistic_pod(), nodes, cache=True)).json()
             assert opp["NodeNames"] == []
-            assert "no Prometheus URL configured" in opp["FailedNodes"]["n1"]
+            assert opp["FailedNodes"]["n1"] == REASONS["utilization-unavailable"]  # no Prometheus URL configured
 
 
 def test_the_cli_help_names_every_flag() -> None:
