@@ -99,6 +99,11 @@ def simulate(
     from stowage.sim.report import build_report, format_table
     from stowage.sim.traces import resolve_workload
 
+    if not no_plots and importlib.util.find_spec("matplotlib") is None:
+        # Say so before the runs, not after minutes of simulation.
+        from stowage.sim.plots import MISSING_MATPLOTLIB
+
+        raise click.ClickException(MISSING_MATPLOTLIB)
     started = time.perf_counter()
     try:
         settings = load_settings(config_path)
@@ -107,11 +112,6 @@ def simulate(
         raise click.ClickException(str(exc)) from exc
     if arrivals == "batch":
         workload = workload.with_batch_arrivals()
-    if not no_plots and importlib.util.find_spec("matplotlib") is None:
-        # Say so before the runs, not after minutes of simulation.
-        from stowage.sim.plots import MISSING_MATPLOTLIB
-
-        raise click.ClickException(MISSING_MATPLOTLIB)
     chosen = list(policies) or list(PRESETS)
     try:
         usage = parse_usage(usage_spec)

@@ -155,10 +155,11 @@ BAD_VALUES = [
     pytest.param({"containerSecurityContext.readOnlyRootFilesystem": False},
                  "at '/containerSecurityContext/readOnlyRootFilesystem': value must be true",
                  id="writable-root-filesystem"),
-    pytest.param({"podSecurityContext.runAsNonRoot": False}, "at '/podSecurityContext/runAsNonRoot': value must be true",
-                 id="root-pods"),
+    pytest.param({"podSecurityContext.runAsNonRoot": False},
+                 "at '/podSecurityContext/runAsNonRoot': value must be true", id="root-pods"),
     pytest.param({"opportunisticPriorityClass.value": 10},
-                 "at '/opportunisticPriorityClass/value': maximum: got 10, want -1", id="positive-opportunistic-priority"),
+                 "at '/opportunisticPriorityClass/value': maximum: got 10, want -1",
+                 id="positive-opportunistic-priority"),
     pytest.param({"extender.port": 0}, "at '/extender/port': minimum: got 0, want 1", id="port-zero"),
     pytest.param({"nodeMonitor.capacity": "cpu:4"}, "at '/nodeMonitor/capacity': 'cpu:4' does not match pattern",
                  id="capacity-list-syntax"),
@@ -212,7 +213,8 @@ def test_rendered_settings_load_as_stowage_settings(tmp_path: Path) -> None:
     settings = load_settings(path)
     assert settings.harvest.t_alloc.cpu == pytest.approx(0.8)
     assert str(settings.contention.policy) == "neutral"
-    default_cm = next(d for d in docs_of_kind(render_documents(), "ConfigMap") if d["metadata"]["name"].endswith("-settings"))
+    default_cm = next(d for d in docs_of_kind(render_documents(), "ConfigMap")
+                      if d["metadata"]["name"].endswith("-settings"))
     path.write_text(default_cm["data"]["settings.yaml"])
     assert load_settings(path) == load_settings(None)
 
@@ -285,7 +287,8 @@ def _subset_problems(small: Any, big: Any, path: str = "") -> list[str]:
             return [p for x in small for p in _subset_problems(x, by_name.get(x["name"]), f"{path}[{x['name']}]")]
         if len(small) != len(big):
             return [f"{path}: {len(small)} items, chart has {len(big)}"]
-        return [p for i, (a, b) in enumerate(zip(small, big, strict=True)) for p in _subset_problems(a, b, f"{path}[{i}]")]
+        pairs = enumerate(zip(small, big, strict=True))
+        return [p for i, (a, b) in pairs for p in _subset_problems(a, b, f"{path}[{i}]")]
     return [] if small == big else [f"{path}: manifest {small!r}, chart {big!r}"]
 
 
@@ -367,7 +370,9 @@ def test_webhooks_serve_the_operator_handler_ids_and_fail_closed(name: str, tmp_
         (cert,) = docs_of_kind(docs, "Certificate")
         assert cert["spec"]["secretName"] == "stowage-webhook-cert"
         assert "stowage-operator-webhook.stowage-system.svc" in cert["spec"]["dnsNames"]
-        for d in [*docs_of_kind(docs, "MutatingWebhookConfiguration"), *docs_of_kind(docs, "ValidatingWebhookConfiguration")]:
+        configs = [*docs_of_kind(docs, "MutatingWebhookConfiguration"),
+                   *docs_of_kind(docs, "ValidatingWebhookConfiguration")]
+        for d in configs:
             assert d["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "stowage-system/stowage-webhook"
             assert all("caBundle" not in w["clientConfig"] for w in d["webhooks"])
     else:

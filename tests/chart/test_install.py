@@ -1,0 +1,373 @@
+"""``helm install`` onto the real control plane, the components under their chart ServiceAccounts, upgrade, uninstall.
+
+One install per module (release ``stowage`` in ``stowage-chart``) on three fake nodes, one of them tainted
+``NoSchedule``. No kubelet runs the chart's pods: kube-controller-manager creates them (DaemonSet pods stay
+Pending without a scheduler), and the tests start the components themselves, as processes on this machine,
+each with a token of its own chart ServiceAccount (TokenRequest API) and the configuration the chart
+rendered into the cluster. Tests run in file order; the last ones upgrade and uninstall.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from stowage.labels import HARVEST_RESOURCE, LABEL_CLASS, OPPORTUNISTIC_PRIORITY_CLASS, SCHEDULER_NAME
+from tests.chart.render import CHART, helm
+from tests.support.controlplane import LOCAL_ASSETS, ControlPlane, find_assets
+from tests.support.fake_kubelet import FakeKubelet, NodeSpec
+from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
+
+pytestmark = pytest.mark.usefixtures("helm_binary")
+
+RELEASE = "stowage"
+NAMESPACE = "stowage-chart"
+NODE_LABEL = "stowage-test/chart"
+WAIT_S = 90.0
+"""Upper bound of every wait: how long a broken test may hang on a loaded 2-core machine, not a speed target."""
+
+STOWAGE = Path(sys.executable).with_name("stowage")
+SA = {"scheduler": f"{RELEASE}-scheduler", "node-monitor": f"{RELEASE}-node-monitor", "operator": f"{RELEASE}-operator"}
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.2)
+
+
+class Installed:
+    """The release on the control plane, and handles the tests share."""
+
+    def __init__(self, plane: ControlPlane, kubelet: FakeKubelet, nodes: list[str], workdir: Path) -> None:
+        self.plane, self.kubelet, self.nodes, self.workdir = plane, kubelet, nodes, workdir
+        self.api = plane.api()
+        self.core = client.CoreV1Api(self.api)
+        self.dynamic = DynamicClient(self.api)
+        self.installed = False
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return helm(*args, "--kubeconfig", str(self.plane.kubeconfig), check=check)
+
+    def manifest(self) -> list[dict[str, Any]]:
+        text = self.helm("get", "manifest", RELEASE, "-n", NAMESPACE).stdout
+        return [d for d in yaml.safe_load_all(text) if d]
+
+    def get(self, doc: dict[str, Any]) -> dict[str, Any] | None:
+        resource = self.dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        namespace = doc["metadata"].get("namespace") if resource.namespaced else None
+        if resource.namespaced and namespace is None:
+            namespace = NAMESPACE
+        try:
+            return resource.get(name=doc["metadata"]["name"], namespace=namespace).to_dict()
+        except NotFoundError:
+            return None
+
+    def token_kubeconfig(self, component: str) -> Path:
+        """A kubeconfig with a TokenRequest token of the component's chart ServiceAccount."""
+        token = self.core.create_namespaced_service_account_token(
+            SA[component], NAMESPACE, {"spec": {"expirationSeconds": 3600}}).status.token
+        return self.plane.kubeconfig_for_token(token, name=f"chart-{component}-{uuid.uuid4().hex[:6]}")
+
+    def config_map(self, suffix: str) -> dict[str, str]:
+        return self.core.read_namespaced_config_map(f"{RELEASE}-{suffix}", NAMESPACE).data
+
+    def pods(self, component: str) -> list[client.V1Pod]:
+        selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
+        return self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+
+
+@pytest.fixture(scope="module")
+def installed(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("needs the test's own control plane (STOWAGE_TEST_KUBECONFIG points at an external cluster)")
+    workdir = tmp_path_factory.mktemp("chart-install")
+    kubelet = FakeKubelet(control_plane.api(), workdir / "cgroup").start()
+    specs = [NodeSpec(f"chart-node-{i}-{uuid.uuid4().hex[:4]}", labels={NODE_LABEL: "1"}) for i in range(2)]
+    specs.append(NodeSpec(f"chart-node-tainted-{uuid.uuid4().hex[:4]}", labels={NODE_LABEL: "1"},
+                          taints=({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},)))
+    nodes = kubelet.add_nodes(specs)
+    state = Installed(control_plane, kubelet, nodes, workdir)
+    # A PriorityClass another module left behind (not Helm's) would block the install: Helm adopts nothing.
+    scheduling = client.SchedulingV1Api(state.api)
+    with contextlib.suppress(client.ApiException):
+        leftover = scheduling.read_priority_class(OPPORTUNISTIC_PRIORITY_CLASS)
+        if (leftover.metadata.labels or {}).get("app.kubernetes.io/managed-by") != "Helm":
+            scheduling.delete_priority_class(OPPORTUNISTIC_PRIORITY_CLASS)
+    try:
+        state.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace")
+        state.installed = True
+        yield state
+    finally:
+        if state.installed:
+            state.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "2m", check=False)
+        kubelet.stop(cleanup=True)
+
+
+@contextlib.contextmanager
+def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        stop_process(proc, timeout_s=15)
+
+
+def _forbidden(log: Path) -> list[str]:
+    return [line for line in log.read_text(errors="replace").splitlines()
+            if "forbidden" in line.lower() or " 403" in line]
+
+
+# --- install -----------------------------------------------------------------------------------------------
+
+
+def test_every_rendered_object_is_accepted(installed: Installed) -> None:
+    docs = installed.manifest()
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+            "PriorityClass", "Queue", "Secret", "ClusterRole", "Role"} <= kinds
+    missing = [f"{d['kind']}/{d['metadata']['name']}" for d in docs if installed.get(d) is None]
+    assert not missing
+
+
+def test_crds_are_installed_and_the_default_queue_exists(installed: Installed) -> None:
+    queue = installed.dynamic.resources.get(api_version="stowage.io/v1alpha1", kind="Queue").get(name="default")
+    assert queue.spec.weight == 1
+
+
+def test_node_monitor_daemonset_creates_one_pod_per_node_tainted_or_not(installed: Installed) -> None:
+    def per_node() -> dict[str, int] | None:
+        counts: dict[str, int] = {}
+        for pod in installed.pods("node-monitor"):
+            required = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+            node = required.node_selector_terms[0].match_fields[0].values[0]
+            counts[node] = counts.get(node, 0) + 1
+        return counts if set(installed.nodes) <= set(counts) else None
+
+    counts = wait_for(per_node, "a node-monitor pod on every fake node")
+    assert all(counts[n] == 1 for n in installed.nodes), counts
+    pod = next(p for p in installed.pods("node-monitor"))
+    env = {e.name: e.value_from.field_ref.field_path for e in pod.spec.containers[0].env if e.value_from}
+    assert env == {"NODE_NAME": "spec.nodeName"}
+
+
+def test_scheduler_and_operator_deployments_get_their_pods(installed: Installed) -> None:
+    for component in ("scheduler", "operator"):
+        pods = wait_for(lambda c=component: installed.pods(c), f"a {component} pod")
+        assert len(pods) == 1
+        assert pods[0].spec.service_account_name == SA[component]
+    (scheduler,) = installed.pods("scheduler")
+    assert [c.name for c in scheduler.spec.containers] == ["kube-scheduler", "extender"]
+
+
+# --- RBAC ----------------------------------------------------------------------------------------------
+
+
+def _allowed(installed: Installed, component: str, verb: str, resource: str, namespace: str = "",
+             group: str = "", name: str = "", subresource: str = "") -> bool:
+    user = f"system:serviceaccount:{NAMESPACE}:{SA[component]}"
+    review = client.AuthorizationV1Api(installed.api).create_subject_access_review({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}",
+                                          "system:authenticated"],
+                 "resourceAttributes": {"verb": verb, "resource": resource, "group": group, "namespace": namespace,
+                                        "name": name, "subresource": subresource}}})
+    return bool(review.status.allowed)
+
+
+#: (component, verb, resource, namespace, group, name, subresource) → allowed?
+RBAC_CASES = [
+    # node monitor: exactly docs/node-monitor.md "Deployment"
+    ("node-monitor", "get", "nodes", "", "", "", "", True),
+    ("node-monitor", "list", "pods", "", "", "", "", True),
+    ("node-monitor", "watch", "pods", "", "", "", "", True),
+    ("node-monitor", "create", "pods", "batch", "", "victim", "eviction", True),
+    ("node-monitor", "create", "events", "batch", "", "", "", True),
+    ("node-monitor", "delete", "pods", "batch", "", "", "", False),
+    ("node-monitor", "create", "pods", "batch", "", "", "", False),
+    ("node-monitor", "patch", "nodes", "", "", "", "", False),
+    ("node-monitor", "list", "nodes", "", "", "", "", False),
+    # scheduler pod (kube-scheduler + the extender sidecar)
+    ("scheduler", "list", "nodes", "", "", "", "", True),
+    ("scheduler", "watch", "pods", "", "", "", "", True),
+    ("scheduler", "create", "pods", "batch", "", "p", "binding", True),
+    ("scheduler", "create", "events", "batch", "", "", "", True),
+    ("scheduler", "update", "leases", "kube-system", "coordination.k8s.io", "stowage-scheduler", "", True),
+    ("scheduler", "get", "configmaps", "kube-system", "", "extension-apiserver-authentication", "", True),
+    ("scheduler", "create", "pods", "batch", "", "", "", False),
+    ("scheduler", "update", "nodes", "", "", "", "", False),
+    ("scheduler", "create", "pods", "batch", "", "p", "eviction", False),
+    # operator
+    ("operator", "create", "pods", "batch", "", "", "", True),
+    ("operator", "patch", "pods", "batch", "", "", "", True),
+    ("operator", "delete", "pods", "batch", "", "", "", True),
+    ("operator", "patch", "queues", "", "stowage.io", "", "status", True),
+    ("operator", "watch", "jobs", "batch", "stowage.io", "", "", True),
+    ("operator", "update", "configmaps", NAMESPACE, "", "", "", True),
+    ("operator", "update", "configmaps", "batch", "", "", "", False),
+    ("operator", "create", "mutatingwebhookconfigurations", "", "admissionregistration.k8s.io", "", "", False),
+    ("operator", "patch", "nodes", "", "", "", "", False),
+    ("operator", "create", "pods", "batch", "", "p", "eviction", False),
+]
+
+
+@pytest.mark.parametrize(("component", "verb", "resource", "namespace", "group", "name", "sub", "expected"),
+                         RBAC_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}{'/' + c[6] if c[6] else ''}-{c[3] or 'cluster'}"
+                                          f"-{'allowed' if c[7] else 'denied'}" for c in RBAC_CASES])
+def test_rbac_grants_each_component_what_it_needs_and_no_more(
+        installed: Installed, component: str, verb: str, resource: str, namespace: str, group: str, name: str,
+        sub: str, expected: bool) -> None:
+    assert _allowed(installed, component, verb, resource, namespace, group, name, sub) is expected
+
+
+@pytest.mark.parametrize("component", list(SA))
+def test_no_component_reads_secrets(installed: Installed, component: str) -> None:
+    for verb in ("get", "list", "watch"):
+        for namespace in ("", NAMESPACE, "kube-system", "default"):
+            assert not _allowed(installed, component, verb, "secrets", namespace), (verb, namespace)
+
+
+# --- the components under their own ServiceAccounts --------------------------------------------------------
+
+
+def test_scheduler_and_extender_run_under_the_scheduler_account_with_the_charts_config(
+        installed: Installed, tmp_path: Path) -> None:
+    """The real kube-scheduler loads the installed KubeSchedulerConfiguration (leader election on its own lease),
+    calls the extender, binds a regular pod and holds an opportunistic one (no Prometheus: fail closed)."""
+    assets = find_assets() or LOCAL_ASSETS
+    kubeconfig = installed.token_kubeconfig("scheduler")
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(installed.config_map("settings")["settings.yaml"])
+    ext_log = tmp_path / "extender.log"
+    with process([str(STOWAGE), "extender", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", "0",
+                  "--config", str(settings)], ext_log) as extender:
+        port = wait_for_logged_port(extender, ext_log, EXTENDER_PORT_LOGGED, WAIT_S)
+        wait_for(lambda: _status(f"http://127.0.0.1:{port}/readyz") == 200, "the extender's caches")
+        config = yaml.safe_load(installed.config_map("scheduler-config")["config.yaml"])
+        assert [e["urlPrefix"] for e in config["extenders"]] == ["http://127.0.0.1:8888"] * 2
+        config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+        for entry in config["extenders"]:
+            entry["urlPrefix"] = f"http://127.0.0.1:{port}"
+        path = tmp_path / "scheduler.yaml"
+        path.write_text(yaml.safe_dump(config))
+        sched_log = tmp_path / "kube-scheduler.log"
+        with process([str(assets / "kube-scheduler"), f"--config={path}", f"--authentication-kubeconfig={kubeconfig}",
+                      f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", "--secure-port=0",
+                      "--v=2"], sched_log) as scheduler:
+            def leading() -> bool:
+                assert scheduler.poll() is None, sched_log.read_text(errors="replace")[-4000:]
+                text = sched_log.read_text(errors="replace")
+                return "successfully acquired lease kube-system/stowage-scheduler" in text
+
+            wait_for(leading, "kube-scheduler to lead on its own lease")
+            ns = f"chart-pods-{uuid.uuid4().hex[:6]}"
+            # The operator does not run here: its namespace opts out of the (fail-closed) pod webhook.
+            installed.plane.create_namespace(ns, labels={"stowage.io/webhook": "ignore"})
+            regular = _pod("regular", {"cpu": "100m", "memory": "64Mi"}, {}, {})
+            opportunistic = _pod("opportunistic", {"cpu": "0", "memory": "0", HARVEST_RESOURCE: "1"},
+                                 {HARVEST_RESOURCE: "1", "memory": "1Gi"}, {LABEL_CLASS: "opportunistic"},
+                                 {"stowage.io/demand": json.dumps({"cpu": "1", "memory": "1Gi"})})
+            for body in (regular, opportunistic):
+                installed.core.create_namespaced_pod(ns, body)
+            bound = wait_for(lambda: installed.core.read_namespaced_pod("regular", ns).spec.node_name,
+                             "the regular pod to be bound")
+            assert bound in installed.nodes
+            events = wait_for(lambda: [e for e in installed.core.list_namespaced_event(
+                ns, field_selector="involvedObject.name=opportunistic").items if e.reason == "FailedScheduling"],
+                "a FailedScheduling event for the opportunistic pod")
+            assert "stowage: no fresh utilization" in events[-1].message
+            assert installed.core.read_namespaced_pod("opportunistic", ns).spec.node_name is None
+            installed.core.delete_namespace(ns)
+        assert not _forbidden(sched_log), _forbidden(sched_log)
+    assert not _forbidden(ext_log), _forbidden(ext_log)
+
+
+def _pod(name: str, requests: dict[str, str], limits: dict[str, str], labels: dict[str, str],
+         annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels, "annotations": annotations or {}},
+            "spec": {"schedulerName": SCHEDULER_NAME, "nodeSelector": {NODE_LABEL: "1"},
+                     **({"priorityClassName": OPPORTUNISTIC_PRIORITY_CLASS} if labels else {}),
+                     "containers": [{"name": "c", "image": "busybox:1.36",
+                                     "resources": {"requests": requests, "limits": limits}}]}}
+
+
+def _status(url: str) -> int:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=2.0).status_code
+    return 0
+
+
+def test_node_monitor_runs_under_its_account(installed: Installed, tmp_path: Path) -> None:
+    node = installed.nodes[0]
+    kubeconfig = installed.token_kubeconfig("node-monitor")
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(installed.config_map("settings")["settings.yaml"])
+    log = tmp_path / "node-monitor.log"
+    argv = [str(STOWAGE), "node-monitor", "--node-name", node, "--kubeconfig", str(kubeconfig),
+            "--cgroup-root", str(installed.kubelet.cgroup_dir(node)),
+            "--proc-root", str(installed.kubelet.proc_dir(node)),
+            "--address", "127.0.0.1", "--port", "0", "--config", str(settings)]
+    with process(argv, log) as monitor:
+        port = wait_for_logged_port(monitor, log, NODE_MONITOR_PORT_LOGGED, WAIT_S)
+
+        def capacity_published() -> bool:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            return f'stowage_node_capacity{{node="{node}",resource="memory"}}' in text
+
+        wait_for(capacity_published, "the node's allocatable, read with the node monitor's token")
+        assert _status(f"http://127.0.0.1:{port}/healthz") == 200
+    assert not _forbidden(log), _forbidden(log)
+
+
+# --- upgrade and uninstall ---------------------------------------------------------------------------------
+
+
+def test_upgrade_keeps_the_webhook_certificate_and_applies_new_values(installed: Installed) -> None:
+    secret = installed.core.read_namespaced_secret(f"{RELEASE}-webhook-cert", NAMESPACE).data
+    installed.helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values",
+                   "--set", "nodeMonitor.dryRun=true", "--set", "monitoring.interval=10s")
+    after = installed.core.read_namespaced_secret(f"{RELEASE}-webhook-cert", NAMESPACE).data
+    assert after == secret
+    hooks = client.AdmissionregistrationV1Api(installed.api).read_mutating_webhook_configuration(f"{RELEASE}-pods")
+    assert all(w.client_config.ca_bundle == secret["ca.crt"] for w in hooks.webhooks)
+    ds = client.AppsV1Api(installed.api).read_namespaced_daemon_set(f"{RELEASE}-node-monitor", NAMESPACE)
+    assert "--dry-run" in ds.spec.template.spec.containers[0].args
+    status = json.loads(installed.helm("status", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)
+    assert status["version"] == 2
+    missing = [f"{d['kind']}/{d['metadata']['name']}" for d in installed.manifest() if installed.get(d) is None]
+    assert not missing
+
+
+def test_uninstall_leaves_nothing_but_the_crds(installed: Installed) -> None:
+    docs = installed.manifest()
+    installed.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "2m")
+    installed.installed = False
+    wait_for(lambda: all(installed.get(d) is None for d in docs), "every object of the release to be gone")
+    wait_for(lambda: not installed.core.list_namespaced_pod(NAMESPACE).items, "the release's pods to be gone")
+    leftovers = [f"{d['kind']}/{d['metadata']['name']}" for d in docs if installed.get(d) is not None]
+    assert not leftovers
+    # Helm never deletes crds/ (https://helm.sh/docs/chart_best_practices/custom_resource_definitions/).
+    crds = client.ApiextensionsV1Api(installed.api)
+    for name in ("queues.stowage.io", "jobs.stowage.io"):
+        assert crds.read_custom_resource_definition(name).metadata.name == name
