@@ -19,6 +19,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from stowage.extender.app import create_app
+from stowage.extender.events import PodEvents
 
 from stowage.config import StowageSettings
 from stowage.kube.api import KubeClient
@@ -73,18 +74,25 @@ class ExtenderRuntime:
             PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s) if prometheus_url else None
         )
         self.utilization = Utilization(reader, interval_s=prometheus_interval_s)
-        self.app: FastAPI = create_app(settings, self.model, self.utilization)
+        # Events about pods placed nowhere: posted off the request path, counted in the app's metrics.
+        self.events = PodEvents(api.create_event, on_outcome=lambda outcome: self._count_event(outcome))
+        self.app: FastAPI = create_app(settings, self.model, self.utilization, events=self.events)
+
+    def _count_event(self, outcome: str) -> None:
+        self.app.state.metrics.events.labels(outcome).inc()
 
     def start(self) -> ExtenderRuntime:
         for informer in self.informers:
             informer.start()
         self.utilization.start()
+        self.events.start()
         return self
 
     def close(self) -> None:
         for informer in self.informers:
             informer.stop()
         self.utilization.stop()
+        self.events.stop()
 
     def __enter__(self) -> ExtenderRuntime:
         return self.start()
