@@ -122,6 +122,13 @@ def test_node_monitor_samples_this_machine_from_the_clean_install(clean_venv: Pa
     assert '"node"' in done.stdout
 
 
+def _status(url: str) -> int:
+    try:
+        return httpx.get(url, timeout=10.0).status_code
+    except httpx.HTTPError:
+        return 0
+
+
 @pytest.mark.slow
 def test_extender_serves_from_the_clean_install(clean_venv: Path, control_plane: Any, tmp_path: Path) -> None:
     if not isinstance(control_plane, ControlPlane):
@@ -132,11 +139,12 @@ def test_extender_serves_from_the_clean_install(clean_venv: Path, control_plane:
                                  str(control_plane.kubeconfig), "--host", "127.0.0.1", "--port", "0"],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=NEUTRAL_CWD)
     try:
-        port = wait_for_logged_port(proc, log, EXTENDER_PORT_LOGGED, 90.0)
-        deadline = time.monotonic() + 90.0
-        while httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code != 200:
+        # Deadlines for a loaded 2-core machine (other suites share it), not speed targets.
+        port = wait_for_logged_port(proc, log, EXTENDER_PORT_LOGGED, 180.0)
+        deadline = time.monotonic() + 180.0
+        while _status(f"http://127.0.0.1:{port}/readyz") != 200:
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
             time.sleep(0.2)
-        assert "stowage_extender_request_seconds" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "stowage_extender_request_seconds" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     finally:
         stop_process(proc, timeout_s=15)

@@ -224,6 +224,8 @@ RBAC_CASES = [
     ("operator", "patch", "queues", "", "stowage.io", "", "status", True),
     ("operator", "watch", "jobs", "batch", "stowage.io", "", "", True),
     ("operator", "update", "configmaps", NAMESPACE, "", "", "", True),
+    # Its own identity (to recognise its own pods in the webhook): system:basic-user grants it to everyone.
+    ("operator", "create", "selfsubjectreviews", "", "authentication.k8s.io", "", "", True),
     ("operator", "update", "configmaps", "batch", "", "", "", False),
     ("operator", "create", "mutatingwebhookconfigurations", "", "admissionregistration.k8s.io", "", "", False),
     ("operator", "patch", "nodes", "", "", "", "", False),
