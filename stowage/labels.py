@@ -111,6 +111,8 @@ class METRICS:
     QUEUE_PENDING_TASKS = "stowage_queue_pending_tasks"
     JOB_COMPLETION_SECONDS = "stowage_job_completion_seconds"
     DISPATCH_TOTAL = "stowage_dispatch_total"
+    #: Seconds from the dispatcher's release (pod created or gate removed) to the pod's PodScheduled condition.
+    RELEASE_TO_BIND_SECONDS = "stowage_release_to_bind_seconds"
 
 
 class Opportunistic(enum.StrEnum):

@@ -1,0 +1,328 @@
+"""Job lifecycle: the Jobs and their task pods as the operator sees them, and the writes that follow.
+
+Kopf feeds the Jobs (:func:`register`: one ``@kopf.on.event`` handler, so Kopf keeps no progress
+annotations and no finalizers on them); an informer feeds the task pods (label ``stowage.io/job``,
+any phase). The dispatch loop (:mod:`stowage.operator.runtime`) then asks :class:`JobBook` for each
+Job's plan (:func:`stowage.operator.tasks.plan_job`), releases tasks from it, and calls
+:meth:`JobBook.apply` to write what the plan says::
+
+    Job event (Kopf) ─┐
+    pod event ────────┼─► JobBook (cache, dirty set, evictions seen) ─► plan_job ─► apply:
+                      │                                                   status (status subresource, only when changed)
+                      │                                                   Events (Completed, Failed, TaskEvicted, ...)
+                      │                                                   pods of a failed Job deleted
+                      │                                                   stowage_job_completion_seconds{queue}
+
+Evictions are counted when a pod of the Job is first seen evicted (``DisruptionTarget`` / deleted while
+opportunistic, :func:`tasks.pod_outcome`); the count reaches ``status.groups[<group>].evicted`` with the
+next status write. Pods already evicted when the operator starts are taken as counted by its predecessor.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stowage.operator import crd, tasks
+from stowage.operator.metrics import OperatorMetrics
+
+from stowage import labels
+from stowage.errors import InvalidInput
+from stowage.kube import api
+from stowage.kube.records import parse_timestamp
+
+__all__ = ["JobBook", "JobKey", "post_event", "register", "rfc3339", "task_pod_job"]
+
+log = logging.getLogger(__name__)
+
+JobKey = tuple[str, str]  # (namespace, name)
+COMPONENT = "stowage-operator"
+
+
+def rfc3339(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job_key(obj: Mapping[str, Any]) -> JobKey:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def job_path(key: JobKey, sub: str = "") -> str:
+    return crd.JOB.path(key[1], key[0]) + sub
+
+
+def post_event(client: api.KubeClient, obj: Mapping[str, Any], type_: str, reason: str, message: str,
+               now: float) -> None:
+    """A core/v1 Event about ``obj`` (a Job or a Pod); failures are logged, never raised (Events are best effort)."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    stamp = rfc3339(now)
+    event = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+        "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name"),
+                           "namespace": namespace, "uid": meta.get("uid")},
+        "type": type_, "reason": reason, "message": message[:1024],
+        "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+    try:
+        client.create_event(namespace, event)
+    except Exception as exc:  # an Event is best effort: it must never stop the loop
+        log.warning("could not post Event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
+
+
+def task_pod_job(pod: Mapping[str, Any]) -> JobKey | None:
+    """The Job controlling a task pod (label ``stowage.io/job`` + a controller reference to a Stowage Job)."""
+    meta = pod.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(labels.LABEL_JOB)
+    if not name:
+        return None
+    # Only pods a Stowage Job controls: a user's pod with the label is not ours to count.
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == tasks.JOB_KIND and str(ref.get("apiVersion", "")).startswith(f"{labels.API_GROUP}/"):
+            return str(meta.get("namespace") or ""), str(ref.get("name") or name)
+    return None
+
+
+@dataclass
+class _Entry:
+    job: dict[str, Any] | None = None
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → pod
+    evictions: dict[str, int] = field(default_factory=dict)  # group → evictions not yet in the status
+    written: dict[str, Any] | None = None  # the status we last wrote (the cache may lag behind it)
+    dirty: bool = True
+    plan: tasks.JobPlan | None = None
+
+
+class JobBook:
+    """Jobs (from Kopf), their task pods (from an informer), and the writes their plans call for. Thread-safe."""
+
+    def __init__(self, client: api.KubeClient, metrics: OperatorMetrics, *, clock: Callable[[], float],
+                 namespaces: Iterable[str] | None = None) -> None:
+        self._client = client
+        self._metrics = metrics
+        self._clock = clock
+        self._namespaces = set(namespaces) if namespaces else None
+        self._lock = threading.RLock()
+        self._entries: dict[JobKey, _Entry] = {}
+        self._counted: set[str] = set()  # pod uids whose eviction was counted
+        self.on_change: Callable[[], None] = lambda: None
+
+    def watched(self, namespace: str) -> bool:
+        return self._namespaces is None or namespace in self._namespaces
+
+    # --- feeding ---------------------------------------------------------------------------------
+
+    def upsert_job(self, job: Mapping[str, Any]) -> None:
+        key = job_key(job)
+        if not self.watched(key[0]):
+            return
+        with self._lock:
+            entry = self._entries.setdefault(key, _Entry())
+            old = entry.job
+            entry.job = dict(job)
+            same_spec = old is not None and old.get("spec") == job.get("spec") and \
+                (old.get("metadata") or {}).get("uid") == (job.get("metadata") or {}).get("uid")
+            entry.dirty = entry.dirty or not same_spec or entry.written is None
+        self.on_change()
+
+    def remove_job(self, key: JobKey) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.job, entry.written, entry.plan = None, None, None
+                if not entry.pods:
+                    del self._entries[key]
+        self.on_change()
+
+    def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """A (re)list of every task pod: pods already evicted are taken as counted by whoever saw them first."""
+        by_job: dict[JobKey, dict[str, dict[str, Any]]] = {}
+        for pod in items:
+            key = task_pod_job(pod)
+            if key is None:
+                continue
+            by_job.setdefault(key, {})[str((pod.get("metadata") or {}).get("name"))] = dict(pod)
+            if tasks.pod_outcome(pod) is tasks.Outcome.EVICTED:
+                self._counted.add(str((pod.get("metadata") or {}).get("uid")))
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                entry.pods = by_job.pop(key, {})
+                entry.dirty = True
+                if entry.job is None and not entry.pods:
+                    del self._entries[key]
+            for key, pods in by_job.items():
+                self._entries[key] = _Entry(pods=pods)
+        self.on_change()
+
+    def apply_pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        key = task_pod_job(pod)
+        if key is None:
+            return
+        meta = pod.get("metadata") or {}
+        name, uid = str(meta.get("name")), str(meta.get("uid"))
+        deleted = kind == "DELETED"
+        outcome = tasks.pod_outcome(pod, deleted=deleted)
+        with self._lock:
+            entry = self._entries.setdefault(key, _Entry())
+            if deleted:
+                if (entry.pods.get(name) or {}).get("metadata", {}).get("uid") == uid:
+                    del entry.pods[name]
+            else:
+                entry.pods[name] = dict(pod)
+            if outcome is tasks.Outcome.EVICTED and uid not in self._counted:
+                self._counted.add(uid)
+                group = str((meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP))
+                entry.evictions[group] = entry.evictions.get(group, 0) + 1
+                log.info("task pod %s/%s evicted by Stowage: re-queued without spending a retry", key[0], name)
+            entry.dirty = True
+        self.on_change()
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def job_keys(self) -> list[JobKey]:
+        with self._lock:
+            return [k for k, e in self._entries.items() if e.job is not None]
+
+    def job(self, key: JobKey) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry.job if entry else None
+
+    def pod_names(self, key: JobKey) -> set[str]:
+        with self._lock:
+            entry = self._entries.get(key)
+            return set(entry.pods) if entry else set()
+
+    def plans(self, in_flight: Callable[[JobKey], set[str]],
+              mean_capacity: Mapping[str, float] | None) -> dict[JobKey, tasks.JobPlan]:
+        """Every Job's plan; recomputed only for Jobs whose spec, status or pods changed (or with names in flight)."""
+        now = rfc3339(self._clock())
+        out: dict[JobKey, tasks.JobPlan] = {}
+        with self._lock:
+            for key, entry in self._entries.items():
+                if entry.job is None:
+                    continue
+                flying = in_flight(key)
+                if entry.dirty or flying or entry.plan is None:
+                    job = dict(entry.job)
+                    if entry.written is not None:
+                        job["status"] = entry.written
+                    try:
+                        entry.plan = tasks.plan_job(job, entry.pods.values(), now=now, in_flight=flying,
+                                                    new_evictions=entry.evictions, mean_capacity=mean_capacity)
+                    except (InvalidInput, ValueError, TypeError, KeyError) as exc:
+                        entry.plan = _failed_plan(job, f"the Job cannot be planned: {exc}", now)
+                    entry.dirty = False
+                out[key] = entry.plan
+        return out
+
+    def mark_dirty(self, key: JobKey) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.dirty = True
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def apply(self, key: JobKey, plan: tasks.JobPlan) -> None:
+        """Write the plan's status (when it changed), post its Events, delete what it says; errors are logged."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.job is None:
+                return
+            job = entry.job
+            current = entry.written if entry.written is not None else (job.get("status") or {})
+            evictions = dict(entry.evictions)
+        changed = _comparable(plan.status) != _comparable(current)
+        if changed:
+            try:
+                self._client.patch(job_path(key, "/status"), {"status": plan.status})
+            except api.ApiError as exc:
+                if exc.status == 404:
+                    return  # deleted meanwhile
+                log.warning("job %s/%s: status not written (%s); retrying next pass", *key, exc)
+                self.mark_dirty(key)
+                return
+            except OSError as exc:
+                log.warning("job %s/%s: status not written (%s); retrying next pass", *key, exc)
+                self.mark_dirty(key)
+                return
+            with self._lock:
+                entry.written = plan.status
+                for group, n in evictions.items():  # now part of status.groups[group].evicted
+                    left = entry.evictions.get(group, 0) - n
+                    if left > 0:
+                        entry.evictions[group] = left
+                    else:
+                        entry.evictions.pop(group, None)
+                entry.dirty = True
+            now = self._clock()
+            for type_, reason, message in plan.events:
+                post_event(self._client, job, type_, reason, message, now)
+            if plan.phase is tasks.Phase.SUCCEEDED and current.get("phase") != tasks.Phase.SUCCEEDED:
+                self._observe_completion(job, plan)
+        for name in plan.delete:
+            try:
+                self._client.delete(f"/api/v1/namespaces/{key[0]}/pods/{name}")
+            except api.ApiError as exc:
+                if exc.status != 404:
+                    log.warning("job %s/%s failed: could not delete its pod %s: %s", *key, name, exc)
+
+    def fail(self, key: JobKey, message: str) -> None:
+        """Fail the Job now (a pod the API server refuses, a spec that cannot be planned): status + Warning Event."""
+        with self._lock:
+            entry = self._entries.get(key)
+            job = entry.job if entry else None
+        if job is None:
+            return
+        plan = _failed_plan(job, message, rfc3339(self._clock()))
+        self.apply(key, plan)
+
+    def _observe_completion(self, job: Mapping[str, Any], plan: tasks.JobPlan) -> None:
+        created = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+        done = parse_timestamp(plan.status.get("completionTime"))
+        if created is not None and done is not None:
+            self._metrics.job_completion.labels(tasks.job_queue(job)).observe(max(done - created, 0.0))
+
+
+def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != "kopf"}
+
+
+def _failed_plan(job: Mapping[str, Any], message: str, now: str) -> tasks.JobPlan:
+    old = job.get("status") or {}
+    conditions = [{"type": "Failed", "status": "True", "reason": "Invalid", "message": message,
+                   "lastTransitionTime": now}]
+    status = {**{k: v for k, v in old.items() if k != "kopf"}, "phase": tasks.Phase.FAILED.value,
+              "conditions": conditions, "completionTime": old.get("completionTime") or now}
+    events = () if old.get("phase") == tasks.Phase.FAILED else (("Warning", "Failed", message),)
+    return tasks.JobPlan(phase=tasks.Phase.FAILED, groups=(), status=status, events=events)
+
+
+# --- Kopf ----------------------------------------------------------------------------------------
+
+
+def register(registry: Any, book: Callable[[], JobBook | None]) -> None:
+    """Register the Job handler on ``registry`` (a ``kopf.OperatorRegistry``); ``book()`` gives the live JobBook.
+
+    One ``@kopf.on.event`` handler: every Job event (and the initial listing) goes into the book; the
+    dispatch loop does the rest. Kopf stops delivering events while peering pauses the operator.
+    """
+    import kopf
+
+    @kopf.on.event(crd.GROUP, crd.VERSION, crd.JOB.plural, id="stowage-job-events", registry=registry)
+    def job_event(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
+        target = book()
+        if target is None:
+            return
+        if event.get("type") == "DELETED":
+            target.remove_job(job_key(body))
+        else:
+            target.upsert_job(dict(body))

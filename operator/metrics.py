@@ -1,0 +1,113 @@
+"""The operator's Prometheus metrics (names from :class:`stowage.labels.METRICS`, DESIGN.md "Metrics").
+
+| metric | type | labels | meaning |
+|---|---|---|---|
+| ``stowage_queue_dominant_share`` | gauge | queue, pool | weighted dominant share, per pool (regular, opportunistic) |
+| ``stowage_queue_fair_share`` | gauge | queue | the dominant share the queue is entitled to among queues with work |
+| ``stowage_queue_allocated`` | gauge | queue, pool, resource | held by its running tasks (cores, bytes, bytes/s) |
+| ``stowage_queue_pending_tasks`` | gauge | queue | tasks waiting for the dispatcher |
+| ``stowage_job_completion_seconds`` | histogram | queue | creation → completion of each Job that succeeded |
+| ``stowage_dispatch_total`` | counter | class | tasks released, by the class given (regular, opportunistic) |
+| ``stowage_release_to_bind_seconds`` | histogram | | release (pod created / gate removed) → ``PodScheduled`` |
+
+The queue gauges are computed at scrape time from the last numbers the dispatch loop published
+(:meth:`OperatorMetrics.publish_queues`), so a deleted queue's series disappear with it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from stowage.labels import METRICS, PodClass
+from stowage.model import Pool
+
+__all__ = ["OperatorMetrics", "QueueNumbers", "serve"]
+
+# Jobs run seconds to days.
+_JOB_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
+# A released pod waits for kube-scheduler (and the extender for opportunistic pods): milliseconds to minutes.
+_BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, float("inf"))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueNumbers:
+    """One queue's numbers, as the dispatcher computed them for one pass."""
+
+    name: str
+    dominant_share: Mapping[str, float]  # pool → weighted dominant share
+    fair_share: float
+    allocated: Mapping[str, Mapping[str, float]]  # pool → resource → amount
+    pending_tasks: int
+    running_tasks: int
+    pending_jobs: int = 0
+    running_jobs: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _QueueCollector(Collector):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: tuple[QueueNumbers, ...] = ()
+
+    def set(self, queues: Sequence[QueueNumbers]) -> None:
+        with self._lock:
+            self._queues = tuple(queues)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            queues = self._queues
+        dominant = GaugeMetricFamily(METRICS.QUEUE_DOMINANT_SHARE,
+                                     "Weighted dominant share max_r(alloc_r/total_r)/weight, per pool",
+                                     labels=["queue", "pool"])
+        fair = GaugeMetricFamily(METRICS.QUEUE_FAIR_SHARE,
+                                 "Dominant share the queue is entitled to among the queues with work",
+                                 labels=["queue"])
+        allocated = GaugeMetricFamily(METRICS.QUEUE_ALLOCATED,
+                                      "Resources held by the queue's running tasks (cores, bytes, bytes/s)",
+                                      labels=["queue", "pool", "resource"])
+        pending = GaugeMetricFamily(METRICS.QUEUE_PENDING_TASKS, "Tasks waiting for the dispatcher",
+                                    labels=["queue"])
+        for q in queues:
+            for pool in Pool:
+                dominant.add_metric([q.name, pool.value], float(q.dominant_share.get(pool.value, 0.0)))
+                for resource, amount in sorted((q.allocated.get(pool.value) or {}).items()):
+                    allocated.add_metric([q.name, pool.value, resource], float(amount))
+            fair.add_metric([q.name], float(q.fair_share))
+            pending.add_metric([q.name], float(q.pending_tasks))
+        yield from (dominant, fair, allocated, pending)
+
+
+class OperatorMetrics:
+    """Every operator metric in one registry (one per runtime, so tests can run several)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._queues = _QueueCollector()
+        self.registry.register(self._queues)
+        self.job_completion = Histogram(
+            METRICS.JOB_COMPLETION_SECONDS, "Seconds from a Job's creation to its completion (Succeeded)",
+            ["queue"], buckets=_JOB_BUCKETS, registry=self.registry)
+        self.dispatch = Counter(
+            METRICS.DISPATCH_TOTAL.removesuffix("_total"), "Tasks released by the dispatcher, by the class given",
+            ["class"], registry=self.registry)
+        for pod_class in PodClass:  # both series from the start: rate() needs them
+            self.dispatch.labels(pod_class.value)
+        self.release_to_bind = Histogram(
+            METRICS.RELEASE_TO_BIND_SECONDS, "Seconds from the dispatcher's release to the pod's PodScheduled",
+            buckets=_BIND_BUCKETS, registry=self.registry)
+
+    def publish_queues(self, queues: Sequence[QueueNumbers]) -> None:
+        self._queues.set(queues)
+
+
+def serve(metrics: OperatorMetrics, host: str, port: int) -> tuple[Any, int]:
+    """``GET /metrics`` on ``host:port`` (0: any free port) on a daemon thread; returns (server, bound port)."""
+    server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+    return server, int(server.server_address[1])
