@@ -66,8 +66,9 @@ def extender(
     """Run the kube-scheduler extender for the stowage-scheduler profile.
 
     Serves POST /filter, /prioritize and /preempt exactly as kube-scheduler's
-    extender protocol defines them (configure it with nodeCacheCapable: true and
-    ignorable: true; see manifests/scheduler-config.yaml), plus GET /healthz,
+    extender protocol defines them (configure it as manifests/scheduler-config.yaml does:
+    only opportunistic pods routed to filter/prioritize, ignorable: false, so they wait
+    whenever it cannot answer), plus GET /healthz,
     /readyz (ready once the node and pod caches have synced), /metrics and
     /docs (OpenAPI). Pods of other scheduler names pass through unchanged.
     """

@@ -109,7 +109,8 @@ class ExtenderRuntime:
         """
         sock = listen_socket(host, port)
         port = sock.getsockname()[1]
-        log.info(LISTENING, host, port)
+        # at the effective level, so the bound port is reported whatever --log-level says (port 0 needs it)
+        log.log(max(logging.INFO, log.getEffectiveLevel()), LISTENING, host, port)
         server = uvicorn.Server(self.uvicorn_config(host, port, log_level))
         # uvicorn shuts down gracefully on SIGTERM/SIGINT, restores the handlers it found and then
         # re-raises the signal. A no-op handler here lets the runtime stop its threads and the
