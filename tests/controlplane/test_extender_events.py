@@ -55,3 +55,5 @@ def test_a_pod_placed_nowhere_gets_one_event_with_the_numbers(control_plane, fak
             assert 'stowage_extender_events_total{outcome="posted"} 1.0' in metrics
     finally:
         api.close()
+        # a pending stowage-scheduler pod left behind would reach every later test's scheduler and extender
+        core.delete_namespaced_pod("etl-nowhere", "events-test", grace_period_seconds=0)
