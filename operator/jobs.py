@@ -22,25 +22,34 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from stowage.operator import crd, tasks
+from stowage.operator.dispatcher import PendingGroup
 from stowage.operator.metrics import OperatorMetrics
 
 from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.kube import api
 from stowage.kube.records import parse_timestamp
+from stowage.policy import dispatch
+from stowage.resources import ResourceVector
 
-__all__ = ["JobBook", "JobKey", "post_event", "register", "rfc3339", "task_pod_job"]
+__all__ = ["LEARNED_WINDOW_S", "JobBook", "JobKey", "LearnedTasks", "post_event", "register", "rfc3339", "run_span",
+           "task_pod_job"]
 
 log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str]  # (namespace, name)
 COMPONENT = "stowage-operator"
+#: Finished tasks are remembered this long after the newest one learned from (their uids, in the ConfigMap
+#: with the classifier's state), so a restarted operator does not learn from them a second time; older ones
+#: it skips by their finish time alone. Generous against cache lag and relists.
+LEARNED_WINDOW_S = 600.0
 
 
 def rfc3339(t: float) -> str:
@@ -112,6 +121,8 @@ class JobBook:
         self._lock = threading.RLock()
         self._entries: dict[JobKey, _Entry] = {}
         self._counted: set[str] = set()  # pod uids whose eviction was counted
+        self._demand: dict[tuple[str, str], ResourceVector | None] = {}  # (job uid, group) → one task's demand
+        self.learned = LearnedTasks()
         self.on_change: Callable[[], None] = lambda: None
 
     def watched(self, namespace: str) -> bool:
@@ -229,6 +240,69 @@ class JobBook:
             if entry is not None:
                 entry.dirty = True
 
+    # --- the dispatcher's side -------------------------------------------------------------------
+
+    def task_demand(self, job: Mapping[str, Any], group: str) -> ResourceVector | None:
+        """One task's demand in ``group`` (cached per Job uid); None, logged once, when it cannot be read."""
+        key = (str((job.get("metadata") or {}).get("uid")), group)
+        if key not in self._demand:
+            try:
+                self._demand[key] = tasks.task_demand(job, group)
+            except InvalidInput as exc:
+                log.warning("job %s: group %r has an unusable demand (%s); it is not dispatched",
+                            (job.get("metadata") or {}).get("name"), group, exc)
+                self._demand[key] = None
+        return self._demand[key]
+
+    def pending_groups(self, plans: Mapping[JobKey, tasks.JobPlan]) -> list[PendingGroup]:
+        """One :class:`PendingGroup` per unfinished group of every unfinished Job (the dispatcher wants them all)."""
+        out = []
+        for key, plan in plans.items():
+            job = self.job(key)
+            if job is None or plan.terminal:
+                continue
+            spec_groups = {str(g.get("name")): g for g in (job.get("spec") or {}).get("tasks") or []}
+            arrival = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+            progress = _progress(plan)
+            for g in plan.groups:
+                demand = self.task_demand(job, g.name)
+                if demand is None or g.remaining == 0:
+                    continue
+                duration = (spec_groups.get(g.name) or {}).get("expectedDuration")
+                out.append(PendingGroup(
+                    key=f"{key[0]}/{key[1]}/{g.name}", queue=tasks.job_queue(job), demand=demand,
+                    releasable=len(g.releasable), namespace=key[0], job=f"{key[0]}/{key[1]}", group=g.name,
+                    intent=tasks.job_intent(job),
+                    expected_duration_s=float(duration) if duration is not None else math.nan,
+                    arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=g.remaining,
+                    finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
+                    unbound=g.unbound))
+        return out
+
+    def lessons(self, key: JobKey, plan: tasks.JobPlan,
+                mean_capacity: Mapping[str, float]) -> list[tuple[dict[str, str], float]]:
+        """``(features, duration_s)`` of the Job's tasks that succeeded and were not learned from yet.
+
+        The features are the ones the dispatcher asks the classifier about (``dispatch.task_features``:
+        queue, job, group, the demand as fractions of the mean node, the Job's progress).
+        """
+        job = self.job(key)
+        out = []
+        for pod in plan.finished if job is not None else ():
+            uid = str((pod.get("metadata") or {}).get("uid"))
+            span = run_span(pod)
+            if span is None or not self.learned.fresh(uid, span[1]):
+                continue
+            self.learned.add(uid, span[1])
+            group = str(((pod.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_TASK_GROUP, ""))
+            demand = self.task_demand(job, group)
+            if demand is None:
+                continue
+            normalised = {r: v / mean_capacity[r] if mean_capacity.get(r, 0) > 0 else v for r, v in demand.items()}
+            features = dispatch.task_features(tasks.job_queue(job), key[1], group, normalised, _progress(plan))
+            out.append((features, span[1] - span[0]))
+        return out
+
     # --- writing ---------------------------------------------------------------------------------
 
     def apply(self, key: JobKey, plan: tasks.JobPlan) -> None:
@@ -290,6 +364,56 @@ class JobBook:
         done = parse_timestamp(plan.status.get("completionTime"))
         if created is not None and done is not None:
             self._metrics.job_completion.labels(tasks.job_queue(job)).observe(max(done - created, 0.0))
+
+
+class LearnedTasks:
+    """Finished tasks the classifier was taught, so none teaches it twice, across restarts too.
+
+    A task is new when it finished at or after ``until`` and its pod's uid is not among the remembered
+    ones; ``until`` trails the newest finish time by :data:`LEARNED_WINDOW_S`, and only uids since then
+    are kept. Saved with the classifier's state in one ConfigMap write, so the two never disagree.
+    """
+
+    def __init__(self, window_s: float = LEARNED_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.until = -math.inf
+        self._uids: dict[str, float] = {}
+
+    def fresh(self, uid: str, finished_s: float) -> bool:
+        return finished_s >= self.until and uid not in self._uids
+
+    def add(self, uid: str, finished_s: float) -> None:
+        self._uids[uid] = finished_s
+        self.until = max(self.until, max(self._uids.values()) - self.window_s)
+        for old in [u for u, t in self._uids.items() if t < self.until]:
+            del self._uids[old]
+
+    def state(self) -> dict[str, Any]:
+        return {"until": self.until if math.isfinite(self.until) else None, "uids": dict(sorted(self._uids.items()))}
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        until = state.get("until")
+        self.until = float(until) if until is not None else -math.inf
+        self._uids = {str(u): float(t) for u, t in (state.get("uids") or {}).items()}
+
+
+def run_span(pod: Mapping[str, Any]) -> tuple[float, float] | None:
+    """When a finished pod's containers first started and last finished (None if unknown)."""
+    starts, ends = [], []
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = ((c or {}).get("state") or {}).get("terminated") or {}
+        s, e = parse_timestamp(term.get("startedAt")), parse_timestamp(term.get("finishedAt"))
+        if s is not None and e is not None:
+            starts.append(s)
+            ends.append(e)
+    if not starts:
+        return None
+    return min(starts), max(max(ends), min(starts))
+
+
+def _progress(plan: tasks.JobPlan) -> float:
+    """Finished / total tasks of the Job."""
+    return sum(g.succeeded for g in plan.groups) / (sum(g.replicas for g in plan.groups) or 1)
 
 
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "simulate": "stowage.sim.cli:simulate",
     "extender": "stowage.extender.cli:extender",
     "node-monitor": "stowage.node_monitor.cli:node_monitor",
+    "operator": "stowage.operator.cli:operator",
 }
 
 

@@ -82,3 +82,6 @@ def stowage_crds(kube: RawApi) -> list[dict[str, Any]]:
             time.sleep(0.1)
     return stored
 
+
+# The live modules' shared stack: fake nodes, extender, kube-scheduler (each module starts its own operator).
+from tests.operator.support import operator_stack  # noqa: E402, F401

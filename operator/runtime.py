@@ -1,0 +1,633 @@
+"""The dispatch loop: informer caches → DispatchView → ``Dispatcher.decide`` → releases, on a thread.
+
+What runs (one :class:`OperatorRuntime` per operator process)::
+
+    informers (threads, stowage.kube.informer)         Kopf (asyncio, jobs.register / queues.register)
+      nodes ─────────────┐                               Job events ──► JobBook
+      bound pods ────────┼─► ClusterModel                Queue events ─► QueueBook
+      task pods ─────────┼─► JobBook (label stowage.io/job)
+      unbound pods ──────┴─► gated plain pods (gate stowage.io/admission)
+    Prometheus ──────────► Utilization (stowage.prom)
+
+    loop (every interval_s, and soon after any event: debounced):
+      1. peering: act only while no other operator of the same peering outranks this one (cli.Peering)
+      2. Job plans (tasks.plan_job) → status, Events, deletions (JobBook.apply); finished tasks → classifier
+      3. view = DispatchView(nodes, running pods, queues, pending groups of Jobs, gated plain pods, utilization)
+      4. releases = Dispatcher.decide(view)
+      5. apply: create the Job pods (converted when opportunistic) / remove the gate of plain pods;
+         every release is remembered until the cache shows it, so nothing is released twice
+      6. every status_interval_s: Queue status + queue gauges; every state_interval_s: the classifier's
+         state into the ConfigMap ``stowage-operator-state`` (loaded again at start)
+
+Restart safety comes from the names (``tasks.pod_name``): a released task's pod has one name, so a
+second create answers 409 and the pods an earlier operator made are found again through the informer
+(owner reference + labels) before the first pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stowage.operator import admission, jobs, queues, tasks
+from stowage.operator.dispatcher import (
+    Dispatcher,
+    DispatchView,
+    NodeRecord,
+    PendingGroup,
+    QueueRecord,
+    Release,
+    RunningPod,
+)
+from stowage.operator.metrics import OperatorMetrics, QueueNumbers
+
+from stowage import labels
+from stowage.config import StowageSettings
+from stowage.errors import InvalidInput
+from stowage.kube import api
+from stowage.kube.cluster import ClusterModel
+from stowage.kube.informer import BOUND_PODS, Informer
+from stowage.kube.records import parse_timestamp
+from stowage.model import QueueOpportunistic
+from stowage.prom import PrometheusReader, Utilization
+from stowage.resources import CPU, MEMORY, ResourceVector, pod_demand
+
+__all__ = ["LEARNED_KEY", "STATE_CONFIGMAP", "STATE_KEY", "GatedPods", "OperatorRuntime", "operator_namespace"]
+
+log = logging.getLogger(__name__)
+
+STATE_CONFIGMAP = "stowage-operator-state"
+STATE_KEY = "classifier.json"
+LEARNED_KEY = "learned.json"
+_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+#: A release not seen in the cache after this long is forgotten (the create answered, but the pod never
+#: showed: deleted at once, or a watch that missed it); the next pass decides about the task again.
+IN_FLIGHT_TTL_S = 120.0
+
+
+def operator_namespace() -> str:
+    """Where the operator keeps its state: ``$POD_NAMESPACE``, the service account's namespace, else ``default``."""
+    env = os.environ.get("POD_NAMESPACE") or os.environ.get("STOWAGE_NAMESPACE")
+    if env:
+        return env
+    try:
+        with open(_NAMESPACE_FILE) as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+# --- gated plain pods ----------------------------------------------------------------------------
+
+
+def _gated(pod: Mapping[str, Any]) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION for g in gates)
+
+
+def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+class GatedPods:
+    """Unbound pods carrying the gate ``stowage.io/admission``, by (namespace, name). Thread-safe."""
+
+    def __init__(self, watched: Callable[[str], bool]) -> None:
+        self._lock = threading.Lock()
+        self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self._watched = watched
+        self.on_change: Callable[[], None] = lambda: None
+
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+        fresh = {_key(p): dict(p) for p in items if _gated(p) and self._watched(_key(p)[0])}
+        with self._lock:
+            self._pods = fresh
+        self.on_change()
+
+    def apply_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        key = _key(pod)
+        with self._lock:
+            if kind == "DELETED" or not _gated(pod) or (pod.get("spec") or {}).get("nodeName"):
+                self._pods.pop(key, None)
+            elif self._watched(key[0]):
+                self._pods[key] = dict(pod)
+        self.on_change()
+
+    def pods(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._pods.values())
+
+
+# --- the runtime ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Release:
+    at: float
+    job: jobs.JobKey | None  # None: a plain pod's gate was removed
+    group: PendingGroup | None = None  # a plain pod's group, kept until it is bound (its demand stays reserved)
+
+
+class OperatorRuntime:
+    """Caches, the dispatch loop and its writes. ``start()`` after Kopf has its registry; ``stop()`` on exit."""
+
+    def __init__(
+        self,
+        settings: StowageSettings,
+        client: api.KubeClient,
+        *,
+        dispatcher: Dispatcher,
+        prometheus_url: str | None = None,
+        namespaces: Sequence[str] | None = None,
+        metrics: OperatorMetrics | None = None,
+        acting: Callable[[], bool] | None = None,
+        state_namespace: str | None = None,
+        dry_run: bool = False,
+        interval_s: float = 1.0,
+        debounce_s: float = 0.2,
+        status_interval_s: float = 5.0,
+        state_interval_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.dispatcher = dispatcher
+        self.metrics = metrics or OperatorMetrics()
+        self.acting = acting  # None: standalone; else whether peering lets this operator act now (cli.Peering)
+        self.namespaces = list(namespaces or [])
+        self.state_namespace = state_namespace or operator_namespace()
+        self.dry_run = dry_run
+        self.interval_s, self.debounce_s = interval_s, debounce_s
+        self.status_interval_s, self.state_interval_s = status_interval_s, state_interval_s
+        self.clock = clock
+        self.cluster = ClusterModel(recent_window_s=settings.harvest.ramp_up_s, clock=clock)
+        self.jobs = jobs.JobBook(client, self.metrics, clock=clock, namespaces=self.namespaces or None)
+        self.queues = queues.QueueBook(client)
+        self.gated = GatedPods(self.jobs.watched)
+        for book in (self.jobs, self.queues, self.gated):
+            book.on_change = self.poke
+        reader = PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s) \
+            if prometheus_url else None
+        self.utilization = Utilization(reader)
+        self._lock = threading.Lock()
+        self._released: dict[tuple[str, str], _Release] = {}  # (namespace, pod) → when and for whom
+        self._bind_pending: dict[tuple[str, str], float] = {}  # released pods waiting for PodScheduled
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._informers: list[Informer] = []
+        self._last_status = -1e18
+        self._last_state = -1e18
+        self._saved_state: str | None = None
+        self.passes = 0
+        self.last_error: str | None = None
+        self.last_numbers: list[QueueNumbers] = []
+        self._bad_pods: set[str] = set()  # plain pods whose labels cannot be read (logged once)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def _pod_paths(self) -> list[str]:
+        return [f"/api/v1/namespaces/{ns}/pods" for ns in self.namespaces] or [api.PODS]
+
+    def informers(self) -> list[Informer]:
+        """The informers the runtime needs (unstarted): nodes, bound pods, task pods, unbound pods."""
+        out = [
+            Informer(self.client, api.NODES, name="nodes", on_replace=self.cluster.replace_nodes,
+                     on_event=self.cluster.apply_node_event),
+            # Every bound pod, whatever its namespace: the nodes' free capacity depends on all of them.
+            Informer(self.client, api.PODS, name="bound-pods", on_replace=self._replace_bound,
+                     on_event=self._bound_event, params={"fieldSelector": BOUND_PODS}),
+        ]
+        for path in self._pod_paths():
+            out.append(Informer(self.client, path, name=f"task-pods{path}", on_replace=self.jobs.replace_pods,
+                                on_event=self.jobs.apply_pod_event, params={"labelSelector": labels.LABEL_JOB}))
+            out.append(Informer(self.client, path, name=f"unbound-pods{path}", on_replace=self.gated.replace,
+                                on_event=self.gated.apply_event, params={"fieldSelector": "spec.nodeName="}))
+        return out
+
+    def start(self) -> OperatorRuntime:
+        self.load_state()
+        self._informers = [i.start() for i in self.informers()]
+        if self.utilization._reader is not None:
+            self.utilization.start()
+        self._thread = threading.Thread(target=self._run, name="dispatch-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the loop and the informers, then save the classifier's state; a second call does nothing."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        for informer in self._informers:
+            informer.stop()
+        self.utilization.stop()
+        if not self.dry_run:
+            self.save_state(force=True)
+
+    def synced(self) -> bool:
+        return bool(self._informers) and all(i.synced.is_set() for i in self._informers)
+
+    def poke(self) -> None:
+        """Something changed: run a pass soon (debounced: a burst of events makes one pass)."""
+        self._wake.set()
+
+    # --- bound pods: the cluster model + release-to-bind latency ---------------------------------
+
+    def _replace_bound(self, items: list[dict[str, Any]]) -> None:
+        self.cluster.replace_pods(items)
+        for pod in items:
+            self._seen_bound(pod)
+        self.poke()
+
+    def _bound_event(self, kind: str, pod: dict[str, Any]) -> None:
+        self.cluster.apply_pod_event(kind, pod)
+        if kind != "DELETED":
+            self._seen_bound(pod)
+        self.poke()
+
+    def _seen_bound(self, pod: Mapping[str, Any]) -> None:
+        key = _key(pod)
+        with self._lock:
+            released = self._bind_pending.pop(key, None)
+            r = self._released.get(key)
+            if r is not None and r.job is None:
+                del self._released[key]  # a plain pod: bound, so the view has it among the running pods
+        if released is not None:
+            self.metrics.release_to_bind.observe(max(self.clock() - released, 0.0))
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s)
+            if self._stop.is_set():
+                break
+            self._stop.wait(self.debounce_s)  # let a burst of events land: one pass for all of them
+            self._wake.clear()
+            try:
+                self.pass_once()
+                self.last_error = None
+            except Exception as exc:  # the loop must survive anything; the next pass starts from the caches
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("dispatch pass failed; the next one starts again from the caches")
+
+    def pass_once(self) -> list[Any]:
+        """One pass (see the module docstring); returns the releases applied."""
+        if not self.synced():
+            return []
+        if self.acting is not None and not self.acting():
+            return []
+        now = self.clock()
+        self._expire_releases(now)
+        mean = self._mean_capacity()
+        plans = self.jobs.plans(self._in_flight_for, mean)
+        for key, plan in plans.items():
+            if not self.dry_run:
+                self.jobs.apply(key, plan)
+            for features, duration in self.jobs.lessons(key, plan, mean):
+                self.dispatcher.observe_finished(features, duration)
+        self._ungate_released_task_pods()
+        view = self.build_view(plans)
+        releases = self.dispatcher.decide(view)
+        taken: dict[str, int] = {}  # group key → tasks of its plan used by this pass's earlier releases
+        applied = [r for r in releases if self._apply_release(r, plans, taken)]
+        self.passes += 1
+        if now - self._last_status >= self.status_interval_s:
+            self._last_status = now
+            self._publish_queues(view, plans)
+        if now - self._last_state >= self.state_interval_s:
+            self._last_state = now
+            if not self.dry_run:
+                self.save_state()
+        return applied
+
+    # --- in flight -------------------------------------------------------------------------------
+
+    def _in_flight_for(self, job: jobs.JobKey) -> set[str]:
+        with self._lock:
+            names = {k[1] for k, r in self._released.items() if r.job == job}
+        if not names:
+            return set()
+        seen = self.jobs.pod_names(job)
+        with self._lock:
+            for name in names & seen:
+                self._released.pop((job[0], name), None)
+        return names - seen
+
+    def _expire_releases(self, now: float) -> None:
+        with self._lock:
+            for key, r in list(self._released.items()):
+                if now - r.at > IN_FLIGHT_TTL_S:
+                    del self._released[key]
+            for key, at in list(self._bind_pending.items()):
+                if now - at > 3600:
+                    del self._bind_pending[key]
+
+    # --- capacity --------------------------------------------------------------------------------
+
+    def _mean_capacity(self) -> dict[str, float]:
+        resources, total = self.cluster.totals()
+        n = max(len(self.cluster.node_names()), 1)
+        return {r: float(total[i]) / n for i, r in enumerate(resources) if total[i] > 0}
+
+    # --- the view --------------------------------------------------------------------------------
+
+    def build_view(self, plans: Mapping[jobs.JobKey, tasks.JobPlan]) -> DispatchView:
+        """This pass's :class:`DispatchView`: nodes (+ fresh utilization), bound pods, queues, pending groups."""
+        return DispatchView(nodes=self._nodes(), running=self._running(), queues=self._queue_records(),
+                            groups=[*self.jobs.pending_groups(plans), *self._plain_groups()])
+
+    def _nodes(self) -> list[NodeRecord]:
+        names = self.cluster.node_names()
+        snapshot = self.utilization.current
+        samples = snapshot.lookup(names, snapshot.resources, self.utilization.clock())
+        stale = self.settings.harvest.utilization_stale_after_s
+        out = []
+        for i, name in enumerate(names):
+            record = self.cluster.node(name)
+            if record is None:
+                continue
+            usage = blocked = None
+            if samples.present[i] and samples.age_s[i] <= stale:
+                values = dict(zip(snapshot.resources, samples.usage[i].tolist(), strict=True))
+                # Unknown usage of cpu or memory is not zero usage: such a node harvests nothing.
+                if all(r in values and values[r] == values[r] for r in (CPU, MEMORY)):
+                    usage = ResourceVector({r: v for r, v in values.items() if v == v})
+                    blocked = ResourceVector(dict(zip(snapshot.resources, samples.blocked[i].tolist(), strict=True)))
+            out.append(NodeRecord(name=name, allocatable=record.allocatable, harvest=record.harvest_enabled,
+                                  usage=usage, blocked=blocked))
+        return out
+
+    def _running(self) -> list[RunningPod]:
+        return [RunningPod(node=p.node, demand=p.demand, queue=p.queue, opportunistic=p.opportunistic,
+                           bound_at_s=p.bound_at_s) for p in self.cluster.pods()]
+
+    def _queue_records(self) -> list[QueueRecord]:
+        return [QueueRecord(name=q.name, weight=q.weight, opportunistic=q.opportunistic is QueueOpportunistic.ALLOW,
+                            job_order=q.job_order) for q in self.queues.specs().values()]
+
+    def _plain_group(self, pod: Mapping[str, Any]) -> PendingGroup | None:
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        try:
+            intent = labels.pod_intent(pod)
+            demand = (intent.demand if intent.is_opportunistic and intent.demand is not None else pod_demand(pod))
+        except InvalidInput as exc:
+            if key not in self._bad_pods:
+                self._bad_pods.add(key)
+                log.warning("pod %s stays gated: %s (fix the label and create it again)", key, exc)
+            return None
+        arrival = parse_timestamp(meta.get("creationTimestamp"))
+        return PendingGroup(
+            key=key, queue=intent.queue or labels.DEFAULT_QUEUE, demand=demand + intent.bandwidth, releasable=1,
+            namespace=str(meta.get("namespace")), job=None, group=str(meta.get("name")),
+            intent=labels.Opportunistic.TRUE if intent.is_opportunistic else labels.Opportunistic.FALSE,
+            expected_duration_s=intent.expected_duration_s if intent.expected_duration_s is not None else math.nan,
+            arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=1)
+
+    def _plain_groups(self) -> list[PendingGroup]:
+        """Gated plain pods, one group each; pods released and not yet bound keep their demand reserved."""
+        with self._lock:
+            released = {k: r for k, r in self._released.items() if r.job is None and r.group is not None}
+        out: dict[str, PendingGroup] = {}
+        for pod in self.gated.pods():
+            if _task_pod(pod):
+                continue  # a Job's task: released when its pod was created (see _ungate_released_task_pods)
+            group = self._plain_group(pod)
+            if group is not None and _key(pod) not in released:
+                out[group.key] = group
+        for r in released.values():
+            assert r.group is not None
+            out[r.group.key] = dataclasses.replace(r.group, releasable=0, unbound=1)
+        return list(out.values())
+
+    def _ungate_released_task_pods(self) -> None:
+        """A Job's task pod carrying the admission gate (a webhook that did not recognise the operator): its
+        pod exists only because the dispatcher released it, so the gate goes at once."""
+        for pod in self.gated.pods():
+            if _task_pod(pod) and not self.dry_run:
+                log.warning("task pod %s/%s was gated at admission (is the pod webhook told the operator's user?); "
+                            "removing the gate", *_key(pod))
+                self._remove_gate(pod)
+
+    # --- queue numbers ---------------------------------------------------------------------------
+
+    def _publish_queues(self, view: DispatchView, plans: Mapping[jobs.JobKey, tasks.JobPlan]) -> None:
+        numbers = self._queue_numbers(view, plans)
+        self.last_numbers = numbers
+        self.metrics.publish_queues(numbers)
+        if not self.dry_run:
+            self.queues.write_statuses(numbers)
+
+    def _queue_numbers(self, view: DispatchView, plans: Mapping[jobs.JobKey, tasks.JobPlan]) -> list[QueueNumbers]:
+        """Per queue: the dispatcher's shares, tasks not yet released, bound pods, Jobs by phase."""
+        pending: dict[str, int] = {}
+        for g in view.groups:
+            if g.job is None:  # a gated plain pod
+                pending[g.queue] = pending.get(g.queue, 0) + g.releasable
+        for key, plan in plans.items():
+            job = self.jobs.job(key)
+            if job is not None and not plan.terminal:
+                waiting = sum(g.pending - g.unbound for g in plan.groups)  # neither released nor running
+                pending[tasks.job_queue(job)] = pending.get(tasks.job_queue(job), 0) + max(waiting, 0)
+        running: dict[str, int] = {}
+        for pod in view.running:
+            if pod.queue is not None:
+                running[pod.queue] = running.get(pod.queue, 0) + 1
+        jobs_by_phase: dict[tuple[str, str], int] = {}
+        for key in self.jobs.job_keys():
+            job = self.jobs.job(key)
+            if job is not None:
+                phase = str((job.get("status") or {}).get("phase") or tasks.Phase.PENDING.value)
+                q = tasks.job_queue(job)
+                jobs_by_phase[(q, phase)] = jobs_by_phase.get((q, phase), 0) + 1
+        return [QueueNumbers(
+            name=share.name, dominant_share=share.dominant_share, fair_share=share.fair_share,
+            allocated=share.allocated, pending_tasks=pending.get(share.name, 0),
+            running_tasks=running.get(share.name, 0),
+            pending_jobs=jobs_by_phase.get((share.name, tasks.Phase.PENDING.value), 0),
+            running_jobs=jobs_by_phase.get((share.name, tasks.Phase.RUNNING.value), 0),
+        ) for share in self.dispatcher.queue_shares(view)]
+
+    # --- releases --------------------------------------------------------------------------------
+
+    def _apply_release(self, release: Release, plans: Mapping[jobs.JobKey, tasks.JobPlan],
+                       taken: dict[str, int]) -> bool:
+        """Create the released tasks' pods, or remove a plain pod's gate; True when anything was released.
+
+        A group placed on several nodes comes as several releases: ``taken`` says how many of its plan's
+        releasable tasks the earlier ones used, so each release takes the next ones.
+        """
+        parts = release.group_key.split("/")
+        if len(parts) == 3:
+            key: jobs.JobKey = (parts[0], parts[1])
+            plan, job = plans.get(key), self.jobs.job(key)
+            group = next((g for g in plan.groups if g.name == parts[2]), None) if plan is not None else None
+            if job is None or group is None:
+                return False
+            first = taken.get(release.group_key, 0)
+            taken[release.group_key] = first + release.count
+            done = 0
+            for task in group.releasable[first: first + release.count]:
+                done += self._create_task(key, job, task, release.pod_class)
+            if done:
+                log.info("released %d task(s) of %s as %s (placed on %s)", done, release.group_key,
+                         release.pod_class.value, release.node_hint)
+            return done > 0
+        pod = next((p for p in self.gated.pods() if "/".join(_key(p)) == release.group_key), None)
+        if pod is None:
+            return False
+        if self._remove_gate(pod, release.pod_class):
+            log.info("released pod %s (%s, placed on %s)", release.group_key, release.pod_class.value,
+                     release.node_hint)
+            return True
+        return False
+
+    def _create_task(self, key: jobs.JobKey, job: Mapping[str, Any], task: tasks.TaskRef,
+                     pod_class: labels.PodClass) -> bool:
+        """Create one task attempt's pod; True when created now.
+
+        A 409 (the pod exists: made before a restart) is remembered like a release, so the task counts as
+        active until the cache shows the pod, but it is not counted as a release of this operator.
+        """
+        pod = tasks.render_pod(job, task, pod_class)
+        if pod_class is labels.PodClass.OPPORTUNISTIC:
+            try:
+                pod = admission.convert_opportunistic(pod)
+            except InvalidInput as exc:
+                self.jobs.fail(key, f"task group {task.group!r} cannot run opportunistically: {exc}")
+                return False
+        name = pod["metadata"]["name"]
+        now = self.clock()
+        if self.dry_run:
+            log.info("dry run: would create %s/%s as %s", key[0], name, pod_class.value)
+            return False
+        created = True
+        try:
+            self.client.create(f"/api/v1/namespaces/{key[0]}/pods", pod)
+        except api.ApiError as exc:
+            if exc.status == 409:
+                # Made before (by an operator before a restart, or a release the cache has not shown yet).
+                log.info("task pod %s/%s exists already: not created again", key[0], name)
+                created = False
+            elif exc.status in (400, 422):
+                self.jobs.fail(key, f"the API server refused the pod of task {name}: {exc.message}")
+                return False
+            else:
+                log.warning("task pod %s/%s not created (%s); the next pass decides again", key[0], name, exc)
+                return False
+        except OSError as exc:
+            log.warning("task pod %s/%s not created (%s); the next pass decides again", key[0], name, exc)
+            return False
+        with self._lock:
+            self._released[(key[0], name)] = _Release(now, key)
+            if created:
+                self._bind_pending[(key[0], name)] = now
+        if created:
+            self.metrics.dispatch.labels(pod_class.value).inc()
+        return created
+
+    def _remove_gate(self, pod: Mapping[str, Any], pod_class: labels.PodClass | None = None) -> bool:
+        """Remove the gate ``stowage.io/admission`` (JSON patch on ``spec.schedulingGates``, guarded by a test).
+
+        ``pod_class`` is given for a dispatcher release (counted, reserved until bound); None for the
+        repair of a Job's task pod.
+        """
+        key = _key(pod)
+        gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
+        rest = [g for g in gates if not (isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION)]
+        patch = [{"op": "test", "path": "/spec/schedulingGates", "value": gates},
+                 {"op": "replace", "path": "/spec/schedulingGates", "value": rest}]
+        if self.dry_run:
+            log.info("dry run: would release %s/%s", *key)
+            return False
+        now = self.clock()
+        try:
+            self.client.patch(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}", patch, api.JSON_PATCH)
+        except api.ApiError as exc:
+            if exc.status not in (404, 422):  # gone, or its gates changed meanwhile: the next pass sees it fresh
+                log.warning("pod %s/%s not released (%s); the next pass decides again", *key, exc)
+            return False
+        except OSError as exc:
+            log.warning("pod %s/%s not released (%s); the next pass decides again", *key, exc)
+            return False
+        if pod_class is None:
+            return True
+        with self._lock:
+            self._released[key] = _Release(now, None, self._plain_group(pod))
+            self._bind_pending[key] = now
+        self.metrics.dispatch.labels(pod_class.value).inc()
+        return True
+
+    # --- the classifier and its state ------------------------------------------------------------
+
+    def load_state(self) -> None:
+        """The classifier's state (and which tasks it learned from) from the ConfigMap; absent: start empty."""
+        path = f"/api/v1/namespaces/{self.state_namespace}/configmaps/{STATE_CONFIGMAP}"
+        where = f"configmap {self.state_namespace}/{STATE_CONFIGMAP}"
+        try:
+            data = self.client.get(path).get("data") or {}
+        except (api.ApiError, OSError) as exc:
+            if not (isinstance(exc, api.ApiError) and exc.status == 404):
+                log.warning("classifier state not loaded from %s (%s): starting empty", where, exc)
+            return
+        if not data.get(STATE_KEY):
+            return
+        try:
+            self.dispatcher.load_state(json.loads(data[STATE_KEY]))
+            self.jobs.learned.load(json.loads(data.get(LEARNED_KEY) or "{}"))
+        except (ValueError, TypeError, KeyError) as exc:
+            log.warning("classifier state in %s is unreadable (%s): starting empty", where, exc)
+            return
+        self._saved_state = self._state_data()
+        log.info("classifier state loaded from %s", where)
+
+    def _state_data(self) -> str:
+        return json.dumps({STATE_KEY: json.dumps(self.dispatcher.state_dict(), sort_keys=True, separators=(",", ":")),
+                           LEARNED_KEY: json.dumps(self.jobs.learned.state(), separators=(",", ":"))})
+
+    def save_state(self, force: bool = False) -> None:
+        """Write the classifier's state and what it learned from into the ConfigMap (one write), when changed."""
+        try:
+            serialised = self._state_data()
+        except (TypeError, ValueError) as exc:
+            log.warning("classifier state not saved: %s", exc)
+            return
+        if serialised == self._saved_state and not force:
+            return
+        data = json.loads(serialised)
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": STATE_CONFIGMAP, "namespace": self.state_namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "stowage-operator"}},
+                "data": data}
+        collection = f"/api/v1/namespaces/{self.state_namespace}/configmaps"
+        try:
+            try:
+                self.client.patch(f"{collection}/{STATE_CONFIGMAP}", {"data": data})
+            except api.ApiError as exc:
+                if exc.status != 404:
+                    raise
+                self.client.create(collection, body)
+        except (api.ApiError, OSError) as exc:
+            log.warning("classifier state not saved to %s/%s (%s); retrying later", self.state_namespace,
+                        STATE_CONFIGMAP, exc)
+            return
+        self._saved_state = serialised
+
+
+def _task_pod(pod: Mapping[str, Any]) -> bool:
+    """A pod a Stowage Job controls (label and controller reference)."""
+    return jobs.task_pod_job(pod) is not None

@@ -1,0 +1,181 @@
+"""Restart safety on a real control plane: SIGKILL mid-Job duplicates nothing; the classifier keeps what it
+learned; with peering only one operator acts. The peering rule itself is checked first, without a cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from stowage.operator import cli, jobs, runtime
+
+from tests.operator.support import OPERATOR_NAMESPACE, OperatorStack, PodLedger, job_body, wait_for
+from tests.scheduler.stack import Proc
+
+pytestmark = pytest.mark.timeout(900)
+
+NOW = 1_700_000_000.0
+
+
+def _peer(priority: int, seen_s_ago: float, lifetime: int = 30) -> dict:
+    import datetime as dt
+
+    seen = dt.datetime.fromtimestamp(NOW - seen_s_ago, dt.UTC).isoformat()
+    return {"priority": priority, "lifetime": lifetime, "lastseen": seen}
+
+
+@pytest.mark.parametrize(("peers", "blockers"), [
+    pytest.param({}, [], id="alone-acts"),
+    pytest.param({"me": _peer(5, 0)}, [], id="own-record-ignored"),
+    pytest.param({"old": _peer(4, 1)}, [], id="lower-priority-peer-does-not-block"),
+    pytest.param({"new": _peer(6, 1)}, ["new"], id="higher-priority-peer-blocks"),
+    pytest.param({"twin": _peer(5, 1)}, ["twin"], id="same-priority-blocks-as-kopf-does"),
+    pytest.param({"dead": _peer(9, 31)}, [], id="peer-past-its-lifetime-is-dead"),
+])
+def test_peering_pauses_exactly_when_kopf_would(peers: dict, blockers: list[str]) -> None:
+    assert cli.outranked(peers, "me", 5, NOW) == blockers
+
+
+def test_a_finished_task_teaches_the_classifier_once_across_restarts() -> None:
+    learned = jobs.LearnedTasks(window_s=60)
+    assert learned.fresh("u1", 1000.0)
+    learned.add("u1", 1000.0)
+    learned.add("u2", 1100.0)
+    assert not learned.fresh("u1", 1000.0) and not learned.fresh("u2", 1100.0)
+    assert learned.until == 1040.0 and not learned.fresh("u0", 1039.0), "older than the window: by time alone"
+    again = jobs.LearnedTasks(window_s=60)
+    again.load(json.loads(json.dumps(learned.state())))
+    assert not again.fresh("u2", 1100.0) and again.fresh("u3", 1100.0), "the state survives a restart"
+
+
+def test_the_command_line_refuses_contradictions_naming_the_flags() -> None:
+    from click.testing import CliRunner
+
+    from stowage.cli import main
+
+    runner = CliRunner()
+    for argv, message in ((["--namespace", "a", "--all-namespaces"], "--namespace and --all-namespaces"),
+                          (["--webhook-url", "auto"], "--webhook-url/--webhook-service need --webhook-cert"),
+                          (["--webhook-service", "nope"], "expected NAMESPACE/NAME")):
+        result = runner.invoke(main, ["operator", *argv])
+        assert result.exit_code == 2 and message in result.output, result.output
+    assert "--peering NAME" in runner.invoke(main, ["operator", "--help"]).output
+
+
+@pytest.fixture
+def ns(operator_stack: OperatorStack) -> Iterator[str]:
+    with operator_stack.namespace("restart") as name:
+        yield name
+
+
+def _state(stack: OperatorStack) -> dict:
+    cm = stack.core.read_namespaced_config_map(runtime.STATE_CONFIGMAP, OPERATOR_NAMESPACE)
+    return json.loads(cm.data[runtime.STATE_KEY])
+
+
+def test_an_operator_killed_mid_job_and_restarted_duplicates_nothing(operator_stack: OperatorStack, ns: str) -> None:
+    stack = operator_stack
+    ledger = PodLedger(stack.api, ns).start()
+    first = stack.start_operator(webhooks=False)
+    second: Proc | None = None
+    try:
+        # 2-core tasks: nine fit at once on the three nodes, so the 14 of group a run in two waves.
+        body = job_body("wave", [{"name": "a", "replicas": 14, "cpu": "2", "run_s": 6},
+                                 {"name": "b", "replicas": 3, "cpu": "2", "run_s": 3, "dependsOn": ["a"]}],
+                        stack_id=stack.id)
+        stack.create_job(ns, body)
+
+        def mid_job() -> bool:
+            phases = [p.status.phase for p in stack.pods(ns)]
+            return phases.count("Succeeded") >= 2 and phases.count("Running") + phases.count("Pending") >= 1
+
+        wait_for(mid_job, 240, "the job half-way: tasks done, tasks running, tasks waiting")
+        before = {p.metadata.name: p.metadata.uid for p in stack.pods(ns)}
+        first.kill()  # SIGKILL: no cleanup, status as half-written as it may be
+
+        def succeeded() -> int:
+            return sum(1 for p in stack.pods(ns) if p.status.phase == "Succeeded")
+
+        done_at_kill = succeeded()
+        wait_for(lambda: succeeded() > done_at_kill, 60, "tasks finishing while no operator runs")
+        second = stack.start_operator(webhooks=False)
+        job = stack.wait_job_phase(ns, "wave", "Succeeded")
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                proc.stop()
+        ledger.stop()
+
+    assert ledger.duplicates() == {}, "a task pod was created twice under one name"
+    pods = stack.pods(ns)
+    names = sorted(p.metadata.name for p in pods)
+    expected = sorted([f"wave-a-{i}" for i in range(14)] + [f"wave-b-{i}" for i in range(3)])
+    assert names == expected, "every task exactly once: no retry, no eviction, no duplicate"
+    assert all(p.status.phase == "Succeeded" for p in pods)
+    assert all(before[n] == next(p.metadata.uid for p in pods if p.metadata.name == n) for n in before), \
+        "pods made before the kill were adopted, not replaced"
+    assert job["status"]["groups"]["a"]["succeeded"] == 14 and job["status"]["groups"]["b"]["succeeded"] == 3
+
+
+def test_the_classifier_keeps_what_it_learned_across_a_restart(operator_stack: OperatorStack, ns: str) -> None:
+    stack = operator_stack
+    proc = stack.start_operator(webhooks=False)
+    try:
+        stack.create_job(ns, job_body("learn", [{"name": "s", "replicas": 3, "run_s": 1}], stack_id=stack.id))
+        stack.wait_job_phase(ns, "learn", "Succeeded")
+    finally:
+        proc.stop()  # SIGTERM: the state is written on the way out
+    saved = _state(stack)
+    assert saved, "the classifier's state is in the ConfigMap"
+    again = stack.start_operator(webhooks=False)
+    try:
+        wait_for(lambda: "classifier state loaded" in again.tail(200_000), 60, "the state loaded at start")
+    finally:
+        again.stop()
+    assert _state(stack) == saved, "nothing learned was lost (nothing new finished in between)"
+
+
+def test_dry_run_decides_but_writes_nothing(operator_stack: OperatorStack, ns: str) -> None:
+    stack = operator_stack
+    proc = stack.start_operator(webhooks=False, extra=("--dry-run",))
+    try:
+        stack.create_job(ns, job_body("dry", [{"name": "a", "replicas": 2, "run_s": 1}], stack_id=stack.id))
+        wait_for(lambda: "dry run: would create" in proc.tail(200_000), 60, "the dry run's decision in the log")
+    finally:
+        proc.stop()
+    assert stack.pods(ns) == [] and "status" not in stack.job(ns, "dry")
+
+
+def test_an_operator_of_one_namespace_leaves_the_others_alone(operator_stack: OperatorStack, ns: str) -> None:
+    stack = operator_stack
+    with stack.namespace("other") as other:
+        proc = stack.start_operator(webhooks=False, extra=("--namespace", ns))
+        try:
+            stack.create_job(other, job_body("theirs", [{"name": "a", "replicas": 1, "run_s": 1}], stack_id=stack.id))
+            stack.create_job(ns, job_body("ours", [{"name": "a", "replicas": 2, "run_s": 1}], stack_id=stack.id))
+            stack.wait_job_phase(ns, "ours", "Succeeded")
+        finally:
+            proc.stop()
+        assert stack.pods(other) == [] and "status" not in stack.job(other, "theirs")
+
+
+def test_with_peering_only_the_newest_operator_acts(operator_stack: OperatorStack, ns: str) -> None:
+    stack = operator_stack
+    older = stack.start_operator(webhooks=False, peering="stowage-test")
+    newer: Proc | None = None
+    try:
+        newer = stack.start_operator(webhooks=False, peering="stowage-test")
+        wait_for(lambda: "pausing the dispatcher: outranked by" in older.tail(200_000), 60,
+                 "the older operator standing by")
+        stack.create_job(ns, job_body("peer", [{"name": "a", "replicas": 3, "run_s": 2}], stack_id=stack.id))
+        stack.wait_job_phase(ns, "peer", "Succeeded")
+        assert "outranked" not in newer.tail(200_000), "the newest operator acts"
+        newer.kill()  # the active one dies without a word: the stand-by takes over once its record expires
+        stack.create_job(ns, job_body("after", [{"name": "a", "replicas": 2, "run_s": 2}], stack_id=stack.id))
+        stack.wait_job_phase(ns, "after", "Succeeded", timeout_s=180)
+        assert re.search(r"acting again", older.tail(200_000)), older.tail(3000)
+    finally:
+        for proc in (older, newer):
+            if proc is not None:
+                proc.stop()
