@@ -10,7 +10,8 @@ YAML file shape (every key optional)::
     harvest:    {t_alloc: {cpu: 0.9, memory: 0.9}, ramp_up_s: 30, utilization_stale_after_s: 30, usage_window_s: 15}
     contention: {t_preempt: {cpu: 0.99, memory: 0.95}, sustained_count: 3, sample_interval_s: 1,
                  policy: preserve, alpha: 2, ...}
-    packing:    {fairness_knob: 0.25, barrier_knob: 0.9, remaining_work_weight: 1.0, remote_penalty: 0.1}
+    packing:    {fairness_knob: 0.25, barrier_knob: 0.9, remaining_work_weight: 1.0, remote_penalty: 0.1,
+                 starvation_skip_limit: 30}
     classifier: {short_task_threshold_s: 60}
 
 Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
@@ -129,6 +130,12 @@ class PackingSettings:
     """``m`` in ``ε = m·ā/p̄`` (Tetris §3.3.1: m = 1 works well)."""
     remote_penalty: float = 0.10
     """Alignment penalty on nodes not holding the pod's data (Tetris §3.2: 10%)."""
+    starvation_skip_limit: int = 30
+    """``ε_s`` (OPERA §III-E, multi-chance reservation): a task group passed over in more than this many
+    dispatcher passes that released other work, while it fits some node's capacity, gets a reservation
+    (it goes first; if it fits nowhere now, one node is held for it). 0 turns the guard off. OPERA leaves
+    the value open; 30 passes is about half a minute at the dispatcher's 1 s loop (ours). The simulator's
+    presets run without it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +286,9 @@ def validate(settings: StowageSettings) -> list[str]:
     _check_range(p, "packing.barrier_knob", k.barrier_knob, 0.0, 1.0, False, False)
     _check_range(p, "packing.remaining_work_weight", k.remaining_work_weight, 0.0, 1000.0, False, False)
     _check_range(p, "packing.remote_penalty", k.remote_penalty, 0.0, 1.0, False, True)
+    if not 0 <= k.starvation_skip_limit <= 1_000_000:
+        p.append(f"packing.starvation_skip_limit: must be within [0, 1000000] (0 turns the guard off), "
+                 f"got {k.starvation_skip_limit!r}")
     _check_range(p, "classifier.short_task_threshold_s", cl.short_task_threshold_s, 0.0, 86400.0, True, False)
     return p
 

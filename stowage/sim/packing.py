@@ -7,22 +7,21 @@ FSP), harvestable capacity, and OPERA's short/long classifier.
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from stowage.model import JobOrder
-from stowage.policy import alignment, fairness, ordering, remaining_work
+from stowage.policy import alignment, dispatch, ordering, remaining_work
 from stowage.sim.presets import OPP_AUTO, OPP_TRUE, Preset
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
 __all__ = ["PackingPreset"]
-
-_BOOST = 1e6  # barrier-boosted groups outrank any alignment score (scores are in [0, R])
 
 
 class PackingPreset(Preset):
@@ -33,9 +32,8 @@ class PackingPreset(Preset):
 
     def attach(self, sim: Simulation) -> None:
         super().attach(sim)
-        k = sim.settings.packing
-        self.f, self.b, self.m = k.fairness_knob, k.barrier_knob, k.remaining_work_weight
-        self.remote_penalty = k.remote_penalty
+        # The starvation guard is the operator's: the presets replay the papers' policies without it.
+        self.knobs = dataclasses.replace(sim.settings.packing, starvation_skip_limit=0)
         self.mean_cap = sim.cluster.cap.mean(axis=0)
         self._cap_norm = np.where(self.mean_cap > 0, self.mean_cap, 1.0)
         self._static_features: dict[int, dict[str, str]] = {}
@@ -79,19 +77,15 @@ class PackingPreset(Preset):
 
     def _static(self, g: int) -> dict[str, str]:
         """The properties of group ``g``'s tasks that never change (all but progress)."""
-        from stowage.policy import classifier
-
         static = self._static_features.get(g)
         if static is None:
             sim = self.sim
-            static = self._static_features[g] = {
-                "framework": sim.queue_names[sim.g_queue[g]],
-                "app": _app_name(sim.jobs[int(sim.g_job[g])].name),
-                "stage": sim.g_name[g],
-                "demand": classifier.bucket_demand(
-                    dict(zip(sim.resources, (sim.g_demand[g] / self._cap_norm).tolist(), strict=True))
-                ),
-            }
+            static = self._static_features[g] = dispatch.task_features(
+                sim.queue_names[sim.g_queue[g]],
+                sim.jobs[int(sim.g_job[g])].name,
+                sim.g_name[g],
+                dict(zip(sim.resources, (sim.g_demand[g] / self._cap_norm).tolist(), strict=True)),
+            )
             self._static_id[g] = self._static_ids.setdefault(tuple(static.items()), len(self._static_ids))
         return static
 
@@ -149,38 +143,14 @@ class PackingPreset(Preset):
         left = (sim.g_pending + sim.g_running).astype(np.float64)
         return remaining_work.remaining_work(sim.g_dur * left, sim.g_demand, sim.g_job, sim.n_jobs, self.mean_cap)
 
-    def _queue_mask(self, sim: Simulation, queues: NDArray[np.int64], pool: int) -> NDArray[np.bool_]:
-        """Rows whose queue the fairness knob lets compete now: the queues furthest below fair share."""
-        nq = len(sim.queue_names)
-        active = np.bincount(queues, minlength=nq) > 0
-        act = np.flatnonzero(active)
-        if act.size <= 1:
-            return np.ones(queues.size, dtype=bool)
-        weighted = fairness.dominant_shares(sim.queue_alloc[pool], sim.cluster.total, sim.q_weight)
-        share = weighted * np.where(sim.q_weight > 0, sim.q_weight, 1.0)  # back to the unweighted share
-        deficit = fairness.fair_share(sim.q_weight, active) - share
-        picked = np.zeros(nq, dtype=bool)
-        picked[act[fairness.fairness_candidates(deficit[act], self.f)]] = True
-        return picked[queues]
+    def _job_rank(self, sim: Simulation, jobs: NDArray[np.int64], work: _Lazy) -> NDArray[np.float64]:
+        """``dispatch.job_ranks`` with this run's queues; FSP trackers are advanced to now when asked."""
 
-    def _job_mask(self, sim: Simulation, groups: NDArray[np.int64], work: NDArray) -> NDArray[np.bool_]:
-        """Rows whose job is among the first ⌈(1−f)·J_q⌉ of its queue in the queue's ``jobOrder``."""
-        if not self.job_order:
-            return np.ones(groups.size, dtype=bool)
-        jobs_of_rows = sim.g_job[groups]
-        queues = sim.g_queue[groups]
-        allowed_jobs: list[int] = []
-        for q in np.unique(queues).tolist():
-            jobs = np.unique(jobs_of_rows[queues == q])
-            order = sim.q_order[q]
-            if order is JobOrder.FSP:
-                self.fsp[q].advance(sim.now)
-                rank = {j: i for i, j in enumerate(self.fsp[q].order())}
-                ranked = sorted(jobs.tolist(), key=lambda j: (rank.get(j, math.inf), j))
-            else:
-                ranked = jobs[ordering.order_jobs(order, sim.j_arrival[jobs], work[jobs])].tolist()
-            allowed_jobs.extend(ranked[: max(1, math.ceil((1.0 - self.f) * len(ranked)))])
-        return np.isin(jobs_of_rows, allowed_jobs)
+        def fsp_order(q: int) -> list[int]:
+            self.fsp[q].advance(sim.now)
+            return self.fsp[q].order()  # type: ignore[return-value]
+
+        return dispatch.job_ranks(jobs, sim.j_queue, sim.q_order, sim.j_arrival, work(), fsp_order)
 
     # --- the pass ---------------------------------------------------------------------------------
 
@@ -208,142 +178,38 @@ class PackingPreset(Preset):
             if ready.size:
                 self._pack(sim, ready, avail, work, opp=True)
 
-    def _pack(self, sim: Simulation, groups: NDArray[np.int64], avail: NDArray, work: NDArray, opp: bool) -> None:
-        if groups.size == 0:
-            return
-        c = sim.cluster
-        # Groups of one demand shape have identical alignment rows: score each shape, not each group.
-        present, shape_of = np.unique(sim.g_shape[groups], return_inverse=True)
-        shape_of = shape_of.reshape(-1)
-        shapes = sim.shapes[present]
-        score = alignment.alignment(shapes, c.cap, avail)  # (S, N)
-        live = np.isfinite(score).any(axis=1)[shape_of]
-        groups, shape_of = groups[live], shape_of[live]
+    def _pack(self, sim: Simulation, groups: NDArray[np.int64], avail: NDArray, work: _Lazy, opp: bool) -> None:
+        """One ``dispatch.pack`` pass over ``groups`` in one pool; its placements become ``sim.place`` calls."""
         if groups.size == 0:
             return
         pool = 1 if opp else 0
-        work = work() if isinstance(work, _Lazy) else work
-        p = work[sim.g_job[groups]]
-        has_waiters = np.ones(groups.size, dtype=bool)  # the job's end waits on every group
-        frac = sim.g_done[groups] / np.maximum(sim.g_tasks[groups], 1)
-        # Barrier boost and job order depend on finishes and arrivals only: fixed during a pass.
-        boost = fairness.barrier_boost(frac, has_waiters, self.b) * _BOOST
-        jobs_ok = self._job_mask(sim, groups, work)
-        queues = sim.g_queue[groups]
-        shaped = _ShapeScores(score)
-        while groups.size:
-            allowed = jobs_ok & self._queue_mask(sim, queues, pool)
-            best = best_candidate(shaped, shape_of, p, boost, allowed, self.m)
-            if best is None:
-                best = best_candidate(shaped, shape_of, p, boost, np.ones(groups.size, dtype=bool), self.m)
-            if best is None:
-                return
-            i, n = best
-            g = int(groups[i])
-            sim.place(g, n, opp=opp)
-            avail[n] = np.maximum(avail[n] - sim.g_demand[g], 0.0)
-            shaped.set_column(n, alignment.alignment(shapes, c.cap[n : n + 1], avail[n : n + 1])[:, 0])
-            if sim.g_pending[g] == 0:
-                keep = np.arange(groups.size) != i
-                groups, shape_of, p, boost, queues = groups[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
-                jobs_ok = self._job_mask(sim, groups, work)
-
-
-class _ShapeScores:
-    """Alignment of each demand shape on each node (S, N), with what every search needs from it."""
-
-    def __init__(self, score: NDArray[np.float64]) -> None:
-        self.score = score
-        self._refresh()
-
-    def set_column(self, n: int, column: NDArray[np.float64]) -> None:
-        self.score[:, n] = column
-        self._refresh()
-
-    def _refresh(self) -> None:
-        self.feasible = np.isfinite(self.score)
-        self.count = self.feasible.sum(axis=1)
-        self.values = self.score[self.feasible]  # row-major: shape 0's feasible scores, then shape 1's, ...
-        self.offset = np.concatenate(([0], np.cumsum(self.count)[:-1]))
-        self.row_max = np.where(self.count > 0, np.max(self.score, axis=1, initial=-np.inf), -np.inf)
-
-    def feasible_scores(self, rows_shape: NDArray[np.int64]) -> NDArray[np.float64]:
-        """``score[rows_shape][feasible]`` in row-major order (what ``combined_score`` averages), in O(result)."""
-        cnt = self.count[rows_shape]
-        if rows_shape.size and (rows_shape == rows_shape[0]).all():
-            s = int(rows_shape[0])
-            return np.tile(self.values[self.offset[s] : self.offset[s] + cnt[0]], rows_shape.size)
-        starts = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-        index = np.repeat(self.offset[rows_shape] - starts, cnt) + np.arange(int(cnt.sum()))
-        return self.values[index]
-
-
-def best_candidate(
-    shaped: _ShapeScores,
-    shape_of: NDArray[np.int64],
-    p: NDArray[np.float64],
-    boost: NDArray[np.float64],
-    rows: NDArray[np.bool_],
-    m: float,
-) -> tuple[int, int] | None:
-    """The (row, node) with the highest ``combined_score + boost`` among ``rows``, first on ties; None if none fits.
-
-    Same result, bit for bit, as ``dense_best_candidate`` on the (rows × nodes) matrix
-    ``shaped.score[shape_of]``, without building it: ``remaining_work.work_penalty`` gets the
-    same feasible entries in the same order (so the same floating-point sums), and since
-    ``x ↦ (x − t) + b`` is monotone under rounding, a row's best value is its best alignment's;
-    only the winning row is scanned node by node for the first node reaching it.
-    """
-    if not rows.any():
-        return None
-    idx = np.flatnonzero(rows)
-    s = shape_of[idx]
-    cnt = shaped.count[s]
-    if not cnt.any():
-        return None
-    b = boost[idx]
-    t = remaining_work.work_penalty(shaped.feasible_scores(s), p[idx], cnt, m)  # combined_score's term, per row
-    best_of_row = (shaped.row_max[s] - t) + b
-    if np.isnan(best_of_row).any():  # cannot happen for finite inputs; keep the reference rule
-        return dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
-    i = int(np.argmax(best_of_row))
-    if not np.isfinite(best_of_row[i]):
-        return None
-    n = int(np.argmax((shaped.score[s[i]] - t[i]) + b[i]))
-    return int(idx[i]), n
-
-
-def dense_best_candidate(
-    score: NDArray[np.float64], p: NDArray[np.float64], boost: NDArray[np.float64], rows: NDArray[np.bool_], m: float
-) -> tuple[int, int] | None:
-    """The straightforward search over the full (rows × nodes) score matrix (reference for the fast one)."""
-    if not rows.any():
-        return None
-    idx = np.flatnonzero(rows)
-    sub = score[idx]
-    if not np.isfinite(sub).any():
-        return None
-    combined = remaining_work.combined_score(sub, p[idx], m) + boost[idx, None]
-    flat = int(np.argmax(combined))
-    i, n = divmod(flat, score.shape[1])
-    if not np.isfinite(combined[i, n]):
-        return None
-    return int(idx[i]), int(n)
+        passed = dispatch.PassInput(
+            capacity=sim.cluster.cap,
+            available=avail,
+            shapes=sim.shapes,
+            group_shape=sim.g_shape[groups],
+            group_job=sim.g_job[groups],
+            group_queue=sim.g_queue[groups],
+            pending=sim.g_pending[groups],
+            finished_fraction=sim.g_done[groups] / np.maximum(sim.g_tasks[groups], 1),
+            job_work=work,
+            queue_alloc=sim.queue_alloc[pool],
+            pool_total=sim.cluster.total,
+            queue_weight=sim.q_weight,
+            job_rank=(lambda jobs: self._job_rank(sim, jobs, work)) if self.job_order else None,
+        )
+        for placed in dispatch.pack(passed, self.knobs).placements:
+            sim.place(int(groups[placed.group]), placed.node, opp=opp)
 
 
 class _Lazy:
     """A value computed on first call and then kept (remaining work: only if a pass gets that far)."""
 
-    def __init__(self, make: object) -> None:
-        self._make, self._value = make, None
+    def __init__(self, make: Callable[[], NDArray[np.float64]]) -> None:
+        self._make: Callable[[], NDArray[np.float64]] = make
+        self._value: NDArray[np.float64] | None = None
 
     def __call__(self) -> NDArray[np.float64]:
         if self._value is None:
-            self._value = self._make()  # type: ignore[operator]
+            self._value = self._make()
         return self._value
-
-
-def _app_name(job_name: str) -> str:
-    """A job's application: its name without trailing numbers (``sort-0042`` → ``sort``)."""
-    stem = job_name.rstrip("0123456789-_.")
-    return stem or job_name

@@ -1,7 +1,7 @@
 """The fast scheduling passes decide exactly what the straightforward ones decide.
 
-* ``packing.best_candidate`` (per demand shape, no (groups × nodes) matrix) picks the same
-  (row, node) as ``packing.dense_best_candidate`` (``combined_score`` on the full matrix), on
+* ``candidates.best_candidate`` (per demand shape, no (groups × nodes) matrix) picks the same
+  (row, node) as ``candidates.dense_best_candidate`` (``combined_score`` on the full matrix), on
   random matrices built to produce ties and near-ties (values one ulp apart, equal remaining work,
   boosted rows);
 * whole runs of ``tetris`` and ``stowage`` on random small workloads, with every search checked
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from stowage.labels import Opportunistic
 from stowage.model import JobOrder
-from stowage.policy import alignment, fairness
-from stowage.sim import baselines, packing, presets
+from stowage.policy import alignment, candidates, fairness
+from stowage.sim import baselines, presets
 from stowage.sim.engine import SimConfig, Simulation
 from stowage.sim.workload import JobSpec, QueueSpec, TaskGroup, Workload
 from tests.sim.kit import BURSTY, contended, nodes, rv
@@ -52,8 +52,8 @@ def searches(draw: st.DrawFn) -> tuple:
 @given(searches())
 def test_the_per_shape_search_picks_what_the_dense_matrix_picks(case: tuple) -> None:
     score, shape_of, p, boost, rows, m = case
-    fast = packing.best_candidate(packing._ShapeScores(score.copy()), shape_of, p, boost, rows, m)
-    dense = packing.dense_best_candidate(score[shape_of], p, boost, rows, m)
+    fast = candidates.best_candidate(candidates.ShapeScores(score.copy()), shape_of, p, boost, rows, m)
+    dense = candidates.dense_best_candidate(score[shape_of], p, boost, rows, m)
     assert fast == dense
 
 
@@ -65,8 +65,8 @@ def test_a_winning_row_breaks_rounding_ties_like_the_dense_matrix() -> None:
     p = np.array([1.0, 3.0])
     boost = np.array([1e6, 0.0])
     rows = np.array([True, True])
-    dense = packing.dense_best_candidate(score[shape_of], p, boost, rows, 1.0)
-    assert packing.best_candidate(packing._ShapeScores(score.copy()), shape_of, p, boost, rows, 1.0) == dense
+    dense = candidates.dense_best_candidate(score[shape_of], p, boost, rows, 1.0)
+    assert candidates.best_candidate(candidates.ShapeScores(score.copy()), shape_of, p, boost, rows, 1.0) == dense
     assert dense == (0, 0)
 
 
@@ -74,11 +74,11 @@ def test_a_winning_row_breaks_rounding_ties_like_the_dense_matrix() -> None:
 
 
 def _checked_search(calls: list[int]):
-    fast = packing.best_candidate
+    fast = candidates.best_candidate
 
     def search(shaped, shape_of, p, boost, rows, m):
         got = fast(shaped, shape_of, p, boost, rows, m)
-        assert got == packing.dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
+        assert got == candidates.dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
         calls.append(1)
         return got
 
@@ -108,7 +108,7 @@ def _mixed(seed: int) -> Workload:
                                             pytest.param(_mixed, 3, id="mixed-3")])
 def test_packing_runs_make_every_choice_the_dense_search_makes(monkeypatch, preset: str, make, seed: int) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(packing, "best_candidate", _checked_search(calls))
+    monkeypatch.setattr(candidates, "best_candidate", _checked_search(calls))
     sim = Simulation(make(seed), presets.make(preset), SimConfig(usage=BURSTY, check=True), seed)
     sim.run()
     assert calls and sim.tasks_done == int(sim.g_tasks.sum())

@@ -1,0 +1,354 @@
+"""One packing pass over one pool: which pending task starts on which node, until nothing more fits.
+
+The decision core of the simulator's ``tetris``/``stowage`` presets and of the operator's dispatcher
+(Tetris §3.2–3.5 on DRF queues, UBIS §IV-E, OPERA §III-E). Per placement:
+
+1. **Queues** (Tetris §3.4 on weighted DRF): only the ``max(1, ⌈(1−f)·Q_a⌉)`` active queues furthest below
+   their fair share compete (``fairness.fairness_candidates`` on ``fair_share − dominant share``).
+2. **Jobs** (each queue's ``jobOrder``): inside a queue only its first ``max(1, ⌈(1−f)·J_q⌉)`` jobs in the
+   caller's ranking (FIFO/SRTF from ``ordering.order_jobs``, FSP from the caller's ``FspTracker``).
+3. **Score** (Tetris §3.3.2, §3.5): the best ``a(t, n) − m·ā·p(job)/p̄`` among the allowed rows, plus
+   ``10⁶`` for groups the barrier knob boosts; if no allowed row fits anywhere, among all rows.
+4. **Place** one task; take its demand off the node's free vector and add it to its queue's allocation;
+   a row whose pending count reaches 0 leaves the pass.
+
+Starvation guard (OPERA §III-E, multi-chance reservation; ``PackingSettings.starvation_skip_limit`` = ε_s,
+0 = off): the caller counts, per row, the passes it was *skipped* in (``PassResult.skipped``: it got nothing
+while the pass placed other work, and it fits some node's capacity). A row skipped more than ε_s times is
+*starved*: it competes in every step whatever the fairness and job masks say, with a boost of ``2·10⁶`` above
+every other row; if it fits no node now, one node is **held** for it (no other row is placed there, so the
+node's free capacity accumulates): the one held before if it can still take the task, else the node whose
+largest shortfall ``max_r (d_r − A_r)⁺/C_r`` is smallest (ties: lowest index).
+
+Pure and deterministic: every input is an array the caller built; nothing here keeps state between passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from stowage.config import PackingSettings
+from stowage.model import JobOrder
+from stowage.policy import alignment, candidates, classifier, fairness, ordering
+
+__all__ = [
+    "BOOST",
+    "PassInput",
+    "PassResult",
+    "Placement",
+    "app_name",
+    "job_ranks",
+    "pack",
+    "task_features",
+]
+
+BOOST: Final = 1e6
+"""Barrier-boosted rows outrank any combined score (alignments are in [0, R]); starved rows get twice this."""
+
+JobWork = NDArray[np.float64] | Callable[[], NDArray[np.float64]]
+JobRank = Callable[[NDArray[np.int64]], NDArray[np.float64]]
+
+
+class Placement(NamedTuple):
+    """Start one task of row ``group`` (an index into the pass's rows) on node ``node``."""
+
+    group: int
+    node: int
+
+
+@dataclass(frozen=True, slots=True)
+class PassInput:
+    """What one pass reads. Shapes: N nodes, R resources, S demand shapes, G rows (task groups), J jobs, Q queues.
+
+    ``pack`` copies what it changes (``available``, ``queue_alloc``, ``pending``); the caller's arrays stay as given.
+    """
+
+    capacity: NDArray[np.float64]
+    """(N, R) node capacity ``C``: alignment's normaliser, and what "fits some node" means for the guard."""
+    available: NDArray[np.float64]
+    """(N, R) this pool's free capacity: regular free (``harvest.regular_available``) or harvestable."""
+    shapes: NDArray[np.float64]
+    """(S, R) per-task demands; rows of one shape have identical alignments, so scores are per shape."""
+    group_shape: NDArray[np.int64]
+    """(G,) each row's index into ``shapes``."""
+    group_job: NDArray[np.int64]
+    """(G,) each row's job, an index into ``job_work``."""
+    group_queue: NDArray[np.int64]
+    """(G,) each row's queue, ``0..Q-1``."""
+    pending: NDArray[np.int64]
+    """(G,) tasks of the row that may start now (barrier open, not suspended); rows at 0 take no part."""
+    finished_fraction: NDArray[np.float64]
+    """(G,) finished / total tasks of the group: the barrier knob's input (the job's end waits on every group)."""
+    job_work: JobWork
+    """(J,) remaining work ``p`` (``remaining_work.remaining_work``), or a callable asked once, if some row fits."""
+    queue_alloc: NDArray[np.float64]
+    """(Q, R) what each queue holds in this pool."""
+    pool_total: NDArray[np.float64]
+    """(R,) the denominator of dominant shares."""
+    queue_weight: NDArray[np.float64]
+    """(Q,) DRF weights (``spec.weight``)."""
+    job_rank: JobRank | None = None
+    """Each job's rank inside its queue (lower first, ``inf`` last, ties by job index), asked once per pass with
+    the sorted jobs of the rows that fit (see ``job_ranks``). None: no job order mask (the ``tetris`` preset)."""
+    skips: NDArray[np.int64] | None = None
+    """(G,) passes each row was skipped in so far (starvation guard); None: guard off."""
+    held: NDArray[np.int64] | None = None
+    """(G,) node held for each row by the previous pass, −1 for none."""
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    """What a pass decided; ``skipped`` and ``held`` are all-False / all −1 when the guard is off."""
+
+    placements: list[Placement]
+    skipped: NDArray[np.bool_]
+    """(G,) rows that got nothing while the pass placed other work, and that fit some node's capacity."""
+    held: NDArray[np.int64]
+    """(G,) node held for each starved row that fits nowhere now, −1 for none."""
+
+
+def pack(inp: PassInput, knobs: PackingSettings, *, limit: int | None = None) -> PassResult:
+    """Place pending tasks one at a time, best ``combined score + boost`` first, until nothing fits (or ``limit``).
+
+    ``knobs``: ``fairness_knob`` f, ``barrier_knob`` b, ``remaining_work_weight`` m, ``starvation_skip_limit``
+    ε_s (module docstring). Each placement is what the previous ones left: availability, queue allocations
+    and pending counts are updated exactly as the simulator's ``Simulation.place`` updates its own.
+    """
+    g_all = int(inp.group_shape.shape[0])
+    placements: list[Placement] = []
+    held_out = np.full(g_all, -1, dtype=np.int64)
+    guard = inp.skips is not None and knobs.starvation_skip_limit > 0
+    rows = np.flatnonzero(np.asarray(inp.pending) > 0)
+    if rows.size == 0:
+        return PassResult(placements, np.zeros(g_all, dtype=bool), held_out)
+    avail = np.array(inp.available, dtype=np.float64)
+    cap = np.asarray(inp.capacity, dtype=np.float64)
+    # Rows of one demand shape have identical alignment rows: score each shape, not each row.
+    present, shape_of = np.unique(inp.group_shape[rows], return_inverse=True)
+    shape_of = shape_of.reshape(-1)
+    shapes = np.asarray(inp.shapes, dtype=np.float64)[present]
+    score = alignment.alignment(shapes, cap, avail)  # (S, N)
+    starved = np.zeros(rows.size, dtype=bool)
+    if guard:
+        assert inp.skips is not None
+        starved = inp.skips[rows] > knobs.starvation_skip_limit
+    live = np.isfinite(score).any(axis=1)[shape_of]
+    if starved.any() and (starved & ~live).any():
+        held_out = _hold(inp, rows, shape_of, shapes, cap, avail, starved & ~live, held_out)
+        score[:, held_out[held_out >= 0]] = -np.inf
+        live = np.isfinite(score).any(axis=1)[shape_of]
+    rows, shape_of, starved = rows[live], shape_of[live], starved[live]
+    if rows.size:
+        work = inp.job_work() if callable(inp.job_work) else inp.job_work
+        _place_all(inp, knobs, rows, shape_of, shapes, score, avail, starved, work, limit, placements)
+    skipped = np.zeros(g_all, dtype=bool)
+    if guard and placements:
+        # Passed over: it got nothing while other work started, and some node's capacity could take it.
+        waiting = np.flatnonzero(np.asarray(inp.pending) > 0)
+        ever = alignment.feasible(np.asarray(inp.shapes, dtype=np.float64), cap).any(axis=1)
+        skipped[waiting] = ever[inp.group_shape[waiting]]
+        skipped[[pl.group for pl in placements]] = False
+    return PassResult(placements, skipped, held_out)
+
+
+def _place_all(
+    inp: PassInput,
+    knobs: PackingSettings,
+    rows: NDArray[np.int64],
+    shape_of: NDArray[np.int64],
+    shapes: NDArray[np.float64],
+    score: NDArray[np.float64],
+    avail: NDArray[np.float64],
+    starved: NDArray[np.bool_],
+    work: NDArray[np.float64],
+    limit: int | None,
+    placements: list[Placement],
+) -> None:
+    """The placement loop of ``pack`` over the rows that fit somewhere at the start."""
+    f, m = knobs.fairness_knob, knobs.remaining_work_weight
+    cap = np.asarray(inp.capacity, dtype=np.float64)
+    jobs = inp.group_job[rows]
+    p = work[jobs]
+    has_waiters = np.ones(rows.size, dtype=bool)  # the job's end waits on every group
+    # Barrier boost and job order depend on finishes and arrivals only: fixed during a pass.
+    boost = fairness.barrier_boost(inp.finished_fraction[rows], has_waiters, knobs.barrier_knob) * BOOST
+    any_starved = bool(starved.any())
+    if any_starved:
+        boost = boost + starved * (2 * BOOST)
+    ranks = _Ranks(inp.job_rank, jobs)
+    queues = inp.group_queue[rows]
+    jobs_ok = ranks.mask(jobs, queues, f)
+    pending = np.asarray(inp.pending)[rows].copy()
+    qa = np.array(inp.queue_alloc, dtype=np.float64)
+    total, weight = inp.pool_total, np.asarray(inp.queue_weight, dtype=np.float64)
+    shaped = candidates.ShapeScores(score)
+    every_queue = _every_queue_competes(queues, weight.shape[0], f)
+    while rows.size and (limit is None or len(placements) < limit):
+        allowed = jobs_ok if every_queue else jobs_ok & _queue_mask(qa, queues, total, weight, f)
+        if any_starved:
+            allowed |= starved  # the reservation: a starved row competes whatever the masks say
+        best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
+        if best is None:
+            best = candidates.best_candidate(shaped, shape_of, p, boost, np.ones(rows.size, dtype=bool), m)
+        if best is None:
+            return
+        i, n = best
+        d = shapes[shape_of[i]]
+        placements.append(Placement(int(rows[i]), n))
+        pending[i] -= 1
+        qa[queues[i]] += d
+        avail[n] = np.maximum(avail[n] - d, 0.0)
+        shaped.set_column(n, alignment.alignment(shapes, cap[n : n + 1], avail[n : n + 1])[:, 0])
+        if pending[i] == 0:
+            keep = np.arange(rows.size) != i
+            rows, shape_of, p, boost, queues = rows[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
+            jobs, pending, starved = jobs[keep], pending[keep], starved[keep]
+            jobs_ok = ranks.mask(jobs, queues, f)
+            every_queue = _every_queue_competes(queues, weight.shape[0], f)
+
+
+def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) -> bool:
+    """Whether the fairness knob lets every active queue compete whatever the shares (``_queue_mask`` all True).
+
+    True with at most one active queue, or when ``fairness_candidates`` keeps all ``A`` of them
+    (``⌈(1−f)·A⌉ ≥ A``: with f = 0.25, up to three queues); then the shares need not be computed.
+    """
+    active = int(np.count_nonzero(np.bincount(queues, minlength=n_queues)))
+    return active <= 1 or fairness.fairness_candidates(np.zeros(active), f).size >= active
+
+
+def _queue_mask(
+    qa: NDArray[np.float64],
+    queues: NDArray[np.int64],
+    total: NDArray[np.float64],
+    weight: NDArray[np.float64],
+    f: float,
+) -> NDArray[np.bool_]:
+    """Rows whose queue the fairness knob lets compete now: the queues furthest below fair share."""
+    nq = weight.shape[0]
+    active = np.bincount(queues, minlength=nq) > 0
+    act = np.flatnonzero(active)
+    if act.size <= 1:
+        return np.ones(queues.size, dtype=bool)
+    weighted = fairness.dominant_shares(qa, total, weight)
+    share = weighted * np.where(weight > 0, weight, 1.0)  # back to the unweighted share
+    deficit = fairness.fair_share(weight, active) - share
+    picked = np.zeros(nq, dtype=bool)
+    picked[act[fairness.fairness_candidates(deficit[act], f)]] = True
+    return picked[queues]
+
+
+class _Ranks:
+    """Each job's rank inside its queue, asked of the caller once per pass, for the job order mask."""
+
+    def __init__(self, job_rank: JobRank | None, jobs: NDArray[np.int64]) -> None:
+        self.off = job_rank is None
+        if job_rank is not None:
+            self.jobs = np.unique(jobs)
+            self.rank = np.asarray(job_rank(self.jobs), dtype=np.float64).reshape(-1)
+
+    def mask(self, jobs: NDArray[np.int64], queues: NDArray[np.int64], f: float) -> NDArray[np.bool_]:
+        """Rows whose job is among the first ``max(1, ⌈(1−f)·J_q⌉)`` of its queue (ties: job index)."""
+        if self.off:
+            return np.ones(jobs.size, dtype=bool)
+        uj, first = np.unique(jobs, return_index=True)
+        q = queues[first]
+        order = np.lexsort((uj, self.rank[np.searchsorted(self.jobs, uj)], q))
+        q_sorted = q[order]
+        counts = np.bincount(q_sorted)
+        pos = np.arange(q_sorted.size) - np.searchsorted(q_sorted, q_sorted, side="left")
+        k = np.maximum(1.0, np.ceil((1.0 - f) * counts[q_sorted]))
+        return np.isin(jobs, uj[order][pos < k])
+
+
+def _hold(
+    inp: PassInput,
+    rows: NDArray[np.int64],
+    shape_of: NDArray[np.int64],
+    shapes: NDArray[np.float64],
+    cap: NDArray[np.float64],
+    avail: NDArray[np.float64],
+    needs: NDArray[np.bool_],
+    held_out: NDArray[np.int64],
+) -> NDArray[np.int64]:
+    """Pick the node each starved row that fits nowhere waits on (module docstring), most skipped first."""
+    assert inp.skips is not None
+    previous = inp.held if inp.held is not None else np.full(held_out.shape, -1, dtype=np.int64)
+    taken = np.zeros(cap.shape[0], dtype=bool)
+    which = np.flatnonzero(needs)
+    for k in which[np.lexsort((rows[which], -inp.skips[rows[which]]))].tolist():
+        d = shapes[shape_of[k]]
+        can = alignment.feasible(d, cap) & ~taken  # nodes whose capacity could ever take the task
+        if not can.any():
+            continue
+        before = int(previous[rows[k]])
+        if 0 <= before < cap.shape[0] and can[before]:
+            node = before
+        else:
+            inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
+            shortfall = (np.maximum(d - avail, 0.0) * inv).max(axis=1)
+            node = int(np.argmin(np.where(can, shortfall, np.inf)))
+        held_out[rows[k]] = node
+        taken[node] = True
+    return held_out
+
+
+# --- what callers share --------------------------------------------------------------------------
+
+
+def job_ranks(
+    jobs: NDArray[np.int64],
+    job_queue: NDArray[np.int64],
+    queue_order: Sequence[JobOrder],
+    arrival_s: NDArray[np.float64],
+    work: NDArray[np.float64],
+    fsp_order: Callable[[int], Sequence[int]],
+) -> NDArray[np.float64]:
+    """Rank of each of ``jobs`` (sorted job indices) inside its queue, for ``PassInput.job_rank``.
+
+    FIFO and SRTF: positions in ``ordering.order_jobs(order, arrival, work)`` over the listed jobs of the
+    queue (a strict order, so any subset keeps it). FSP: positions in ``fsp_order(q)`` (the caller's
+    ``FspTracker.order()``, advanced to now), ``inf`` for a job the tracker does not know.
+    ``job_queue``, ``arrival_s``, ``work``: (J,) by job index.
+    """
+    rank = np.empty(jobs.size, dtype=np.float64)
+    queues = job_queue[jobs]
+    for q in np.unique(queues).tolist():
+        sel = np.flatnonzero(queues == q)
+        js = jobs[sel]
+        order = queue_order[q]
+        if order is JobOrder.FSP:
+            position = {j: i for i, j in enumerate(fsp_order(q))}
+            rank[sel] = [position.get(j, math.inf) for j in js.tolist()]
+        else:
+            ranked = ordering.order_jobs(order, arrival_s[js], work[js])
+            rank[sel[ranked]] = np.arange(js.size, dtype=np.float64)
+    return rank
+
+
+def app_name(job_name: str) -> str:
+    """A job's application: its name without trailing numbers (``sort-0042`` → ``sort``)."""
+    stem = job_name.rstrip("0123456789-_.")
+    return stem or job_name
+
+
+def task_features(
+    queue: str, job_name: str, group: str, demand: Mapping[str, float], job_progress: float | None = None
+) -> dict[str, str]:
+    """OPERA Eq. 1 properties of a task, for ``classifier.ShortLongClassifier``.
+
+    framework = the queue, app = ``app_name(job_name)``, stage = the group, demand =
+    ``classifier.bucket_demand(demand)`` (pass it divided by the mean node capacity, so the buckets are
+    fractions of a node), progress = ``classifier.bucket_progress(job_progress)`` (finished / total tasks
+    of the job; None leaves it out, for the parts that never change).
+    """
+    out = {"framework": queue, "app": app_name(job_name), "stage": group, "demand": classifier.bucket_demand(demand)}
+    if job_progress is not None:
+        out["progress"] = classifier.bucket_progress(job_progress)
+    return out
