@@ -10,6 +10,7 @@ __all__ = ["bench"]
 
 #: benchmark name → "module:attribute" of a click command.
 BENCHMARKS: dict[str, str] = {
+    "dispatcher": "stowage.operator.bench:bench_dispatcher",
     "extender": "stowage.extender.bench:bench_extender",
     "simulator": "stowage.sim.bench:bench_simulator",
     "node-monitor": "stowage.node_monitor.bench:bench_node_monitor",
