@@ -23,7 +23,7 @@ __all__ = ["bench_simulator"]
 @click.option("--nodes", type=int, default=None, help="Nodes (default: 600 for SWIM).")
 @click.option("--policy", "policies", multiple=True, type=click.Choice(PRESETS),
               help="Preset to time (repeatable). Default: all.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the timings and each run's summary as JSON.")
 def bench_simulator(workload_spec: str, nodes: int | None, policies: tuple[str, ...], seed: int,

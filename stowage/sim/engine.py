@@ -16,6 +16,7 @@ wasted work).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ from stowage.errors import WorkloadError
 from stowage.labels import Opportunistic
 from stowage.model import JobOrder
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK
-from stowage.sim import monitor
+from stowage.sim import monitor, rates
 from stowage.sim.cluster import Cluster, Running
 from stowage.sim.metrics import Recorder, RunResult
 from stowage.sim.presets import OPP_AUTO, OPP_FALSE, OPP_TRUE
@@ -38,9 +39,12 @@ from stowage.sim.workload import Workload
 if TYPE_CHECKING:
     from stowage.sim.presets import Preset
 
-__all__ = ["InvariantViolation", "SimConfig", "Simulation", "resource_axis", "simulate"]
+__all__ = ["MAX_SIM_S", "InvariantViolation", "SimConfig", "Simulation", "resource_axis", "simulate"]
 
 _EPS_WORK = 1e-7  # seconds of work below which a task counts as finished (float noise)
+_PROGRESS_EVERY_S = 0.5  # wall seconds between progress calls: often enough for a bar, never a cost
+#: The default simulated-time cap: a quarter year past the first arrival (no bundled workload needs a day).
+MAX_SIM_S = 90 * 86400.0
 _OPP_CODE = {Opportunistic.FALSE: OPP_FALSE, Opportunistic.AUTO: OPP_AUTO, Opportunistic.TRUE: OPP_TRUE}
 
 
@@ -58,8 +62,9 @@ class SimConfig:
     """Metrics sampling period; None → about 400 samples over the expected span."""
     trace: bool = False
     """Keep every placement in ``Simulation.log`` as (time, job, group, node, opportunistic)."""
-    max_sim_s: float = 90 * 86400.0
-    """Give up (and count unfinished tasks as lost) past this much simulated time."""
+    max_sim_s: float = MAX_SIM_S
+    """Stop this many simulated seconds after the first arrival; the result says so (``time_cap_reached``),
+    counts the unfinished tasks as lost, and ``stowage simulate`` exits non-zero (``--max-sim-time``)."""
 
 
 def resource_axis(workload: Workload) -> tuple[str, ...]:
@@ -96,11 +101,13 @@ class Simulation:
         self.task_starts = 0
         self.opp_done = 0
         self.tasks_done = 0
+        self.time_cap_reached = False
         self._buffer: list[tuple[int, int, int, bool]] = []
         self.log: list[tuple[float, str, str, str, bool]] | None = [] if config.trace else None
         self._use_key: tuple[float, int] | None = None
         self._rates_key: tuple[float, int] | None = None
         self._use = np.zeros((0, len(self.resources)))
+        self._tracker = rates.RateTracker(self)
         self._changed = True
         self.regular_changed = True  # regular capacity freed or new work since the last pass
         self._overload_dirty = True
@@ -137,6 +144,11 @@ class Simulation:
                 too_big = [r for r, x, b in zip(res, d, biggest, strict=True) if x > b * (1 + 1e-9)]
                 if too_big:
                     problems.append(f"jobs[{job.name}].groups[{g.name}].demand: exceeds every node on {too_big}")
+                elif not (d <= self.cluster.cap * (1 + 1e-9)).all(axis=1).any():
+                    # Each resource fits somewhere but never all on one node: its tasks could never
+                    # start, and the run would end with them unfinished.
+                    problems.append(f"jobs[{job.name}].groups[{g.name}].demand: fits on no single node "
+                                    "(each resource fits somewhere, never all together)")
                 missing = [dep for dep in g.depends_on if dep not in names]
                 if missing:
                     problems.append(f"jobs[{job.name}].groups[{g.name}].dependsOn: unknown groups {missing}")
@@ -228,6 +240,7 @@ class Simulation:
         base = self.usage_model.draw_base(self.rng, override)
         io = self.usage_model.io_base(base, override)
         self.running.append(gs, ns, self.now, self.g_dur[gs].copy(), base, io, os_)
+        self._tracker.appended(ns)
         self._buffer.clear()
 
     # --- removal (finish, eviction) -------------------------------------------------------------
@@ -268,6 +281,7 @@ class Simulation:
         self.preset.on_evicted(gs)
         keep = np.ones(len(run), bool)
         keep[rows] = False
+        self._tracker.keeping(keep)
         run.keep(keep)
 
     def _finish_due(self) -> None:
@@ -282,6 +296,7 @@ class Simulation:
         self.tasks_done += rows.size
         self.opp_done += int(run.opp[rows].sum())
         self.preset.on_finished(gs, self.now - run.start[rows])
+        self._tracker.keeping(~done)
         run.keep(~done)
         for g in np.unique(gs):
             if self.g_done[g] == self.g_tasks[g]:
@@ -325,9 +340,7 @@ class Simulation:
         run = self.running
         key = (self.now, run.version)
         if self._use_key != key:
-            both = self.usage_model.fraction(self.now, run.start, np.stack([run.base, run.io_base], axis=1),
-                                             run.burst_until)
-            self._use = self.g_demand[run.group] * np.where(self.io_resources, both[:, 1:2], both[:, 0:1])
+            self._use = self._tracker.current_use()  # only rows that can have changed are recomputed
             self._use_key = key
         return self._use
 
@@ -348,9 +361,11 @@ class Simulation:
             return  # same tasks, same usage: same rates
         self._rates_key = key
         if not self.overload_possible():
+            self._tracker.pause()
             run.rate = np.ones(len(run))
             return
-        run.rate = self.cluster.rates(self.current_use(), run.node, run.opp, self.g_uses[run.group])
+        # Cluster.rates over every task, kept incrementally (stowage.sim.rates; same numbers).
+        run.rate = self._tracker.rates()
 
     def _advance(self, t: float) -> None:
         dt = t - self.now
@@ -387,11 +402,12 @@ class Simulation:
 
     # --- the loop -------------------------------------------------------------------------------
 
-    def run(self, progress: Callable[[int], None] | None = None) -> RunResult:
+    def run(self, progress: Callable[[int, float], None] | None = None) -> RunResult:
+        """Replay to the end (or to ``max_sim_s``); ``progress(tasks_done, simulated_s)`` every ~0.5 s of wall."""
         interval = self.settings.contention.sample_interval_s
         next_tick = math.inf
         n_jobs = self.n_jobs
-        reported = 0
+        next_report = time.monotonic() + _PROGRESS_EVERY_S if progress is not None else math.inf
         while True:
             ta = float(self.j_arrival[self._next_job]) if self._next_job < n_jobs else math.inf
             tf = self._next_finish()
@@ -401,7 +417,10 @@ class Simulation:
             elif not ticking:
                 next_tick = math.inf
             t = min(ta, tf, next_tick)
-            if t == math.inf or t - self.t0 > self.config.max_sim_s:
+            if t == math.inf:
+                break
+            if t - self.t0 > self.config.max_sim_s:
+                self.time_cap_reached = True
                 break
             self.recorder.sample_until(t)
             self._advance(t)
@@ -420,11 +439,12 @@ class Simulation:
                 self.update_rates()
             if self.config.check:
                 self._check_all()
-            if progress is not None and self.tasks_done - reported >= 1000:
-                progress(self.tasks_done - reported)
-                reported = self.tasks_done
+            if progress is not None and time.monotonic() >= next_report:
+                # Wall time only paces the reports; it never reaches the simulation's state.
+                progress(self.tasks_done, self.now - self.t0)
+                next_report = time.monotonic() + _PROGRESS_EVERY_S
         if progress is not None:
-            progress(self.tasks_done - reported)
+            progress(self.tasks_done, self.now - self.t0)
         return self.recorder.result()
 
 
@@ -434,10 +454,13 @@ def simulate(
     *,
     config: SimConfig | None = None,
     seed: int = 0,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, float], None] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Run ``preset`` (a name from ``stowage.sim.presets.PRESETS`` or an instance) over ``workload``."""
+    """Run ``preset`` (a name from ``stowage.sim.presets.PRESETS`` or an instance) over ``workload``.
+
+    ``progress(tasks_done, simulated_s)``: called about twice a wall second and once at the end.
+    """
     from stowage.sim import presets
 
     p = presets.make(preset) if isinstance(preset, str) else preset

@@ -185,6 +185,7 @@ class Recorder:
             "contentions": sim.monitor.contentions,
             "wasted_work_s": sim.wasted_work_s,
             "lost_tasks": lost,
+            "time_cap_reached": sim.time_cap_reached,
             "tasks": int(sim.g_tasks.sum()),
             "tasks_started": sim.task_starts,
             "jobs": sim.n_jobs,
@@ -202,6 +203,7 @@ class Recorder:
             "shares": np.array(self.shares).reshape(-1, len(sim.queue_names)),
             "resources": sim.resources,
             "queues": list(sim.queue_names),
+            "harvesting": sim.preset.harvesting,
         }
         # Per-job arrays in the workload's own job order (the engine sorts jobs by arrival).
         jct_out, arrival_out = np.empty_like(jct), np.empty_like(jct)

@@ -5,10 +5,15 @@ JSON shape (every number deterministic for a seed; no wall-clock values)::
     {"workload": {"name", "model", "nodes", "jobs", "tasks", "resources", "usage_model", "seed"},
      "settings": {...StowageSettings...},
      "reference": {"ratios": "kube-default", "slowdown": "drf"},
+     "status": {"complete": true, "problems": []},
      "policies": {"<preset>": {"makespan_s", "jct_mean_s", "jct_p50_s", "jct_p95_s",
                                "makespan_lower_bound_s", "utilization": {"<resource>": {"allocated", "used"}},
-                               "opportunistic_fraction", "evictions", "lost_tasks", "slowed_jobs_fraction",
-                               "tasks", "jobs", ...more}}}
+                               "opportunistic_fraction", "evictions", "lost_tasks", "time_cap_reached",
+                               "slowed_jobs_fraction", "tasks", "jobs", ...more}},
+     "reference_runs": {"<reference preset not asked for>": {...the same keys...}}}
+
+A run is complete when no preset stopped at the simulated-time cap, none left a task unfinished,
+and none was interrupted; otherwise ``status.problems`` says what happened to which preset.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from stowage.sim.metrics import RunResult, slowed_fraction
 from stowage.sim.usage import UsageModel
 from stowage.sim.workload import Workload
 
-__all__ = ["RATIO_BASELINE", "SLOWDOWN_REFERENCE", "build_report", "format_table"]
+__all__ = ["RATIO_BASELINE", "SLOWDOWN_REFERENCE", "build_report", "format_duration", "format_table", "run_problems",
+           "time_cap"]
 
 RATIO_BASELINE = "kube-default"
 SLOWDOWN_REFERENCE = "drf"
@@ -45,23 +51,33 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def build_report(
-    workload: Workload,
-    results: Mapping[str, RunResult],
-    *,
-    shown: list[str],
-    settings: StowageSettings,
-    usage: UsageModel,
-    seed: int,
+def time_cap(max_sim_s: float) -> str:
+    """The simulated-time cap as messages name it, with the option that raises it."""
+    days = f" = {max_sim_s / 86400:,.1f} days" if max_sim_s >= 86400 else ""
+    return (f"the simulated-time cap of {max_sim_s:,.0f} s{days} after the first arrival "
+            "(--max-sim-time SECONDS raises it)")
+
+
+def run_problems(name: str, result: RunResult, max_sim_s: float) -> list[str]:
+    """What makes one run's numbers incomplete, each said with the option that changes it."""
+    s = result.summary
+    problems: list[str] = []
+    if s.get("time_cap_reached"):
+        problems.append(f"{name}: stopped at {time_cap(max_sim_s)} with {s['lost_tasks']:,} tasks unfinished")
+    elif s["lost_tasks"]:
+        problems.append(f"{name}: {s['lost_tasks']:,} tasks never finished "
+                        f"({s['jobs'] - s['jobs_finished']:,} jobs): nothing could place them")
+    return problems
+
+
+def _summaries(
+    names: list[str], results: Mapping[str, RunResult], ref: RunResult | None, base: RunResult | None
 ) -> dict[str, Any]:
-    """The report for the presets in ``shown`` (``results`` may hold extra reference runs)."""
-    ref = results.get(SLOWDOWN_REFERENCE)
-    base = results.get(RATIO_BASELINE)
-    policies: dict[str, Any] = {}
-    for name in shown:
+    out: dict[str, Any] = {}
+    for name in names:
         r = results[name]
         summary = dict(r.summary)
-        summary["slowed_jobs_fraction"] = slowed_fraction(r.jct, ref.jct) if ref is not None else 0.0
+        summary["slowed_jobs_fraction"] = slowed_fraction(r.jct, ref.jct) if ref is not None else None
         if base is not None:
             bs = base.summary
             summary["makespan_vs_kube_default"] = (
@@ -70,7 +86,29 @@ def build_report(
             summary["jct_mean_vs_kube_default"] = (
                 r.summary["jct_mean_s"] / bs["jct_mean_s"] if bs["jct_mean_s"] else 1.0
             )
-        policies[name] = summary
+        out[name] = summary
+    return out
+
+
+def build_report(
+    workload: Workload,
+    results: Mapping[str, RunResult],
+    *,
+    shown: list[str],
+    settings: StowageSettings,
+    usage: UsageModel,
+    seed: int,
+    problems: list[str] | None = None,
+) -> dict[str, Any]:
+    """The report for the presets in ``shown`` that finished; ``results`` may hold extra reference runs.
+
+    Reference runs that finished without being in ``shown`` go to ``reference_runs``. ``problems``:
+    what makes the results incomplete (``status``); without a reference run its numbers are null.
+    """
+    ref = results.get(SLOWDOWN_REFERENCE)
+    base = results.get(RATIO_BASELINE)
+    asked = [name for name in shown if name in results]
+    extra = [name for name in (RATIO_BASELINE, SLOWDOWN_REFERENCE) if name in results and name not in shown]
     return _plain({
         "workload": {
             "name": workload.name,
@@ -84,11 +122,14 @@ def build_report(
         },
         "settings": as_dict(settings),
         "reference": {"ratios": RATIO_BASELINE, "slowdown": SLOWDOWN_REFERENCE},
-        "policies": policies,
+        "status": {"complete": not problems, "problems": list(problems or [])},
+        "policies": _summaries(asked, results, ref, base),
+        "reference_runs": _summaries(extra, results, ref, base),
     })
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """Seconds as the table shows them: ``3.10h``, ``11.0m``, ``4.6s``."""
     if seconds >= 3600:
         return f"{seconds / 3600:.2f}h"
     if seconds >= 60:
@@ -96,29 +137,42 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f}s"
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def format_table(report: Mapping[str, Any]) -> str:
-    """A fixed-width comparison table, ratios against kube-default."""
-    pols = report["policies"]
+    """A fixed-width comparison table, ratios against kube-default.
+
+    Reference runs nobody asked for follow the asked presets, marked ``(ref)``; a run that stopped at
+    the time cap or left tasks unfinished is marked ``(incomplete)``; a ratio or slowdown whose
+    reference run did not finish shows as ``-``.
+    """
     header = ("policy", "makespan", "×kube", "mean JCT", "×kube", "p50", "p95", "÷LB",
               "cpu alloc/used", "mem alloc/used", "opp", "evict", "lost", "slowed")
     rows = [header]
-    for name, p in pols.items():
+    listed = [(name, p) for name, p in report["policies"].items()]
+    listed += [(f"{name} (ref)", p) for name, p in report.get("reference_runs", {}).items()]
+    for name, p in listed:
+        if p.get("time_cap_reached") or p["lost_tasks"]:
+            name += " (incomplete)"  # its numbers cover only the jobs that finished
         u = p["utilization"]
+        slowed = p.get("slowed_jobs_fraction")
         rows.append((
             name,
-            _duration(p["makespan_s"]),
-            f"{p.get('makespan_vs_kube_default', float('nan')):.2f}",
-            _duration(p["jct_mean_s"]),
-            f"{p.get('jct_mean_vs_kube_default', float('nan')):.2f}",
-            _duration(p["jct_p50_s"]),
-            _duration(p["jct_p95_s"]),
+            format_duration(p["makespan_s"]),
+            _ratio(p.get("makespan_vs_kube_default")),
+            format_duration(p["jct_mean_s"]),
+            _ratio(p.get("jct_mean_vs_kube_default")),
+            format_duration(p["jct_p50_s"]),
+            format_duration(p["jct_p95_s"]),
             f"{p['makespan_to_lower_bound']:.2f}",
             f"{u['cpu']['allocated']:.0%}/{u['cpu']['used']:.0%}",
             f"{u['memory']['allocated']:.0%}/{u['memory']['used']:.0%}",
             f"{p['opportunistic_fraction']:.0%}",
             str(p["evictions"] + p.get("oom_kills", 0)),
             str(p["lost_tasks"]),
-            f"{p['slowed_jobs_fraction']:.0%}",
+            "-" if slowed is None else f"{slowed:.0%}",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from stowage.errors import InvalidInput
 from stowage.labels import Opportunistic
 from stowage.model import JobOrder
 from stowage.resources import ResourceVector
@@ -83,3 +84,34 @@ class Workload:
         jobs = tuple(replace(job, arrival_s=0.0) for job in self.jobs)
         model = {**self.model, "arrivals": "batch: every job at t=0 (Tetris §5.2 makespan method)"}
         return replace(self, jobs=jobs, model=model)
+
+    def sliced(self, *, first_jobs: int | None = None, hours: tuple[float, float] | None = None) -> Workload:
+        """The jobs arriving in ``[hours[0], hours[1])`` h of the trace's clock, then the first ``first_jobs``.
+
+        Jobs are taken in arrival order (ties keep trace order) and keep their arrival times, queues
+        and everything else, so a slice replays exactly those jobs of the full workload. Raises
+        :class:`InvalidInput` naming the option when the slice is empty.
+        """
+        if first_jobs is None and hours is None:
+            return self
+        order = sorted(range(len(self.jobs)), key=lambda i: (self.jobs[i].arrival_s, i))
+        picked = [self.jobs[i] for i in order]
+        said: list[str] = []
+        if hours is not None:
+            lo, hi = hours
+            picked = [j for j in picked if lo * 3600.0 <= j.arrival_s < hi * 3600.0]
+            said.append(f"arrivals in [{lo:g} h, {hi:g} h)")
+            if not picked:
+                hours_in = [j.arrival_s / 3600.0 for j in self.jobs] or [0.0]
+                span = f"{min(hours_in):.2f}-{max(hours_in):.2f} h"
+                raise InvalidInput("--hours", f"{lo:g}-{hi:g}",
+                                   f"a window holding at least one arrival (this workload's arrivals: {span})")
+        if first_jobs is not None:
+            if first_jobs < 1:
+                raise InvalidInput("--first-jobs", first_jobs, "a positive number of jobs")
+            picked = picked[:first_jobs]
+            said.append(f"first {first_jobs} jobs by arrival")
+        text = ", then ".join(said)
+        model = {**self.model, "slice": f"{text}: {len(picked)} of {len(self.jobs)} jobs",
+                 "tasks_in_slice": sum(j.task_count for j in picked)}
+        return replace(self, name=f"{self.name} [{text}]", jobs=tuple(picked), model=model)

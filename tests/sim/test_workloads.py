@@ -411,7 +411,8 @@ def test_resolve_workload_reads_each_spec(
 
 
 def test_resolve_workload_reads_a_swim_path(tmp_path: Path) -> None:
-    workload = resolve_workload(f"swim:{write_swim(tmp_path)}", nodes=600, node_shape=None, seed=0)
+    # A file not named like SWIM's own does not say its source cluster: --source-nodes does.
+    workload = resolve_workload(f"swim:{write_swim(tmp_path)}", nodes=600, node_shape=None, seed=0, source_nodes=600)
     assert workload.task_count == 8
 
 

@@ -16,7 +16,7 @@ from stowage.errors import InvalidInput
 from stowage.resources import ResourceVector
 from stowage.sim.traces import shapes, tenants
 from stowage.sim.traces.openb import read_openb
-from stowage.sim.traces.swim import read_swim
+from stowage.sim.traces.swim import SWIM_CLUSTER_NODES, SWIM_SOURCES, read_swim, source_nodes_of
 from stowage.sim.traces.synthetic import TetrisMix, tetris_mix
 from stowage.sim.traces.workload_file import load_workload_file
 from stowage.sim.workload import Workload
@@ -119,28 +119,43 @@ def _existing(path: str, spec: str, what: str) -> Path:
     return p
 
 
-def resolve_workload(spec: str, *, nodes: int | None, node_shape: str | None, seed: int) -> Workload:
+def resolve_workload(
+    spec: str, *, nodes: int | None, node_shape: str | None, seed: int, source_nodes: int | None = None
+) -> Workload:
     """The workload a ``--workload`` spec names, with ``--nodes`` / ``--node-shape`` applied.
 
     Specs: ``embedded`` (or empty: :func:`embedded_default`), ``synthetic`` (Tetris mix, 250 nodes),
-    ``swim`` (the bundled FB-2009 day) or ``swim:PATH`` (600 nodes), ``openb:PODS[,NODES]``, or a
+    ``swim`` (the bundled FB-2009 day, 600 nodes) or ``swim:PATH``, ``openb:PODS[,NODES]``, or a
     workload file. Synthetic and SWIM size their work to the node count (load, byte scaling); the
     others keep their jobs and only change nodes (see :func:`shapes.resize_nodes`).
+
+    ``source_nodes`` (``--source-nodes``, SWIM only): the machines of the cluster the trace was
+    recorded on. For ``swim:PATH`` it defaults to what the file name says (FB-2009: 600, FB-2010:
+    3,000) and is required otherwise; the simulated cluster defaults to that size (bytes unscaled).
     """
     count = _positive(nodes, "--nodes")
+    source = _positive(source_nodes, "--source-nodes")
     shape = shapes.parse_node_shape(node_shape, "--node-shape") if node_shape else None
     spec = (spec or "embedded").strip()
     kind, sep, arg = spec.partition(":")
+    if source is not None and kind != "swim":
+        raise InvalidInput("--source-nodes", source, "only with --workload swim or swim:PATH (SWIM traces)")
     if spec in ("embedded", "default"):
         return embedded_default(seed, n_nodes=count or EMBEDDED_NODES, node_capacity=shape)
     if spec == "synthetic":
         return tetris_mix(seed=seed, n_nodes=count or 250, node_capacity=shape)
     if spec == "swim":
+        source = source or SWIM_CLUSTER_NODES
         with bundled_swim_path() as path:
-            return read_swim(path, n_nodes=count or 600, seed=seed, node_capacity=shape)
+            return read_swim(path, n_nodes=count or source, seed=seed, node_capacity=shape, source_nodes=source)
     if kind == "swim" and sep:
         path = _existing(arg, spec, "swim:PATH with PATH a SWIM .tsv file")
-        return read_swim(path, n_nodes=count or 600, seed=seed, node_capacity=shape)
+        source = source or source_nodes_of(path)
+        if source is None:
+            known = ", ".join(f"{name}: {n:,}" for name, n in SWIM_SOURCES.items())
+            raise InvalidInput("--source-nodes", None, f"the number of machines {path.name} was recorded on "
+                                                      f"(its name does not say; {known})")
+        return read_swim(path, n_nodes=count or source, seed=seed, node_capacity=shape, source_nodes=source)
     if kind == "openb" and sep:
         pods, _, node_list = arg.partition(",")
         pods_path = _existing(pods, spec, "openb:PODS[,NODES] with PODS an openb pod list .csv")

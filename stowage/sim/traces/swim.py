@@ -6,7 +6,8 @@ Format (SWIM ``workloadSuite``): tab separated, no header, one job a row::
 
 Bytes → tasks, SWIM's replay recipe (``GenerateReplayScript``) with our stated defaults:
 
-- scale every byte count by ``n_nodes / 600`` (the FB-2009 cluster had about 600 machines);
+- scale every byte count by ``n_nodes / source_nodes``, ``source_nodes`` being the machines of the
+  cluster the trace was recorded on (:data:`SWIM_SOURCES`: FB-2009 about 600, FB-2010 3,000);
 - maps ``= max(1, ceil(input / split_bytes))``, ``split_bytes`` = 64 MiB;
 - reduces ``= 0`` when shuffle is 0 (map-only job), else
   ``max(1, round((shuffle + output) / bytes_per_reduce))``, ``bytes_per_reduce`` = 1 GiB
@@ -45,10 +46,22 @@ from stowage.resources import CPU, DISK, MEMORY, NETWORK, ResourceVector
 from stowage.sim.traces import shapes, tenants
 from stowage.sim.workload import JobSpec, TaskGroup, Workload
 
-__all__ = ["SWIM_CLUSTER_NODES", "SwimRow", "SwimTaskModel", "parse_swim", "read_swim", "swim_jobs"]
+__all__ = [
+    "SWIM_CLUSTER_NODES",
+    "SWIM_SOURCES",
+    "SwimRow",
+    "SwimTaskModel",
+    "parse_swim",
+    "read_swim",
+    "source_nodes_of",
+    "swim_jobs",
+]
 
 #: Machines in the cluster the FB-2009 traces were recorded on (SWIM's ``clusterSizeRaw``).
 SWIM_CLUSTER_NODES = 600
+#: Source clusters of the SWIM traces, by the prefix of their file names (SWIM's workloadSuite
+#: README: FB-2009 on about 600 machines, FB-2010 on 3,000).
+SWIM_SOURCES = {"FB-2009": SWIM_CLUSTER_NODES, "FB-2010": 3000}
 _MIB = 2**20
 _GIB = 2**30
 _MAX_PROBLEMS = 20
@@ -132,16 +145,23 @@ def parse_swim(path: str | Path, *, hours: float | None = None) -> list[SwimRow]
     return rows
 
 
+def source_nodes_of(path: str | Path) -> int | None:
+    """The source cluster's machines for a SWIM file named like SWIM's own (``FB-2010_samples_…``), else None."""
+    name = Path(path).name.upper()
+    return next((nodes for prefix, nodes in SWIM_SOURCES.items() if name.startswith(prefix)), None)
+
+
 def swim_jobs(
     rows: list[SwimRow], *, n_nodes: int, seed: int, task_model: SwimTaskModel,
     node_capacity: Mapping[str, float] = shapes.FB_2009_PROFILE, prefix: str = "fb",
+    source_nodes: int = SWIM_CLUSTER_NODES,
 ) -> tuple[JobSpec, ...]:
     """Turn SWIM rows into jobs by the recipe in the module docstring.
 
     Demands are made runnable on ``node_capacity`` (:func:`shapes.fit_demand`).
     """
     m = task_model
-    scale = n_nodes / SWIM_CLUSTER_NODES
+    scale = n_nodes / source_nodes
     map_demand = shapes.fit_demand(
         {CPU: m.map_cpu, MEMORY: m.map_memory, DISK: m.map_rate, NETWORK: m.remote_fraction * m.map_rate},
         node_capacity,
@@ -171,13 +191,19 @@ def read_swim(
     hours: float | None = None,
     node_capacity: Mapping[str, float] | None = None,
     task_model: SwimTaskModel | None = None,
+    source_nodes: int = SWIM_CLUSTER_NODES,
 ) -> Workload:
-    """A SWIM trace as a :class:`Workload` on ``n_nodes`` nodes (bytes scaled by ``n_nodes/600``)."""
+    """A SWIM trace as a :class:`Workload` on ``n_nodes`` nodes, bytes scaled by ``n_nodes / source_nodes``.
+
+    ``source_nodes``: machines of the cluster the trace was recorded on (default FB-2009's 600;
+    :func:`source_nodes_of` reads it from SWIM's file names).
+    """
     path = Path(path)
     model = task_model or SwimTaskModel()
     capacity = ResourceVector(node_capacity) if node_capacity is not None else shapes.FB_2009_PROFILE
     rows = parse_swim(path, hours=hours)
-    jobs = swim_jobs(rows, n_nodes=n_nodes, seed=seed, task_model=model, node_capacity=capacity)
+    jobs = swim_jobs(rows, n_nodes=n_nodes, seed=seed, task_model=model, node_capacity=capacity,
+                     source_nodes=source_nodes)
     maps = sum(j.groups[0].tasks for j in jobs)
     reduces = sum(j.task_count for j in jobs) - maps
     return Workload(
@@ -189,7 +215,8 @@ def read_swim(
             "source": f"SWIM {path.name} (SWIMProjectUCB/SWIM workloadSuite, New BSD licence)",
             "hours": hours if hours is not None else "all",
             "n_nodes": n_nodes,
-            "byte_scale": f"n_nodes / {SWIM_CLUSTER_NODES} = {n_nodes / SWIM_CLUSTER_NODES:g}",
+            "source_nodes": source_nodes,
+            "byte_scale": f"n_nodes / source_nodes = {n_nodes} / {source_nodes} = {n_nodes / source_nodes:g}",
             "node_capacity": capacity.as_quantities(),
             "jobs": len(jobs),
             "map_only_jobs": sum(1 for j in jobs if len(j.groups) == 1),

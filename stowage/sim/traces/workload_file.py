@@ -77,6 +77,26 @@ def _is_whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_EXPONENT = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+))[eE](\d+)$")
+
+
+def _got(value: object, *, whole: bool = False) -> str:
+    """``got <value>``, with a hint when YAML read a number as text.
+
+    YAML 1.1 (PyYAML) reads ``1.0e15`` as a string: its floats need a signed exponent
+    (``1.0e+15``) or no exponent at all.
+    """
+    got = f"got {value!r}"
+    match = _EXPONENT.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        return got
+    number = float(value)  # type: ignore[arg-type]
+    plain = str(int(number)) if number.is_integer() and abs(number) < 1e21 else repr(number)
+    mantissa = match[1] if "." in match[1] else f"{match[1]}.0"  # YAML 1.1 floats need the dot too
+    spelled = plain if whole else f"{mantissa}e+{match[2]} or {plain}"
+    return f"{got} (YAML reads {value.strip()} as text: write {spelled})"  # type: ignore[union-attr]
+
+
 class _Checker:
     """Collects every problem; each check returns a usable value or None."""
 
@@ -131,7 +151,7 @@ class _Checker:
 
     def positive_whole(self, value: object, path: str) -> int | None:
         if not _is_whole(value) or value <= 0:  # type: ignore[operator]
-            self.add(path, f"a positive whole number, got {value!r}")
+            self.add(path, f"a positive whole number, {_got(value, whole=True)}")
             return None
         return int(value)  # type: ignore[arg-type]
 
@@ -214,7 +234,7 @@ def _queues(chk: _Checker, raw: object) -> list[QueueSpec]:
         name = chk.name(entry, path)
         weight = entry.get("weight", 1)
         if not _is_number(weight) or weight <= 0:
-            chk.add(f"{path}.weight", f"a positive number, got {weight!r}")
+            chk.add(f"{path}.weight", f"a positive number, {_got(weight)}")
             ok = False
         order = entry.get("jobOrder", JobOrder.SRTF.value)
         if order not in {o.value for o in JobOrder}:
@@ -269,11 +289,11 @@ def _groups(chk: _Checker, raw: object, job_path: str, nodes: Sequence[NodeSpec]
         tasks = chk.positive_whole(entry["tasks"], f"{path}.tasks") if "tasks" in entry else None
         duration = entry.get("duration")
         if "duration" in entry and (not _is_number(duration) or duration <= 0):
-            chk.add(f"{path}.duration", f"a positive number of seconds, got {duration!r}")
+            chk.add(f"{path}.duration", f"a positive number of seconds, {_got(duration)}")
             ok = False
         usage = entry.get("usage")
         if usage is not None and (not _is_number(usage) or not 0 < usage <= 1):
-            chk.add(f"{path}.usage", f"a fraction in (0, 1], got {usage!r}")
+            chk.add(f"{path}.usage", f"a fraction in (0, 1], {_got(usage)}")
             ok = False
         demand = _demand(chk, entry.get("demand"), f"{path}.demand", nodes) if "demand" in entry else None
         depends = entry.get("dependsOn", [])
@@ -344,11 +364,11 @@ def _jobs(chk: _Checker, raw: object, queues: Sequence[QueueSpec], queues_given:
             ok = False
         arrival = entry.get("arrival", 0)
         if not _is_number(arrival) or arrival < 0:
-            chk.add(f"{path}.arrival", f"a number of seconds >= 0, got {arrival!r}")
+            chk.add(f"{path}.arrival", f"a number of seconds >= 0, {_got(arrival)}")
             ok = False
         priority = entry.get("priority", 0)
         if not _is_whole(priority):
-            chk.add(f"{path}.priority", f"a whole number, got {priority!r}")
+            chk.add(f"{path}.priority", f"a whole number, {_got(priority, whole=True)}")
             ok = False
         try:
             intent = Opportunistic.parse(entry.get("opportunistic", "auto"), f"{path}.opportunistic")
