@@ -84,6 +84,24 @@ def explained(model: ClusterModel, utilization: Utilization, settings: StowageSe
     return filtering.explain(parsed, snap, filtering.filter_nodes(parsed, snap))
 
 
+def filter_once(prometheus: str, nodes: list[dict], pod: dict,
+                settings: StowageSettings | None = None) -> tuple[dict, str]:
+    """One filter of ``pod`` over ``nodes`` by an extender fed from ``prometheus``: the answer and its Event text."""
+    settings = settings or StowageSettings()
+    model = ClusterModel()
+    model.replace_nodes(nodes)
+    model.replace_pods([])
+    utilization = Utilization(PrometheusReader(prometheus))
+    utilization.refresh()
+    try:
+        with serving(create_app(settings, model, utilization)) as url:
+            body = httpx.post(f"{url}/filter", json=extender_args(pod, nodes, cache=True)).json()
+    finally:
+        utilization.stop()
+    names = [n["metadata"]["name"] for n in nodes]
+    return body, explained(model, utilization, settings, pod, names)
+
+
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[Exporter]:
     exp = Exporter()
@@ -127,58 +145,26 @@ def test_a_refresh_reads_every_series_with_its_sample_age(prometheus: str) -> No
 
 
 def test_a_stuck_sampler_harvests_nothing_although_it_is_scraped(prometheus: str) -> None:
-    nodes = [node(STUCK)]
-    model = ClusterModel()
-    model.replace_nodes(nodes)
-    model.replace_pods([])
-    utilization = Utilization(PrometheusReader(prometheus))
-    utilization.refresh()
-    try:
-        with serving(create_app(StowageSettings(), model, utilization)) as url:
-            pod = opportunistic_pod(cpu="1", memory="1Gi")
-            body = httpx.post(f"{url}/filter", json=extender_args(pod, nodes, cache=True)).json()
-    finally:
-        utilization.stop()
+    body, detail = filter_once(prometheus, [node(STUCK)], opportunistic_pod(cpu="1", memory="1Gi"))
     assert body["NodeNames"] == []
-    assert "old (limit 30s" in explained(model, utilization, StowageSettings(), pod, [STUCK])
+    assert "old (limit 30s" in detail
 
 
 def test_the_extender_harvests_from_prometheus_numbers(prometheus: str) -> None:
-    model = ClusterModel()
-    model.replace_nodes(NODES)
-    model.replace_pods([])
-    utilization = Utilization(PrometheusReader(prometheus))
-    utilization.refresh()
-    try:
-        with serving(create_app(StowageSettings(), model, utilization)) as url:
-            pod = opportunistic_pod(cpu="2", memory="10Gi")
-            body = httpx.post(f"{url}/filter", json=extender_args(pod, NODES, cache=True)).json()
-    finally:
-        utilization.stop()
+    body, detail = filter_once(prometheus, NODES, opportunistic_pod(cpu="2", memory="10Gi"))
     # n1: 0.9·16Gi − 4Gi − 1Gi = 9.4Gi < 10Gi; n2 contended; n3 has no samples.
     assert body["NodeNames"] == []
     assert body["FailedNodes"] == {"n1": REASONS["harvest-capacity"], "n2": REASONS["contention"],
                                    "n3": REASONS["utilization-unavailable"]}
-    detail = explained(model, utilization, StowageSettings(), pod, ["n1", "n2", "n3"])
     assert "n1: memory 10.0Gi > harvestable 9.4Gi (0.90 × 16Gi − used 4.0Gi − blocked 1.0Gi)" in detail
 
 
 def test_samples_older_than_the_limit_harvest_nothing(prometheus: str) -> None:
     settings = apply_overrides(StowageSettings(), {"harvest": {"utilization_stale_after_s": 1e-6}})
-    model = ClusterModel()
-    model.replace_nodes(NODES[:1])
-    model.replace_pods([])
-    utilization = Utilization(PrometheusReader(prometheus))
-    utilization.refresh()
-    try:
-        with serving(create_app(settings, model, utilization)) as url:
-            pod = opportunistic_pod(cpu="1", memory="1Gi")
-            body = httpx.post(f"{url}/filter", json=extender_args(pod, NODES[:1], cache=True)).json()
-    finally:
-        utilization.stop()
+    body, detail = filter_once(prometheus, NODES[:1], opportunistic_pod(cpu="1", memory="1Gi"), settings)
     assert body["NodeNames"] == []
     assert body["FailedNodes"]["n1"] == REASONS["utilization-unavailable"]
-    assert "old (limit 0s, harvest.utilization_stale_after_s)" in explained(model, utilization, settings, pod, ["n1"])
+    assert "old (limit 0s, harvest.utilization_stale_after_s)" in detail
 
 
 def test_when_prometheus_stops_no_node_harvests_and_regular_pods_are_unaffected(
