@@ -73,20 +73,9 @@ OPERATOR_METRICS_LOGGED = r"metrics on http://0\.0\.0\.0:(\d+)/metrics"
 OPERATOR_STARTED = "stowage operator started"
 
 
-def _kopf_peering_crd(kind: str, scope: str) -> dict[str, Any]:
-    """Kopf's peering CRD (``kopf.dev/v1``, as in Kopf's peering.yaml): status only, any content."""
-    plural = f"{kind.lower()}s"
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.kopf.dev"},
-            "spec": {"scope": scope, "group": "kopf.dev",
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                         "type": "object",
-                         "properties": {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                     }}}]}}
-
-
-KOPF_PEERING_CRDS = (_kopf_peering_crd("ClusterKopfPeering", "Cluster"), _kopf_peering_crd("KopfPeering", "Namespaced"))
+#: Kopf's peering CRDs (ClusterKopfPeering, KopfPeering) from their one source, the chart's crds/ folder.
+KOPF_PEERING_CRDS = tuple(d for d in yaml.safe_load_all((REPO / "charts" / "stowage" / "crds" / "kopf-peering.yaml")
+                                                        .read_text()) if d)
 
 
 def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.5) -> T:

@@ -47,16 +47,21 @@ def prometheus_binary() -> str:
 
 @contextlib.contextmanager
 def prometheus_server(
-    workdir: Path, targets: list[str], scrape_interval_s: float = 1.0, startup_timeout_s: float = 60.0
+    workdir: Path, targets: list[str], scrape_interval_s: float = 1.0, startup_timeout_s: float = 60.0,
+    extra_scrape_configs: list[dict[str, Any]] | None = None,
 ) -> Iterator[str]:
-    """Run Prometheus scraping ``targets`` (``host:port``) and yield its base URL; stop it afterwards."""
+    """Run Prometheus scraping ``targets`` (``host:port``) and yield its base URL; stop it afterwards.
+
+    ``extra_scrape_configs``: more Prometheus ``scrape_configs`` entries (other jobs, paths, https targets).
+    """
     binary = prometheus_binary()
     workdir = Path(workdir) / "prometheus"
     workdir.mkdir(parents=True, exist_ok=True)
     interval = f"{max(int(scrape_interval_s * 1000), 100)}ms"
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "scrape_configs": [{"job_name": "stowage-test", "static_configs": [{"targets": list(targets)}]}],
+        "scrape_configs": [{"job_name": "stowage-test", "static_configs": [{"targets": list(targets)}]},
+                           *(extra_scrape_configs or [])],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     log_path = workdir / "prometheus.log"
