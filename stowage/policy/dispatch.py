@@ -3,8 +3,9 @@
 The decision core of the simulator's ``tetris``/``stowage`` presets and of the operator's dispatcher
 (Tetris §3.2–3.5 on DRF queues, UBIS §IV-E, OPERA §III-E). Per placement:
 
-1. **Queues** (Tetris §3.4 on weighted DRF): only the ``max(1, ⌈(1−f)·Q_a⌉)`` active queues furthest below
-   their fair share compete (``fairness.fairness_candidates`` on ``fair_share − dominant share``).
+1. **Queues** (weighted DRF, Tetris §3.4): only the active queues whose weighted dominant share is within
+   ``fairness.QUEUE_SHARE_SLACK`` of the lowest compete (``fairness.deprived_queues``; ``f = 0``: all). If
+   none of their rows fits, the next most deprived get the step, and so on (work-conserving).
 2. **Jobs** (each queue's ``jobOrder``): inside a queue only its first ``max(1, ⌈(1−f)·J_q⌉)`` jobs in the
    caller's ranking (FIFO/SRTF from ``ordering.order_jobs``, FSP from the caller's ``FspTracker``).
 3. **Score** (Tetris §3.3.2, §3.5): the best ``a(t, n) − m·ā·p(job)/p̄`` among the allowed rows, plus
@@ -190,10 +191,17 @@ def _place_all(
     shaped = candidates.ShapeScores(score)
     every_queue = _every_queue_competes(queues, weight.shape[0], f)
     while rows.size and (limit is None or len(placements) < limit):
-        allowed = jobs_ok if every_queue else jobs_ok & _queue_mask(qa, queues, total, weight, f)
-        if any_starved:
-            allowed |= starved  # the reservation: a starved row competes whatever the masks say
-        best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
+        best = None
+        tried = np.zeros(weight.shape[0], dtype=bool)
+        while best is None:  # deprived queues first; widen to the next ones while none of theirs fits
+            picked = _queue_mask(qa, queues, total, weight, tried) if not every_queue else None
+            allowed = jobs_ok if picked is None else jobs_ok & picked[queues]
+            if any_starved:
+                allowed |= starved  # the reservation: a starved row competes whatever the masks say
+            best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
+            if picked is None or not picked.any():
+                break
+            tried |= picked
         if best is None:
             best = candidates.best_candidate(shaped, shape_of, p, boost, np.ones(rows.size, dtype=bool), m)
         if best is None:
@@ -216,11 +224,10 @@ def _place_all(
 def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) -> bool:
     """Whether the fairness knob lets every active queue compete whatever the shares (``_queue_mask`` all True).
 
-    True with at most one active queue, or when ``fairness_candidates`` keeps all ``A`` of them
-    (``⌈(1−f)·A⌉ ≥ A``: with f = 0.25, up to three queues); then the shares need not be computed.
+    True with at most one active queue, or with ``f = 0`` (Tetris's most efficient setting: no fairness mask);
+    then the shares need not be computed.
     """
-    active = int(np.count_nonzero(np.bincount(queues, minlength=n_queues)))
-    return active <= 1 or fairness.fairness_candidates(np.zeros(active), f).size >= active
+    return f <= 0.0 or int(np.count_nonzero(np.bincount(queues, minlength=n_queues))) <= 1
 
 
 def _queue_mask(
@@ -228,20 +235,11 @@ def _queue_mask(
     queues: NDArray[np.int64],
     total: NDArray[np.float64],
     weight: NDArray[np.float64],
-    f: float,
+    tried: NDArray[np.bool_],
 ) -> NDArray[np.bool_]:
-    """Rows whose queue the fairness knob lets compete now: the queues furthest below fair share."""
-    nq = weight.shape[0]
-    active = np.bincount(queues, minlength=nq) > 0
-    act = np.flatnonzero(active)
-    if act.size <= 1:
-        return np.ones(queues.size, dtype=bool)
-    weighted = fairness.dominant_shares(qa, total, weight)
-    share = weighted * np.where(weight > 0, weight, 1.0)  # back to the unweighted share
-    deficit = fairness.fair_share(weight, active) - share
-    picked = np.zeros(nq, dtype=bool)
-    picked[act[fairness.fairness_candidates(deficit[act], f)]] = True
-    return picked[queues]
+    """(Q,) queues that compete now: the most deprived of the active queues not ``tried`` yet (all False if none)."""
+    active = (np.bincount(queues, minlength=weight.shape[0]) > 0) & ~tried
+    return fairness.deprived_queues(fairness.dominant_shares(qa, total, weight), active)
 
 
 class _Ranks:

@@ -10,9 +10,14 @@
   Σ harvestable over nodes (``harvest.harvestable``), and only queues whose
   ``spec.opportunistic`` is ``Allow`` eligible (``QueueOpportunistic.ALLOW``);
   a queue that opts out gets nothing there and its share goes to the others.
-- **Fairness knob** ``f`` (Tetris §3.4): only the ⌈(1−f)·|J|⌉ jobs furthest below
-  their fair share compete for a freed slot; ``f = 0`` all of them (most
-  efficient), ``f → 1`` only the most deprived (most fair).
+- **Fairness knob** ``f`` (Tetris §3.4) over **jobs**: only the ⌈(1−f)·|J|⌉ jobs
+  furthest below their fair share compete for a freed slot; ``f = 0`` all of
+  them (most efficient), ``f → 1`` only the most deprived (most fair).
+- **Between queues** (``deprived_queues``): only the most deprived queues
+  compete, those whose weighted dominant share is within ``QUEUE_SHARE_SLACK``
+  of the lowest; ``f = 0`` lifts this too. A count like ⌈(1−f)·Q⌉ is vacuous
+  for the few queues a cluster has (⌈0.75·2⌉ = 2 holds nobody back), so
+  weighted DRF between queues does not depend on how many there are.
 - **Barrier knob** ``b`` (Tetris §3.5): once a fraction ``b`` of a task group
   has finished and another group waits on it, its remaining tasks go first.
 
@@ -29,7 +34,9 @@ from numpy.typing import ArrayLike, NDArray
 from stowage.errors import InvalidInput
 
 __all__ = [
+    "QUEUE_SHARE_SLACK",
     "barrier_boost",
+    "deprived_queues",
     "dominant_shares",
     "drf_pick",
     "fair_share",
@@ -39,6 +46,13 @@ __all__ = [
 # ⌈(1−f)·J⌉ and fraction ≥ b are computed in floats; this absorbs their rounding
 # (e.g. (1 − 0.7)·10 = 3.0000000000000004 must give 3 jobs, not 4).
 _KNOB_TOL = 1e-9
+
+QUEUE_SHARE_SLACK = 0.01
+"""How far above the most deprived queue's weighted dominant share a queue may be and still compete.
+
+One percent of the pool: near-ties between queues are left to packing (Tetris §3.4: pick the best task
+among the deprived), yet two queues of weights 2:1 that share a full pool settle within ±3 % of 2:1
+(``a₁/2 ≤ a₂ + δ`` with ``a₁ + a₂ = 1`` gives ``a₁/a₂ ≤ 2.06``), plus at most one task's share."""
 
 
 def _vec(value: ArrayLike, field: str, dtype: type = np.float64) -> NDArray:
@@ -138,6 +152,29 @@ def fairness_candidates(share_deficit: ArrayLike, f: float) -> NDArray[np.int64]
     key = np.where(np.isnan(deficit), -np.inf, deficit)
     order = np.argsort(-key, kind="stable")
     return order[:k].astype(np.int64)
+
+
+def deprived_queues(shares: ArrayLike, active: ArrayLike, slack: float = QUEUE_SHARE_SLACK) -> NDArray[np.bool_]:
+    """Queues that may compete for the next slot: the most deprived by weighted DRF, within ``slack``.
+
+    ``active_q ∧ s_q ≤ min_{active} s + slack`` with ``s = dominant_shares(...)`` (weighted). The queue with
+    the lowest share always competes (so never empty when some queue is active); a queue with a weight
+    ≤ 0 (share +inf) competes only when every active queue has +inf. ``slack`` < 0 counts as 0; NaN shares
+    never compete unless all are NaN. A held-back queue still gets what the deprived ones cannot use: the
+    caller widens the set (``active`` minus the queues it tried) when none of their tasks fits.
+    shares, active: (Q,) → (Q,) bool.
+    """
+    s = _vec(shares, "shares")
+    act = _vec(active, "active", bool)
+    if act.shape != s.shape:
+        raise InvalidInput("active.shape", act.shape, f"must be {s.shape}, one per queue")
+    key = np.where(np.isnan(s), np.inf, s)
+    if not act.any():
+        return act.copy()
+    floor = key[act].min()
+    with np.errstate(invalid="ignore"):
+        near = key <= floor + max(float(np.nan_to_num(slack, nan=0.0)), 0.0)
+    return act & (near | (key == floor))
 
 
 def barrier_boost(finished_fraction: ArrayLike, has_waiters: ArrayLike, b: float) -> NDArray[np.bool_]:

@@ -2,8 +2,7 @@
 
 The operator serves its webhooks on 127.0.0.1 and writes its webhook configurations; the API server
 calls them for every pod of ``schedulerName: stowage-scheduler`` the test (the admin) creates. It runs
-with ``packing.fairness_knob: 0.5`` (:func:`tests.operator.support.strict_drf_config`): with two queues
-the default knob lets both compete for every slot.
+with the default settings: between queues only the most deprived compete (``fairness.deprived_queues``).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from stowage import labels
-from tests.operator.support import NODE_LABEL, OperatorStack, metric, running_operator, strict_drf_config, wait_for
+from tests.operator.support import NODE_LABEL, OperatorStack, metric, running_operator, wait_for
 from tests.scheduler.stack import Proc
 from tests.support.fake_kubelet import ANN_RUN_SECONDS
 
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def operator(operator_stack: OperatorStack) -> Iterator[Proc]:
-    with running_operator(operator_stack, extra=strict_drf_config(operator_stack)) as proc:
+    with running_operator(operator_stack) as proc:
         yield proc
 
 

@@ -85,9 +85,9 @@ def test_fairness_knob_lets_only_the_most_deprived_queues_compete(f: float, expe
 
 
 def test_a_heavier_queue_weight_keeps_it_competing() -> None:
-    # Same allocation as above, but queue 0 weighs 4: its weighted deficit is the larger one.
+    # Queue 0 holds twice what queue 1 holds, but weighs 4: its weighted dominant share is the lower one.
     avail = [[4.0, 4.0], [4.0, 4.0]]
-    inp = _input(avail, [[0.5, 0.5], [2.0, 2.0]], [0, 1], queue=[0, 1], queue_alloc=[[1.0, 1.0], [0.0, 0.0]],
+    inp = _input(avail, [[0.5, 0.5], [2.0, 2.0]], [0, 1], queue=[0, 1], queue_alloc=[[1.0, 1.0], [0.5, 0.5]],
                  weight=[4.0, 1.0], capacity=avail)
     assert _groups(dispatch.pack(inp, dataclasses.replace(NO_KNOBS, fairness_knob=0.9)))[0] == 0
 
