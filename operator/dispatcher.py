@@ -55,7 +55,7 @@ __all__ = [
     "RunningPod",
 ]
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: the classifier's own state_dict (1 replayed observations)
 _POOLS = (Pool.REGULAR, Pool.OPPORTUNISTIC)
 
 
@@ -224,7 +224,6 @@ class Dispatcher:
         self.clock = clock
         self.on_pass = on_pass
         self.classifier = classifier.ShortLongClassifier(settings.classifier.short_task_threshold_s)
-        self._learned: dict[tuple[str, ...], list[int]] = {}  # features → [short, long]: the classifier's state
         self._fsp: dict[str, ordering.FspTracker] = {}  # queue → tracker
         self._fsp_jobs: dict[str, str] = {}  # job key → queue it arrived in
         self._skips: dict[str, int] = {}  # group key → passes skipped (starvation guard)
@@ -235,14 +234,7 @@ class Dispatcher:
 
     def observe_finished(self, features: Mapping[str, Any], duration_s: float) -> None:
         """Teach the classifier one finished task (OPERA: "upon the completion of tasks")."""
-        label = self.classifier.observe(features, duration_s)
-        if label is not None:
-            key = tuple(str(features.get(k, "")) for k in self._feature_keys())
-            self._learned.setdefault(key, [0, 0])[0 if label else 1] += 1
-
-    def _feature_keys(self) -> tuple[str, ...]:
-        """The properties the classifier's levels read (all it learns from a task's features)."""
-        return tuple(dict.fromkeys(name for level in self.classifier.levels for name in level))
+        self.classifier.observe(features, duration_s)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state a restarted operator needs: what the classifier learned, the starvation
@@ -250,8 +242,7 @@ class Dispatcher:
         jobs' arrival times."""
         return {
             "version": _STATE_VERSION,
-            "classifier": {"keys": list(self._feature_keys()),
-                           "observed": [[*key, s, lo] for key, (s, lo) in sorted(self._learned.items())]},
+            "classifier": self.classifier.state_dict(),
             "skips": dict(sorted(self._skips.items())),
             "held": [[key, pool, node] for (key, pool), node in sorted(self._held.items())],
             "released": {key: [list(x) for x in v] for key, v in sorted(self._released.items())},
@@ -260,27 +251,20 @@ class Dispatcher:
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict()``'s output. Raises ``ValueError``/``KeyError``/``TypeError`` if malformed.
 
-        The classifier is rebuilt by replaying each distinct feature set's short and long counts through
-        ``observe`` (its only way in): O(tasks observed), about 4 s per million on one core.
+        The classifier comes back through ``ShortLongClassifier.from_state`` (its counts, O(distinct feature
+        values)). Its labels were given under its ``short_task_threshold_s``: a state learned under another
+        threshold than the settings' is refused (``ValueError``) rather than mixed.
         """
         if int(state["version"]) != _STATE_VERSION:
             raise ValueError(f"version: this operator reads state version {_STATE_VERSION}, got {state['version']!r}")
-        keys = [str(k) for k in state["classifier"]["keys"]]
-        fresh = classifier.ShortLongClassifier(self.settings.classifier.short_task_threshold_s)
-        learned: dict[tuple[str, ...], list[int]] = {}
-        long_s = fresh.threshold_s * 2 + 1
-        for row in state["classifier"]["observed"]:
-            values, n_short, n_long = row[: len(keys)], int(row[len(keys)]), int(row[len(keys) + 1])
-            features = dict(zip(keys, (str(v) for v in values), strict=True))
-            for _ in range(n_short):
-                fresh.observe(features, 0.0)
-            for _ in range(n_long):
-                fresh.observe(features, long_s)
-            learned[tuple(features.get(k, "") for k in self._feature_keys())] = [n_short, n_long]
+        fresh = classifier.ShortLongClassifier.from_state(state["classifier"])
+        if fresh.threshold_s != self.classifier.threshold_s:
+            raise ValueError(f"classifier.threshold_s: learned under {fresh.threshold_s:g} s, the settings say "
+                             f"{self.classifier.threshold_s:g} s (classifier.short_task_threshold_s)")
         skips = {str(k): int(v) for k, v in state["skips"].items()}
         held = {(str(k), str(p)): str(n) for k, p, n in state["held"]}
         released = {str(k): [(str(n), str(p)) for n, p in v] for k, v in state["released"].items()}
-        self.classifier, self._learned = fresh, learned
+        self.classifier = fresh
         self._skips, self._held, self._released = skips, held, released
 
     def held(self) -> dict[tuple[str, str], str]:

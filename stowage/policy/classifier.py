@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from stowage.config import ClassifierSettings
 
@@ -53,6 +54,7 @@ DEFAULT_LEVELS: tuple[tuple[str, ...], ...] = (
 )
 
 _SHORT, _LONG = 0, 1
+_STATE_VERSION = 1
 
 
 class ShortLongClassifier:
@@ -146,6 +148,56 @@ class ShortLongClassifier:
     def is_short(self, features: Mapping[str, object]) -> bool:
         """Short (eligible for harvested capacity) iff ``P(short) > P(long)``; unknown and ties are long."""
         return self.probability_short(features) > 0.5
+
+    # --- state ---
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the classifier knows, JSON-serialisable: its parameters and its counts.
+
+        ``{"version": 1, "threshold_s", "levels", "smoothing", "min_evidence_level", "class_counts": [short,
+        long], "counts": [[[*value, short, long], ...] per level]}``, rows sorted, so equal classifiers give
+        equal dicts. Its size is the number of distinct feature values seen, not of tasks observed.
+        """
+        return {
+            "version": _STATE_VERSION,
+            "threshold_s": self.threshold_s,
+            "levels": [list(level) for level in self.levels],
+            "smoothing": self.smoothing,
+            "min_evidence_level": self.min_evidence_level,
+            "class_counts": list(self._class_counts),
+            "counts": [[[*value, n[_SHORT], n[_LONG]] for value, n in sorted(table.items())]
+                       for table in self._counts],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ShortLongClassifier:
+        """The classifier ``state_dict()`` describes, predicting exactly as the original did.
+
+        Raises ``ValueError`` (wrong version, a row of the wrong length, negative counts, class totals that
+        disagree with a level's), ``KeyError`` or ``TypeError`` when ``state`` is malformed.
+        """
+        if int(state["version"]) != _STATE_VERSION:
+            raise ValueError(f"version: this reads classifier state version {_STATE_VERSION}, got {state['version']!r}")
+        out = cls(float(state["threshold_s"]), levels=[[str(n) for n in level] for level in state["levels"]],
+                  smoothing=float(state["smoothing"]), min_evidence_level=int(state["min_evidence_level"]))
+        short, long_ = (int(x) for x in state["class_counts"])
+        rows = list(state["counts"])
+        if len(rows) != len(out.levels):
+            raise ValueError(f"counts: {len(rows)} levels, the classifier has {len(out.levels)}")
+        for level, table, level_rows in zip(out.levels, out._counts, rows, strict=True):
+            for row in level_rows:
+                if len(row) != len(level) + 2:
+                    raise ValueError(f"counts: row {row!r} must hold {len(level)} values and two counts")
+                n = [int(row[-2]), int(row[-1])]
+                if min(n) < 0:
+                    raise ValueError(f"counts: negative count in {row!r}")
+                table[tuple(str(v) for v in row[:-2])] = n
+            if level_rows and [sum(n[c] for n in table.values()) for c in (_SHORT, _LONG)] != [short, long_]:
+                raise ValueError("counts: a level's counts do not add up to class_counts")
+        if min(short, long_) < 0:
+            raise ValueError("class_counts: negative count")
+        out._class_counts = [short, long_]
+        return out
 
 
 def bucket_progress(fraction: float, *, buckets: int = 4) -> str:
