@@ -28,6 +28,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 
 from stowage.labels import HARVEST_RESOURCE, LABEL_CLASS, OPPORTUNISTIC_PRIORITY_CLASS, SCHEDULER_NAME
 from tests.chart.render import CHART, helm
+from tests.support.chart_tokens import token_kubeconfig
 from tests.support.controlplane import LOCAL_ASSETS, ControlPlane, find_assets
 from tests.support.fake_kubelet import FakeKubelet, NodeSpec
 from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
@@ -84,9 +85,8 @@ class Installed:
 
     def token_kubeconfig(self, component: str) -> Path:
         """A kubeconfig with a TokenRequest token of the component's chart ServiceAccount."""
-        token = self.core.create_namespaced_service_account_token(
-            SA[component], NAMESPACE, {"spec": {"expirationSeconds": 3600}}).status.token
-        return self.plane.kubeconfig_for_token(token, name=f"chart-{component}-{uuid.uuid4().hex[:6]}")
+        return token_kubeconfig(self.plane, self.core, SA[component], NAMESPACE,
+                                name=f"chart-{component}-{uuid.uuid4().hex[:6]}")
 
     def config_map(self, suffix: str) -> dict[str, str]:
         return self.core.read_namespaced_config_map(f"{RELEASE}-{suffix}", NAMESPACE).data

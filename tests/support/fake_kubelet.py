@@ -503,6 +503,17 @@ class FakeKubelet:
                 self._nodes.pop(name, None)
                 self._node_uids.pop(name, None)
 
+    def forget_nodes(self, names: Iterable[str]) -> None:
+        """Stop playing these nodes' kubelet without deleting anything (a node that died): their pods
+        stay as they are in the API, never finish, and their Leases and heartbeats stop."""
+        doomed = set(names)
+        with self._lock:
+            for key in [k for k, r in self._pods.items() if r.node in doomed]:
+                self._pods.pop(key).gone = True
+            for name in doomed:
+                self._nodes.pop(name, None)
+                self._node_uids.pop(name, None)
+
     # --- raw API access -----------------------------------------------------------------------
 
     def _call(self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None,

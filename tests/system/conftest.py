@@ -1,0 +1,33 @@
+"""The whole stack on a real control plane (:class:`tests.support.stack.WholeStack`), once per module.
+
+``system`` is the running stack; ``healthy`` (per test) hands a test a stack whose every component
+runs and harvests, whatever the previous test killed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.controlplane import ControlPlane
+from tests.support.controlplane_plugin import control_plane, fake_kubelet, pytest_runtest_makereport  # noqa: F401
+from tests.support.prometheus import prometheus_binary
+from tests.support.stack import WholeStack
+
+
+@pytest.fixture(scope="module")
+def system(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WholeStack]:  # noqa: F811
+    """Every component running from the chart, on three fake nodes."""
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("needs process control (STOWAGE_TEST_KUBECONFIG points at an external cluster)")
+    prometheus_binary()  # skips with the how-to (fails under CI) when Prometheus is missing
+    with WholeStack(control_plane, tmp_path_factory.mktemp("system")) as stack:
+        yield stack
+
+
+@pytest.fixture
+def healthy(system: WholeStack) -> WholeStack:
+    """The stack with every component running and every node harvesting (a previous test may have killed one)."""
+    system.heal()
+    return system
