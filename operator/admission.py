@@ -8,6 +8,8 @@
                                                 raises ``InvalidInput`` to refuse it
 ``convert_opportunistic(pod)``                  the opportunistic conversion, on a copy (the operator
                                                 also calls it when it creates an opportunistic task)
+``review_pod_update(old, new)``                 every Stowage-owned key a pod UPDATE changes (refused
+                                                unless Stowage's own service accounts make it)
 ==============================================  ==========================================================
 
 Each problem names the field, the value and what is allowed (``stowage.errors.InvalidInput``). The
@@ -41,6 +43,8 @@ __all__ = [
     "convert_opportunistic",
     "json_patch",
     "mutate_pod",
+    "pod_update_condition",
+    "review_pod_update",
     "validate_job",
     "validate_queue",
 ]
@@ -383,6 +387,62 @@ def _admitted(pod: Mapping[str, Any], queue_exists: QueueExists) -> dict[str, An
     if not any(isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION for g in gates):
         spec["schedulingGates"] = [*gates, {"name": labels.GATE_ADMISSION}]
     return out
+
+
+#: What admission decided on a pod, kept for its life: the system labels, the intent (``class: opportunistic``
+#: with ``opportunistic: "false"`` would make the node monitor protect a converted pod), the demand annotation.
+PROTECTED_LABELS: tuple[str, ...] = (*labels.SYSTEM_LABELS, labels.LABEL_OPPORTUNISTIC)
+PROTECTED_ANNOTATIONS: tuple[str, ...] = (labels.ANN_DEMAND,)
+_UPDATE_ALLOWED = "set by Stowage at admission; only Stowage's own service accounts may change it"
+
+
+def _gated(pod: Mapping[str, Any] | None) -> bool:
+    gates = ((pod or {}).get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION for g in gates)
+
+
+def review_pod_update(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[InvalidInput]:
+    """Every Stowage-owned key a pod UPDATE changes, one ``InvalidInput`` naming each (``[]``: allowed).
+
+    Owned: ``PROTECTED_LABELS``, ``PROTECTED_ANNOTATIONS`` (added, changed or removed) and the scheduling
+    gate ``stowage.io/admission`` (removed: the pod would skip the dispatcher's fair order). The webhook
+    calls this only for users other than Stowage's service accounts, which release pods and set classes.
+    """
+    problems: list[InvalidInput] = []
+    for part, keys in (("labels", PROTECTED_LABELS), ("annotations", PROTECTED_ANNOTATIONS)):
+        before = ((old or {}).get("metadata") or {}).get(part) or {}
+        after = ((new or {}).get("metadata") or {}).get(part) or {}
+        for key in keys:
+            if before.get(key) != after.get(key):
+                problems.append(InvalidInput(f"metadata.{part}[{key!r}]", after.get(key, "(removed)"), _UPDATE_ALLOWED))
+    if _gated(old) and not _gated(new):
+        problems.append(InvalidInput(f"spec.schedulingGates[{labels.GATE_ADMISSION!r}]", "(removed)",
+                                     "only Stowage's own service accounts may remove it (the dispatcher does, "
+                                     "releasing the pod in fair order)"))
+    return problems
+
+
+def _cel_changed(part: str, key: str) -> str:
+    """CEL: ``metadata.<part>[key]`` was added, removed or changed (absent differs from "")."""
+    new, old = (f"(has({o}.metadata.{part}) && '{key}' in {o}.metadata.{part})" for o in ("object", "oldObject"))
+    return f"({new} != {old} || ({new} && object.metadata.{part}['{key}'] != oldObject.metadata.{part}['{key}']))"
+
+
+def pod_update_condition() -> str:
+    """CEL for the webhook's ``matchConditions``: true iff the UPDATE changes what ``review_pod_update`` guards.
+
+    The API server evaluates it, so every other pod update (the kubelet's, a controller's, a user's own
+    labels) never waits on the webhook, which fails closed.
+    """
+    changes = [_cel_changed(part, k)
+               for part, keys in (("labels", PROTECTED_LABELS), ("annotations", PROTECTED_ANNOTATIONS)) for k in keys]
+
+    def gated(obj: str) -> str:
+        return (f"(has({obj}.spec.schedulingGates) && "
+                f"{obj}.spec.schedulingGates.exists(g, g.name == '{labels.GATE_ADMISSION}'))")
+
+    changes.append(f"({gated('oldObject')} && !{gated('object')})")
+    return " || ".join(changes)
 
 
 def mutate_pod(pod: Mapping[str, Any], queue_exists: QueueExists) -> JSONPatch:

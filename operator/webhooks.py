@@ -2,7 +2,7 @@
 
 The rules themselves are :mod:`stowage.operator.admission` (pure). Here:
 
-- :func:`register` puts three handlers into a ``kopf.OperatorRegistry``; their ids are the URL paths
+- :func:`register` puts four handlers into a ``kopf.OperatorRegistry``; their ids are the URL paths
   the API server calls (``/validate-queue.stowage.io`` …), and the names of the webhooks;
 - :func:`webhook_server` builds Kopf's HTTPS server from certificate files (never Kopf's self-signed
   path: it needs oscrypto, which fails on OpenSSL 3);
@@ -38,6 +38,7 @@ __all__ = [
     "MUTATE_POD",
     "TIMEOUT_S",
     "VALIDATE_JOB",
+    "VALIDATE_POD_UPDATE",
     "VALIDATE_QUEUE",
     "ConfiguringServer",
     "configure",
@@ -52,7 +53,8 @@ __all__ = [
 VALIDATE_QUEUE = "validate-queue.stowage.io"
 VALIDATE_JOB = "validate-job.stowage.io"
 MUTATE_POD = "mutate-pod.stowage.io"
-HANDLER_IDS: tuple[str, ...] = (VALIDATE_QUEUE, VALIDATE_JOB, MUTATE_POD)
+VALIDATE_POD_UPDATE = "validate-pod-update.stowage.io"
+HANDLER_IDS: tuple[str, ...] = (VALIDATE_QUEUE, VALIDATE_JOB, MUTATE_POD, VALIDATE_POD_UPDATE)
 #: Name of both the ValidatingWebhookConfiguration and the MutatingWebhookConfiguration.
 CONFIGURATION_NAME = "stowage.io"
 #: Namespaces the pod webhook never sees, besides those labelled ``stowage.io/webhook: ignore``: the
@@ -81,12 +83,12 @@ def _apply_patch(ops: admission.JSONPatch, body: dict[str, Any]) -> None:
 
 def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
              trusted_users: Collection[str] = ()) -> None:
-    """Register the three admission handlers into ``registry``.
+    """Register the four admission handlers into ``registry``.
 
     ``queue_lookup(name)`` says whether a Queue exists (e.g. :func:`kubernetes_queue_lookup`).
-    ``trusted_users`` are API usernames whose pods pass the pod webhook unchanged: the operator's
+    ``trusted_users`` are API usernames whose pods pass the pod webhooks unchanged: the operator's
     own service account (``system:serviceaccount:<namespace>:<name>``), which creates a Job's pods
-    already labelled and, when opportunistic, converted.
+    already labelled and, when opportunistic, converted, and removes their admission gates.
     """
     trusted = frozenset(trusted_users)
     common: dict[str, Any] = {"registry": registry, "persistent": True}
@@ -118,7 +120,15 @@ def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
             warnings.append(f"{labels.LABEL_OPPORTUNISTIC}=auto on a plain pod runs it regular (its requests "
                             "cannot change after creation); use \"true\" to run it on harvested capacity")
 
-    del validate_queue, validate_job, mutate_pod  # registered; nothing calls them by name
+    @kopf.on.validate("v1", "pods", id=VALIDATE_POD_UPDATE, operations=["UPDATE"], **common)
+    def validate_pod_update(body: Mapping[str, Any], old: Mapping[str, Any] | None, userinfo: Mapping[str, Any],
+                            subresource: str | None, **_: Any) -> None:
+        # What admission decided stays decided: only Stowage changes a pod's class, queue, intent, demand, gate.
+        if userinfo.get("username") in trusted or subresource:
+            return
+        _refuse(admission.review_pod_update(old, body))
+
+    del validate_queue, validate_job, mutate_pod, validate_pod_update  # registered; nothing calls them by name
 
 
 # --- server --------------------------------------------------------------------------------------
@@ -169,6 +179,11 @@ def webhook_configurations(client_config: Mapping[str, Any], *, name: str = CONF
     everything else independent of it: only pods with ``schedulerName: stowage-scheduler``
     (``matchConditions``), not in ``exempt_namespaces`` nor in a namespace labelled
     ``stowage.io/webhook: ignore`` (``namespaceSelector``), not created by ``trusted_users``.
+
+    The pod UPDATE review (``validate-pod-update.stowage.io``) has the same scope and is called only when
+    the update touches a key Stowage owns (``admission.pod_update_condition``, evaluated by the API server):
+    the kubelet's status writes (a subresource), the scheduler's binding and every other update never
+    wait on it, and a spoof is refused even while the operator is down.
     """
     common: dict[str, Any] = {
         "failurePolicy": "Fail",
@@ -200,15 +215,22 @@ def webhook_configurations(client_config: Mapping[str, Any], *, name: str = CONF
     if trusted_users:
         users = ", ".join(f"'{u}'" for u in sorted(trusted_users))
         conditions.append({"name": "not-from-the-operator", "expression": f"!(request.userInfo.username in [{users}])"})
+    validating.append({
+        "name": VALIDATE_POD_UPDATE,
+        "clientConfig": _with_path(client_config, VALIDATE_POD_UPDATE),
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["UPDATE"],
+                   "scope": "Namespaced"}],
+        "namespaceSelector": _pod_namespaces(exempt_namespaces),
+        "matchConditions": [*conditions, {"name": "changes-what-stowage-owns",
+                                          "expression": admission.pod_update_condition()}],
+        **common,
+    })
     mutating = [{
         "name": MUTATE_POD,
         "clientConfig": _with_path(client_config, MUTATE_POD),
         "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"],
                    "scope": "Namespaced"}],
-        "namespaceSelector": {"matchExpressions": [
-            {"key": labels.LABEL_WEBHOOK, "operator": "NotIn", "values": [labels.WEBHOOK_IGNORE]},
-            {"key": _NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(exempt_namespaces)},
-        ]},
+        "namespaceSelector": _pod_namespaces(exempt_namespaces),
         "matchConditions": conditions,
         # Our patch zeroes requests and records demand once; a second pass would record the zeros.
         "reinvocationPolicy": "Never",
@@ -221,6 +243,14 @@ def webhook_configurations(client_config: Mapping[str, Any], *, name: str = CONF
         {"apiVersion": api_version, "kind": "MutatingWebhookConfiguration", "metadata": copy.deepcopy(meta),
          "webhooks": mutating},
     ]
+
+
+def _pod_namespaces(exempt_namespaces: Collection[str]) -> dict[str, Any]:
+    """The pod webhooks' ``namespaceSelector``: not exempt, not labelled ``stowage.io/webhook: ignore``."""
+    return {"matchExpressions": [
+        {"key": labels.LABEL_WEBHOOK, "operator": "NotIn", "values": [labels.WEBHOOK_IGNORE]},
+        {"key": _NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(exempt_namespaces)},
+    ]}
 
 
 class ConfiguringServer:

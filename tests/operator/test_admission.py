@@ -365,3 +365,34 @@ def test_convert_opportunistic_is_usable_on_a_task_pod() -> None:
         "cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"}
     assert "schedulingGates" not in converted["spec"]
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2", "memory": "1Gi"}
+
+
+# --- Pod UPDATE ----------------------------------------------------------------------------------
+
+
+def _admitted(pod_labels: dict[str, str], annotations: dict[str, str] | None = None, gated: bool = True) -> dict:
+    spec: dict[str, Any] = {"schedulerName": labels.SCHEDULER_NAME, "containers": []}
+    if gated:
+        spec["schedulingGates"] = [{"name": labels.GATE_ADMISSION}]
+    return {"metadata": {"labels": dict(pod_labels), "annotations": dict(annotations or {})}, "spec": spec}
+
+
+def test_a_pod_update_names_every_stowage_key_it_changes() -> None:
+    old = _admitted({labels.LABEL_CLASS: "opportunistic", labels.LABEL_QUEUE: "batch", "team": "a"},
+                    {labels.ANN_DEMAND: '{"cpu": 1}'})
+    new = _admitted({labels.LABEL_CLASS: "regular", labels.LABEL_QUEUE: "batch", labels.LABEL_JOB: "x",
+                     "team": "b"}, {}, gated=False)
+    assert _fields(admission.review_pod_update(old, new)) == [
+        f"metadata.labels[{labels.LABEL_CLASS!r}]", f"metadata.labels[{labels.LABEL_JOB!r}]",
+        f"metadata.annotations[{labels.ANN_DEMAND!r}]", f"spec.schedulingGates[{labels.GATE_ADMISSION!r}]"]
+    assert admission.review_pod_update(old, copy.deepcopy(old)) == []
+    other = copy.deepcopy(old)
+    other["metadata"]["labels"]["team"] = "c"
+    other["metadata"]["annotations"]["note"] = "x"
+    assert admission.review_pod_update(old, other) == []
+
+
+def test_the_update_condition_names_every_guarded_key() -> None:
+    cel = admission.pod_update_condition()
+    for key in (*admission.PROTECTED_LABELS, *admission.PROTECTED_ANNOTATIONS, labels.GATE_ADMISSION):
+        assert f"'{key}'" in cel

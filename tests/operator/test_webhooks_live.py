@@ -331,7 +331,66 @@ def test_the_configurations_fail_closed_and_exempt_system_namespaces(kube: RawAp
         hook["namespaceSelector"]["matchExpressions"])
     validating = kube.ok("GET", f"{ADMISSION}/validatingwebhookconfigurations/{webhooks.CONFIGURATION_NAME}")
     assert [(h["name"], h["failurePolicy"]) for h in validating["webhooks"]] == [
-        (webhooks.VALIDATE_QUEUE, "Fail"), (webhooks.VALIDATE_JOB, "Fail")]
+        (webhooks.VALIDATE_QUEUE, "Fail"), (webhooks.VALIDATE_JOB, "Fail"), (webhooks.VALIDATE_POD_UPDATE, "Fail")]
+
+
+# --- pod UPDATE: what admission decided stays decided ---------------------------------------------
+
+MERGE = "application/merge-patch+json"
+
+
+def _admitted_pod(kube: RawApi, ns: str, name: str) -> str:
+    """An opportunistic pod admitted by the webhook (converted, gated); returns its path."""
+    kube.ok("POST", PODS.format(ns=ns), _pod(name, pod_labels={labels.LABEL_OPPORTUNISTIC: "true"},
+                                             resources={"requests": {"cpu": "1", "memory": "1Gi"}}))
+    return f"{PODS.format(ns=ns)}/{name}"
+
+
+@pytest.mark.parametrize(("patch", "key"), [
+    pytest.param({"metadata": {"labels": {labels.LABEL_CLASS: "regular"}}},
+                 f"metadata.labels[{labels.LABEL_CLASS!r}]", id="class"),
+    pytest.param({"metadata": {"labels": {labels.LABEL_OPPORTUNISTIC: "false"}}},
+                 f"metadata.labels[{labels.LABEL_OPPORTUNISTIC!r}]", id="intent"),
+    pytest.param({"metadata": {"labels": {labels.LABEL_QUEUE: TEST_QUEUE}}},  # admitted to "default"
+                 f"metadata.labels[{labels.LABEL_QUEUE!r}]", id="queue"),
+    pytest.param({"metadata": {"labels": {labels.LABEL_JOB: "someone-elses"}}},
+                 f"metadata.labels[{labels.LABEL_JOB!r}]", id="job-added"),
+    pytest.param({"metadata": {"annotations": {labels.ANN_DEMAND: None}}},
+                 f"metadata.annotations[{labels.ANN_DEMAND!r}]", id="demand-removed"),
+    pytest.param({"spec": {"schedulingGates": []}},
+                 f"spec.schedulingGates[{labels.GATE_ADMISSION!r}]", id="gate-removed"),
+])
+def test_a_user_cannot_change_what_admission_decided(kube: RawApi, ns: str, patch: dict[str, Any], key: str) -> None:
+    path = _admitted_pod(kube, ns, "spoof")
+    before = kube.ok("GET", path)
+    status, answer = kube.request("PATCH", path, patch, content_type=MERGE)
+    assert status == 422, answer
+    assert f'admission webhook "{webhooks.VALIDATE_POD_UPDATE}" denied the request' in answer["message"]
+    assert key in answer["message"] and "only Stowage's own service accounts may" in answer["message"]
+    after = kube.ok("GET", path)
+    assert (after["metadata"]["labels"], after["metadata"]["annotations"], _gates(after)) == (
+        before["metadata"]["labels"], before["metadata"]["annotations"], _gates(before))
+
+
+def test_a_user_may_change_other_labels_and_stowage_may_release(kube: RawApi, ns: str) -> None:
+    path = _admitted_pod(kube, ns, "mine")
+    stored = kube.ok("PATCH", path, {"metadata": {"labels": {"team": "search"}, "annotations": {"note": "x"}}},
+                     content_type=MERGE)
+    assert stored["metadata"]["labels"]["team"] == "search"
+    # The operator (a trusted service account) removes the gate when it releases the pod.
+    kube.ok("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}]})
+    deadline = time.monotonic() + 30.0
+    while True:  # RBAC caches the new binding within moments
+        status, answer = kube.request("PATCH", path, {"spec": {"schedulingGates": []}}, content_type=MERGE,
+                                      headers={"Impersonate-User": OPERATOR_USER})
+        if status != 403 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert status == 200, answer
+    assert _gates(answer) == []
 
 
 # --- the webhook down (keep last: it stops the module's operator, then starts it again) ----------
@@ -342,6 +401,7 @@ def test_with_the_webhook_down_stowage_pods_are_refused_and_exempt_namespaces_ar
     ignored = f"wh-ignored-{secrets.token_hex(3)}"
     _namespace(kube, ignored, {labels.LABEL_WEBHOOK: labels.WEBHOOK_IGNORE})
     created: list[str] = []
+    _admitted_pod(kube, ns, "admitted-before")
     operator.stop()
     try:
         # The configurations stay behind (fail closed): the API server cannot reach the webhook.
@@ -352,6 +412,14 @@ def test_with_the_webhook_down_stowage_pods_are_refused_and_exempt_namespaces_ar
         status, answer = kube.request("POST", crd.QUEUE.path(), {"apiVersion": crd.API_VERSION, "kind": "Queue",
                                                                   "metadata": {"name": "while-down"}})
         assert status >= 500 and f'failed calling webhook "{webhooks.VALIDATE_QUEUE}"' in answer["message"], answer
+        # A pod admitted before: a spoof of its class fails closed; its own labels still change (the API
+        # server's matchConditions keep such updates off the webhook).
+        status, answer = kube.request("PATCH", f"{PODS.format(ns=ns)}/admitted-before",
+                                      {"metadata": {"labels": {labels.LABEL_CLASS: "regular"}}}, content_type=MERGE)
+        assert status >= 500 and f'failed calling webhook "{webhooks.VALIDATE_POD_UPDATE}"' in answer["message"], (
+            answer)
+        kube.ok("PATCH", f"{PODS.format(ns=ns)}/admitted-before", {"metadata": {"labels": {"team": "x"}}},
+                content_type=MERGE)
 
         # Everything outside the pod webhook's scope is created as usual.
         for namespace, pod in ((ns, _pod("other-scheduler", scheduler="default-scheduler")),
