@@ -101,6 +101,9 @@ class QueueRecord:
     opportunistic: bool = True
     """``spec.opportunistic: Allow``; False (``Deny``) → none of its tasks gets harvested capacity."""
     job_order: JobOrder = JobOrder.SRTF
+    quota: Mapping[str, float] | None = None
+    """``spec.quota`` in base units: the most the queue may hold in each pool at once, per resource it names
+    (0 allowed: none of it); None or {}: no ceiling."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,8 @@ class QueueShare:
     """pool → unweighted dominant share ``max_r(alloc_r/total_r)`` (comparable with ``fair_share``)."""
     fair_share: float
     """``weight / Σ weights of the queues with work`` (0 without work)."""
+    quota_used: dict[str, dict[str, float]] = field(default_factory=dict)
+    """pool → resource → allocated / ``spec.quota`` for each resource the quota names ({} without a quota)."""
 
 
 # --- the dispatcher ------------------------------------------------------------------------------
@@ -293,6 +298,7 @@ class Dispatcher:
         arrival = self._job_arrival(a)
         self._fsp_arrive(a, queues, arrival, now)
         weights = np.array([q.weight for q in queues], dtype=np.float64)
+        quota = self._quota(a, queues)
         orders = [q.job_order for q in queues]
 
         def rank(jobs: NDArray[np.int64]) -> NDArray[np.float64]:
@@ -313,7 +319,7 @@ class Dispatcher:
                 capacity=a.alloc, available=avail, shapes=shapes, group_shape=group_shape, group_job=a.job,
                 group_queue=a.queue, pending=pending, finished_fraction=finished, job_work=work,
                 queue_alloc=a.queue_alloc[p].copy(), pool_total=total, queue_weight=weights, job_rank=rank,
-                skips=skips, held=held)
+                skips=skips, held=held, queue_quota=quota)
             result = dispatch.pack(passed, knobs)
             if self.on_pass is not None:
                 self.on_pass(pool, passed, result)
@@ -364,6 +370,18 @@ class Dispatcher:
                 self._skips[group.key] = self._skips.get(group.key, 0) + 1
         return [Release(a.groups[g].key, k, cls, a.node_names[n]) for (g, cls, n), k in counts.items()]
 
+    @staticmethod
+    def _quota(a: _Arrays, queues: Sequence[QueueRecord]) -> NDArray[np.float64] | None:
+        """(Q, R) ``spec.quota`` on the view's resource axis, ``+inf`` where none; None when no queue has one."""
+        if not any(q.quota for q in queues):
+            return None
+        out = np.full((len(queues), len(a.resources)), np.inf)
+        for i, q in enumerate(queues):
+            for r, name in enumerate(a.resources):
+                if q.quota is not None and name in q.quota:
+                    out[i, r] = q.quota[name]
+        return out
+
     # --- queue numbers ---------------------------------------------------------------------------
 
     def queue_shares(self, view: DispatchView) -> list[QueueShare]:
@@ -392,7 +410,24 @@ class Dispatcher:
                 dominant_share={pool: float(s[i]) for pool, s in shares.items()},
                 share={pool: float(s[i]) for pool, s in plain.items()},
                 fair_share=float(fair[i]),
+                quota_used=self._quota_used(a, p_alloc=a.queue_alloc[:, i], quota=q.quota),
             ))
+        return out
+
+    @staticmethod
+    def _quota_used(a: _Arrays, p_alloc: NDArray[np.float64],
+                    quota: Mapping[str, float] | None) -> dict[str, dict[str, float]]:
+        """pool → resource → allocated / quota, for the resources ``quota`` names (a zero quota counts as used up)."""
+        if not quota:
+            return {}
+        index = {r: k for k, r in enumerate(a.resources)}
+        out: dict[str, dict[str, float]] = {}
+        for p, pool in enumerate(_POOLS):
+            used = {}
+            for name, limit in sorted(quota.items()):
+                held = float(p_alloc[p, index[name]]) if name in index else 0.0
+                used[name] = held / limit if limit > 0 else 1.0
+            out[pool.value] = used
         return out
 
     # --- building arrays -------------------------------------------------------------------------

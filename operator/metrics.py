@@ -49,6 +49,7 @@ class QueueNumbers:
     pending_jobs: int = 0
     running_jobs: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    quota_used: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # pool → resource → alloc/quota
 
 
 class _QueueCollector(Collector):

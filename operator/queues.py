@@ -5,6 +5,7 @@ Queue status (``status`` subresource; the CRD's printer columns read it)::
     allocated:      {regular: {cpu: "6", memory: 12Gi}, opportunistic: {...}}   what running tasks hold
     dominantShare:  {regular: 0.38, opportunistic: 0.0}                         max_r(alloc_r/total_r)/weight
     fairShare:      0.25                                                        entitled share among queues with work
+    quotaUsed:      {regular: {cpu: 0.75}, opportunistic: {cpu: 0.0}}           allocated / spec.quota (with a quota)
     pendingTasks, runningTasks, pendingJobs, runningJobs
 
 The numbers are the dispatcher's (:class:`stowage.operator.metrics.QueueNumbers`, one pass's view). They
@@ -22,9 +23,10 @@ from typing import Any
 from stowage.operator import crd
 from stowage.operator.metrics import QueueNumbers
 
+from stowage.errors import InvalidInput
 from stowage.kube import api
 from stowage.model import JobOrder, Pool, QueueOpportunistic
-from stowage.resources import format_quantity
+from stowage.resources import format_quantity, parse_quantity
 
 __all__ = ["QueueBook", "QueueSpec", "ensure_default_queue", "register", "status_of"]
 
@@ -56,6 +58,17 @@ class QueueSpec:
         except ValueError:
             self.job_order = JobOrder.SRTF
 
+    def quota_amounts(self) -> dict[str, float]:
+        """``spec.quota`` in base units (``resources.parse_quantity``); an unparseable entry is left out."""
+        out: dict[str, float] = {}
+        for name, value in self.quota.items():
+            try:
+                out[str(name)] = parse_quantity(value, f"spec.quota.{name}")
+            except (InvalidInput, TypeError):
+                # The CRD schema and the webhook refuse these; read leniently, and quietly (asked every pass).
+                log.debug("queue %s: spec.quota.%s = %r is not a quantity; not enforced", self.name, name, value)
+        return out
+
 
 def _quantities(values: Mapping[str, float]) -> dict[str, str]:
     return {r: format_quantity(v, r) for r, v in sorted(values.items()) if v > 0}
@@ -71,6 +84,8 @@ def status_of(numbers: QueueNumbers) -> dict[str, Any]:
         "runningTasks": int(numbers.running_tasks),
         "pendingJobs": int(numbers.pending_jobs),
         "runningJobs": int(numbers.running_jobs),
+        **({"quotaUsed": {pool: {r: round(float(x), 4) for r, x in used.items()}
+                          for pool, used in numbers.quota_used.items()}} if numbers.quota_used else {}),
     }
 
 

@@ -377,7 +377,8 @@ class OperatorRuntime:
 
     def _queue_records(self) -> list[QueueRecord]:
         return [QueueRecord(name=q.name, weight=q.weight, opportunistic=q.opportunistic is QueueOpportunistic.ALLOW,
-                            job_order=q.job_order) for q in self.queues.specs().values()]
+                            job_order=q.job_order, quota=q.quota_amounts() or None)
+                for q in self.queues.specs().values()]
 
     def _plain_group(self, pod: Mapping[str, Any]) -> PendingGroup | None:
         meta = pod.get("metadata") or {}
@@ -460,6 +461,7 @@ class OperatorRuntime:
             running_tasks=running.get(share.name, 0),
             pending_jobs=jobs_by_phase.get((share.name, tasks.Phase.PENDING.value), 0),
             running_jobs=jobs_by_phase.get((share.name, tasks.Phase.RUNNING.value), 0),
+            quota_used=share.quota_used,
         ) for share in self.dispatcher.queue_shares(view)]
 
     # --- releases --------------------------------------------------------------------------------

@@ -13,6 +13,10 @@ The decision core of the simulator's ``tetris``/``stowage`` presets and of the o
 4. **Place** one task; take its demand off the node's free vector and add it to its queue's allocation;
    a row whose pending count reaches 0 leaves the pass.
 
+Quota (``PassInput.queue_quota``, a Queue's ``spec.quota``): a row whose next task would take its queue's
+allocation in this pool above the quota on any resource leaves the pass (before it, and after each
+placement of its queue); it is not *skipped* (below), since no capacity could have helped it.
+
 Starvation guard (OPERA §III-E, multi-chance reservation; ``PackingSettings.starvation_skip_limit`` = ε_s,
 0 = off): the caller counts, per row, the passes it was *skipped* in (``PassResult.skipped``: it got nothing
 while the pass placed other work, and it fits some node's capacity). A row skipped more than ε_s times is
@@ -101,6 +105,8 @@ class PassInput:
     """(G,) passes each row was skipped in so far (starvation guard); None: guard off."""
     held: NDArray[np.int64] | None = None
     """(G,) node held for each row by the previous pass, −1 for none."""
+    queue_quota: NDArray[np.float64] | None = None
+    """(Q, R) the most each queue may hold in this pool (``+inf`` where unlimited); None: no quotas."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,8 @@ def pack(inp: PassInput, knobs: PackingSettings, *, limit: int | None = None) ->
     held_out = np.full(g_all, -1, dtype=np.int64)
     guard = inp.skips is not None and knobs.starvation_skip_limit > 0
     rows = np.flatnonzero(np.asarray(inp.pending) > 0)
+    if inp.queue_quota is not None:
+        rows = rows[_within_quota(inp, rows, np.asarray(inp.queue_alloc, dtype=np.float64))]
     if rows.size == 0:
         return PassResult(placements, np.zeros(g_all, dtype=bool), held_out)
     avail = np.array(inp.available, dtype=np.float64)
@@ -155,6 +163,11 @@ def pack(inp: PassInput, knobs: PackingSettings, *, limit: int | None = None) ->
         ever = alignment.feasible(np.asarray(inp.shapes, dtype=np.float64), cap).any(axis=1)
         skipped[waiting] = ever[inp.group_shape[waiting]]
         skipped[[pl.group for pl in placements]] = False
+        if inp.queue_quota is not None:  # held back by its quota, not passed over
+            qa = np.array(inp.queue_alloc, dtype=np.float64)
+            placed = np.array([pl.group for pl in placements], dtype=np.int64)
+            np.add.at(qa, inp.group_queue[placed], np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape[placed]])
+            skipped[waiting[~_within_quota(inp, waiting, qa)]] = False
     return PassResult(placements, skipped, held_out)
 
 
@@ -213,12 +226,24 @@ def _place_all(
         qa[queues[i]] += d
         avail[n] = np.maximum(avail[n] - d, 0.0)
         shaped.set_column(n, alignment.alignment(shapes, cap[n : n + 1], avail[n : n + 1])[:, 0])
-        if pending[i] == 0:
-            keep = np.arange(rows.size) != i
+        keep = np.ones(rows.size, dtype=bool) if pending[i] else np.arange(rows.size) != i
+        if inp.queue_quota is not None:
+            mine = np.flatnonzero(queues == queues[i])
+            keep[mine[~_within_quota(inp, rows[mine], qa)]] = False
+        if not keep.all():
             rows, shape_of, p, boost, queues = rows[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
             jobs, pending, starved = jobs[keep], pending[keep], starved[keep]
             jobs_ok = ranks.mask(jobs, queues, f)
             every_queue = _every_queue_competes(queues, weight.shape[0], f)
+
+
+def _within_quota(inp: PassInput, rows: NDArray[np.int64], qa: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Rows whose next task keeps its queue within ``queue_quota`` on every resource (1e-9 relative slack)."""
+    assert inp.queue_quota is not None
+    q = inp.group_queue[rows]
+    after = qa[q] + np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape[rows]]
+    quota = np.asarray(inp.queue_quota, dtype=np.float64)[q]
+    return (after <= quota * (1 + 1e-9) + 1e-12).all(axis=1)
 
 
 def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) -> bool:

@@ -439,3 +439,34 @@ def test_queue_shares_are_the_numbers_drf_compares() -> None:
     assert shares["a"].fair_share == pytest.approx(2 / 3)
     assert shares["b"].fair_share == pytest.approx(1 / 3)
     assert shares["idle"].fair_share == 0.0
+
+
+# --- spec.quota ----------------------------------------------------------------------------------
+
+
+def test_a_queue_is_never_released_beyond_its_quota_per_pool() -> None:
+    # Queue a may hold 3 cpu in each pool. It runs 1 cpu regular and has one released task not bound yet: one
+    # more regular task fits its quota. Its "true" tasks fill the harvested pool up to 3 cpu of their own; b,
+    # without a quota, takes the regular capacity a may not.
+    view = DispatchView(
+        nodes=[node("n1", cpu=16.0, memory=64.0, usage=rv(cpu=0.5, memory=GI))],
+        running=[RunningPod("n1", rv(cpu=1.0, memory=GI), queue="a")],
+        queues=[QueueRecord("a", quota={"cpu": 3.0}), QueueRecord("b")],
+        groups=[grp("a-reg", "a", tasks=10, unbound=1), grp("a-opp", "a", tasks=10, intent=Opportunistic.TRUE),
+                grp("b", "b", tasks=20)])
+    d = Dispatcher(StowageSettings(), clock=lambda: 0.0)
+    got = d.decide(view)
+    by_class = Counter()
+    for r in got:
+        by_class[(r.group_key, r.pod_class)] += r.count
+    assert by_class[("a-reg", PodClass.REGULAR)] == 1
+    assert by_class[("a-opp", PodClass.OPPORTUNISTIC)] == 3
+    assert by_class[("b", PodClass.REGULAR)] >= 5
+    shares = {s.name: s for s in d.queue_shares(view)}
+    assert shares["a"].quota_used == {"regular": {"cpu": pytest.approx(2 / 3)}, "opportunistic": {"cpu": 0.0}}
+    assert shares["b"].quota_used == {}
+
+
+def test_a_quota_on_a_resource_no_node_has_caps_nothing_else() -> None:
+    view = DispatchView([node("n1")], [], [QueueRecord("a", quota={"nvidia.com/gpu": 0.0})], [grp("g", "a", tasks=3)])
+    assert released(Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(view)) == {"g": 3}
