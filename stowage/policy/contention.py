@@ -218,25 +218,38 @@ def choose_victims(
     node_usage: ArrayLike,
     threshold: ArrayLike,
     relieve: ArrayLike,
+    lost_work: ArrayLike | None = None,
 ) -> list[int]:
-    """Opportunistic pods to evict so usage on every relieved resource drops to the threshold.
+    """Opportunistic pods to evict so usage on every relieved resource drops to the threshold, losing little work.
 
     Rule (UBIS §IV-C "preempt enough opportunistic containers to bring the
     utilization under the threshold"; OPERA §III-C "kill the most recently
-    launched opportunistic task"): candidates are opportunistic pods whose usage
-    on some relieved resource is positive, most recently started first (ties:
-    larger ``Σ_{r relieved} usage_r/threshold_r`` first, then index). Take the
-    shortest prefix of that order with
+    launched opportunistic task", i.e. the one that loses the least work):
+    candidates are opportunistic pods whose usage on some relieved resource is
+    positive. Each pod would lose ``lost_work`` (seconds of work done; default:
+    how long it has run, measured from the newest start, so the order is
+    newest first). Two plans, each the shortest prefix of an order with
 
-        node_usage_r − Σ_{victims} pod_usage_r ≤ threshold_r   for every relieved r;
+        node_usage_r − Σ_{victims} pod_usage_r ≤ threshold_r   for every relieved r,
 
-    if even all candidates cannot achieve it, return all candidates. Never a
+    then pruned (from the most work lost down, a victim the others cover
+    without is spared):
+
+    * least work lost first (ties: newest, then larger ``Σ_{r relieved}
+      usage_r/threshold_r``, then index): newest first, as the papers say;
+    * least work lost per unit of relief first: one older pod that frees
+      enough can cost less than several new ones that each free a little.
+
+    The plan that loses less work in total wins (ties: the first). If even all
+    candidates cannot bring usage under, return all candidates. Never a
     non-opportunistic pod; empty when nothing is relieved or usage is already
-    under the threshold.
+    under the threshold. Victims are listed newest first (least work lost first).
 
     Shapes: ``pod_usage`` (P,R), ``started_at_s`` (P,), ``opportunistic`` (P,)
     bool, ``node_usage``/``threshold`` (R,) in resource units, ``relieve`` (R,)
-    bool. NaN or negative usage counts as 0; NaN start times count as oldest.
+    bool, ``lost_work`` (P,) seconds (the simulator passes each task's progress;
+    NaN: from its start). NaN or negative usage counts as 0; NaN start times
+    count as oldest.
     """
     rel = np.asarray(relieve, dtype=bool)
     n_res = rel.shape[0]
@@ -259,12 +272,41 @@ def choose_victims(
     candidates = np.flatnonzero(helps)
     if candidates.size == 0:
         return []
+    lost = _lost_work(started, lost_work, candidates)
     with np.errstate(over="ignore"):  # a tiny threshold only makes the tie-break key huge
         weight = (on_relieved / np.where(thr > 0, thr, 1.0)).sum(axis=1)
-    order = candidates[np.lexsort((candidates, -weight[candidates], -started[candidates]))]
-    freed = np.cumsum(on_relieved[order], axis=0)
-    enough = (freed >= need - tol).all(axis=1)
-    if not enough.any():
-        return [int(i) for i in order]
-    k = int(np.argmax(enough))
-    return [int(i) for i in order[: k + 1]]
+    newest = candidates[np.lexsort((candidates, -weight[candidates], -started[candidates], lost[candidates]))]
+    if not (on_relieved[candidates].sum(axis=0) >= need - tol).all():
+        return [int(i) for i in newest]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_relief = np.where(weight > 0, lost / weight, np.inf)
+    cheap = candidates[np.lexsort((candidates, lost[candidates], per_relief[candidates]))]
+    plans = [_cover(order, on_relieved, need - tol, lost) for order in (newest, cheap)]
+    best = min(plans, key=lambda victims: float(lost[victims].sum()))  # min keeps the first on ties
+    return [int(i) for i in newest[np.isin(newest, best)]]  # evicted newest first
+
+
+def _lost_work(started: NDArray[np.float64], lost_work: ArrayLike | None, candidates: NDArray[np.intp]) -> NDArray:
+    """Work each pod would lose: ``lost_work`` where given, else its run time counted from the newest start."""
+    finite = started[candidates][np.isfinite(started[candidates])]
+    newest = float(finite.max()) if finite.size else 0.0
+    by_start = np.where(np.isfinite(started), newest - started, np.inf)  # NaN start: oldest, loses the most
+    if lost_work is None:
+        return np.maximum(by_start, 0.0)
+    given = np.asarray(lost_work, dtype=np.float64).reshape(started.shape)
+    return np.where(np.isnan(given), np.maximum(by_start, 0.0), np.maximum(given, 0.0))
+
+
+def _cover(order: NDArray[np.intp], relief: NDArray[np.float64], need: NDArray[np.float64],
+           lost: NDArray[np.float64]) -> NDArray[np.intp]:
+    """The shortest prefix of ``order`` whose relief covers ``need``, minus victims the rest cover without."""
+    freed = np.cumsum(relief[order], axis=0)
+    k = int(np.argmax((freed >= need).all(axis=1)))  # the caller checked that all of them cover it
+    chosen = list(order[: k + 1])
+    total = freed[k].copy()
+    # Spare the costliest first: each victim dropped is work kept.
+    for i in sorted(chosen, key=lambda i: (-lost[i], -chosen.index(i))):
+        if len(chosen) > 1 and (total - relief[i] >= need).all():
+            chosen.remove(i)
+            total = total - relief[i]
+    return np.array(chosen, dtype=np.intp)

@@ -9,7 +9,8 @@ Each tick (``contention.sample_interval_s``, 1 s by default) it
    first, until the rest fits;
 3. on presets with harvesting, runs ``stowage.policy.contention.step`` on every
    node that is over a threshold or still remembers a contention, sets the
-   node's blocked capacity, and evicts ``choose_victims``' picks.
+   node's blocked capacity, and evicts ``choose_victims``' picks (given each task's
+   progress, the work an eviction would waste).
 
 Ticks are skipped when nothing could change: no opportunistic task is running
 and no node's peak demand exceeds its capacity.
@@ -132,8 +133,10 @@ class Monitor:
                 if use is None:
                     use = sim.current_use()
                 rows = np.flatnonzero(run.node == n)
+                done = sim.g_dur[run.group[rows]] - run.work_left[rows]  # what an eviction wastes
                 picked = contention.choose_victims(
-                    use[rows], run.start[rows], run.opp[rows], c.usage[n], self.threshold[n], decision.relieve
+                    use[rows], run.start[rows], run.opp[rows], c.usage[n], self.threshold[n], decision.relieve,
+                    lost_work=done,
                 )
                 victims.extend(int(rows[i]) for i in picked)
         if victims:
