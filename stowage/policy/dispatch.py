@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 
 from stowage.config import PackingSettings
 from stowage.model import JobOrder
-from stowage.policy import alignment, candidates, classifier, fairness, ordering
+from stowage.policy import alignment, candidates, classifier, column, fairness, ordering, remaining_work
 
 __all__ = [
     "BOOST",
@@ -107,6 +107,8 @@ class PassInput:
     """(G,) node held for each row by the previous pass, −1 for none."""
     queue_quota: NDArray[np.float64] | None = None
     """(Q, R) the most each queue may hold in this pool (``+inf`` where unlimited); None: no quotas."""
+    group_duration_s: NDArray[np.float64] | None = None
+    """(G,) expected task duration per row, for ``packing.bottleneck_weight`` (None: rows weigh by count)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +197,10 @@ def _place_all(
     any_starved = bool(starved.any())
     if any_starved:
         boost = boost + starved * (2 * BOOST)
+    if knobs.bottleneck_weight > 0:  # work heavy on the bottleneck starts while it has room (Graphene)
+        dur = None if inp.group_duration_s is None else np.asarray(inp.group_duration_s)[rows]
+        boost = boost + remaining_work.bottleneck_bonus(shapes[shape_of], np.asarray(inp.pending)[rows], dur,
+                                                        inp.pool_total, cap.mean(axis=0), knobs.bottleneck_weight)
     ranks = _Ranks(inp.job_rank, jobs)
     queues = inp.group_queue[rows]
     jobs_ok = ranks.mask(jobs, queues, f)
@@ -202,6 +208,7 @@ def _place_all(
     qa = np.array(inp.queue_alloc, dtype=np.float64)
     total, weight = inp.pool_total, np.asarray(inp.queue_weight, dtype=np.float64)
     shaped = candidates.ShapeScores(score)
+    rescore = column.ColumnScorer(shapes, cap)  # alignment of one node's column, cleaned once per pass
     every_queue = _every_queue_competes(queues, weight.shape[0], f)
     while rows.size and (limit is None or len(placements) < limit):
         best = None
@@ -225,7 +232,7 @@ def _place_all(
         pending[i] -= 1
         qa[queues[i]] += d
         avail[n] = np.maximum(avail[n] - d, 0.0)
-        shaped.set_column(n, alignment.alignment(shapes, cap[n : n + 1], avail[n : n + 1])[:, 0])
+        shaped.set_column(n, rescore(n, avail[n]))
         keep = np.ones(rows.size, dtype=bool) if pending[i] else np.arange(rows.size) != i
         if inp.queue_quota is not None:
             mine = np.flatnonzero(queues == queues[i])
