@@ -43,6 +43,7 @@ class OperatorOptions:
     metrics_port: int = 8080
     peering: str | None = None
     dry_run: bool = False
+    node_hint: bool = True
 
 
 def _service(value: str | None) -> tuple[str, str] | None:
@@ -91,10 +92,13 @@ def _service(value: str | None) -> tuple[str, str] | None:
                    "sharing it only the newest acts; the others stand by. Without it the operator runs standalone.")
 @click.option("--dry-run", is_flag=True, default=False,
               help="Decide and log, but write nothing: no pods, no gates removed, no status, no Queue, no ConfigMap.")
+@click.option("--node-hint/--no-node-hint", default=True,
+              help="Give each released pod a preferred node affinity for the node the dispatcher packed it on, so "
+                   "kube-scheduler follows the packing (docs/operator.md, 'Node hint').")
 def operator(kubeconfig: str | None, prometheus_url: str | None, config_path: str | None, namespaces: tuple[str, ...],
              all_namespaces: bool, webhook_host: str, webhook_port: int, webhook_cert: str | None,
              webhook_key: str | None, webhook_url: str | None, webhook_service: str | None, metrics_port: int,
-             peering: str | None, dry_run: bool) -> None:
+             peering: str | None, dry_run: bool, node_hint: bool) -> None:
     """Run the Stowage operator.
 
     Materialises Stowage Jobs (kubectl get sjob) into pods as the dispatcher releases their tasks,
@@ -121,7 +125,7 @@ def operator(kubeconfig: str | None, prometheus_url: str | None, config_path: st
         kubeconfig=kubeconfig, prometheus_url=prometheus_url, config_path=config_path, namespaces=tuple(namespaces),
         webhook_host=webhook_host, webhook_port=webhook_port, webhook_cert=webhook_cert, webhook_key=webhook_key,
         webhook_url=webhook_url, webhook_service=service, metrics_port=metrics_port,
-        peering=peering, dry_run=dry_run)
+        peering=peering, dry_run=dry_run, node_hint=node_hint)
     try:
         run(options)
     except ConfigError as exc:
@@ -321,7 +325,7 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
     runtime_ = runtime.OperatorRuntime(
         settings, client, dispatcher=Dispatcher(settings), prometheus_url=options.prometheus_url,
         namespaces=namespaces, metrics=metrics, acting=peering.acting if peering else None,
-        dry_run=options.dry_run)
+        dry_run=options.dry_run, node_hint=options.node_hint)
 
     registry = kopf.OperatorRegistry()
     jobs.register(registry, lambda: runtime_.jobs)

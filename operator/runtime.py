@@ -152,6 +152,7 @@ class OperatorRuntime:
         acting: Callable[[], bool] | None = None,
         state_namespace: str | None = None,
         dry_run: bool = False,
+        node_hint: bool = True,
         interval_s: float = 1.0,
         debounce_s: float = 0.2,
         status_interval_s: float = 5.0,
@@ -166,6 +167,7 @@ class OperatorRuntime:
         self.namespaces = list(namespaces or [])
         self.state_namespace = state_namespace or operator_namespace()
         self.dry_run = dry_run
+        self.node_hint = node_hint  # released pods prefer the node the dispatcher packed them on
         self.interval_s, self.debounce_s = interval_s, debounce_s
         self.status_interval_s, self.state_interval_s = status_interval_s, state_interval_s
         self.clock = clock
@@ -484,7 +486,7 @@ class OperatorRuntime:
             taken[release.group_key] = first + release.count
             done = 0
             for task in group.releasable[first: first + release.count]:
-                done += self._create_task(key, job, task, release.pod_class)
+                done += self._create_task(key, job, task, release.pod_class, release.node_hint)
             if done:
                 log.info("released %d task(s) of %s as %s (placed on %s)", done, release.group_key,
                          release.pod_class.value, release.node_hint)
@@ -492,20 +494,22 @@ class OperatorRuntime:
         pod = next((p for p in self.gated.pods() if "/".join(_key(p)) == release.group_key), None)
         if pod is None:
             return False
-        if self._remove_gate(pod, release.pod_class):
+        if self._remove_gate(pod, release.pod_class, release.node_hint):
             log.info("released pod %s (%s, placed on %s)", release.group_key, release.pod_class.value,
                      release.node_hint)
             return True
         return False
 
     def _create_task(self, key: jobs.JobKey, job: Mapping[str, Any], task: tasks.TaskRef,
-                     pod_class: labels.PodClass) -> bool:
+                     pod_class: labels.PodClass, node_hint: str | None = None) -> bool:
         """Create one task attempt's pod; True when created now.
 
         A 409 (the pod exists: made before a restart) is remembered like a release, so the task counts as
         active until the cache shows the pod, but it is not counted as a release of this operator.
         """
         pod = tasks.render_pod(job, task, pod_class)
+        if node_hint and self.node_hint:
+            pod["spec"] = tasks.prefer_node(pod["spec"], node_hint)
         if pod_class is labels.PodClass.OPPORTUNISTIC:
             try:
                 pod = admission.convert_opportunistic(pod)
@@ -542,7 +546,8 @@ class OperatorRuntime:
             self.metrics.dispatch.labels(pod_class.value).inc()
         return created
 
-    def _remove_gate(self, pod: Mapping[str, Any], pod_class: labels.PodClass | None = None) -> bool:
+    def _remove_gate(self, pod: Mapping[str, Any], pod_class: labels.PodClass | None = None,
+                     node_hint: str | None = None) -> bool:
         """Remove the gate ``stowage.io/admission`` (JSON patch on ``spec.schedulingGates``, guarded by a test).
 
         ``pod_class`` is given for a dispatcher release (counted, reserved until bound); None for the
@@ -553,6 +558,9 @@ class OperatorRuntime:
         rest = [g for g in gates if not (isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION)]
         patch = [{"op": "test", "path": "/spec/schedulingGates", "value": gates},
                  {"op": "replace", "path": "/spec/schedulingGates", "value": rest}]
+        if node_hint and self.node_hint:  # a gated pod's preferred affinity may change (KEP-3838)
+            affinity = tasks.prefer_node(pod.get("spec") or {}, node_hint)["affinity"]
+            patch.insert(1, {"op": "add", "path": "/spec/affinity", "value": affinity})
         if self.dry_run:
             log.info("dry run: would release %s/%s", *key)
             return False

@@ -56,6 +56,7 @@ __all__ = [
     "plan_job",
     "pod_name",
     "pod_outcome",
+    "prefer_node",
     "render_pod",
     "task_demand",
 ]
@@ -223,6 +224,28 @@ def render_pod(job: Mapping[str, Any], task: TaskRef, pod_class: labels.PodClass
         },
         "spec": pod_spec,
     }
+
+
+#: Weight of the dispatcher's node preference (the API's maximum): kube-scheduler's NodeAffinity score
+#: (plugin weight 2) then outweighs its resource scores, so the pod lands where the packing pass put it
+#: whenever that node still fits; when it does not, the pod goes elsewhere (a preference, not a rule).
+NODE_HINT_WEIGHT = 100
+
+
+def prefer_node(spec: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """``spec`` (a pod spec) with a preferred node affinity for ``node`` added (``matchFields`` on
+    ``metadata.name``), on a copy; the template's own affinity terms are kept. Used for the dispatcher's
+    ``Release.node_hint`` on the pods it releases."""
+    out = copy.deepcopy(dict(spec))
+    affinity = out.setdefault("affinity", {}) or {}
+    out["affinity"] = affinity
+    node_affinity = affinity.setdefault("nodeAffinity", {}) or {}
+    affinity["nodeAffinity"] = node_affinity
+    preferred = list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    preferred.append({"weight": NODE_HINT_WEIGHT, "preference": {
+        "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}})
+    node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    return out
 
 
 def task_demand(job: Mapping[str, Any], group: str) -> ResourceVector:

@@ -245,3 +245,21 @@ def test_pods_of_other_jobs_and_groups_are_ignored() -> None:
     other = pod("other", "map", 0)
     plan = tasks.plan_job(job(group("map", 1)), [stray, other], now=NOW)
     assert plan.releasable == [TaskRef("map", 0)]
+
+
+def test_prefer_node_adds_a_preference_and_keeps_the_templates_affinity() -> None:
+    own = {"weight": 5, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}
+    required = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}
+    spec = {"containers": [], "affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": required,
+        "preferredDuringSchedulingIgnoredDuringExecution": [own]}}}
+    before = copy.deepcopy(spec)
+    out = tasks.prefer_node(spec, "node-7")
+    assert spec == before  # a copy
+    node_affinity = out["affinity"]["nodeAffinity"]
+    assert node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] == required
+    assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [own, {
+        "weight": tasks.NODE_HINT_WEIGHT,
+        "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-7"]}]}}]
+    assert tasks.prefer_node({"containers": []}, "n")["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]["matchFields"][0]["values"] == ["n"]

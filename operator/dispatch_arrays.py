@@ -1,0 +1,175 @@
+"""A ``DispatchView`` as arrays on one resource axis, and the capacity each pass of the dispatcher packs into.
+
+``view_arrays`` lines nodes, running pods, queues and groups up on cpu, memory, disk, network, then extended
+resource names; the job helpers give per-job queue, arrival and Tetris remaining work; ``bandwidth_capped``
+and ``harvestable`` are the free vectors of the regular and opportunistic pools. Pure: no state, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+from stowage.operator.dispatch_records import DispatchView, PendingGroup, QueueRecord
+
+from stowage.config import HarvestSettings
+from stowage.policy import harvest, remaining_work
+from stowage.resources import CORE_RESOURCES, DISK, NETWORK, ResourceVector
+
+__all__ = [
+    "VectorRows",
+    "ViewArrays",
+    "bandwidth_capped",
+    "harvestable",
+    "job_arrival",
+    "job_queue",
+    "job_work",
+    "queue_records",
+    "view_arrays",
+]
+
+
+@dataclass
+class ViewArrays:
+    """A view as arrays on one resource axis (``view_arrays``)."""
+
+    resources: tuple[str, ...]
+    node_names: list[str]
+    alloc: NDArray[np.float64]
+    reg_alloc: NDArray[np.float64]
+    opp_alloc: NDArray[np.float64]
+    queue_alloc: NDArray[np.float64]  # (2, Q, R)
+    groups: list[PendingGroup] = field(default_factory=list)
+    demand: NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 0)))
+    queue: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    job: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    job_keys: list[str] = field(default_factory=list)
+    rows: VectorRows | None = None
+    opp_pods: tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]] = (
+        np.zeros((0, 0)), np.zeros(0, np.int64), np.zeros(0))
+    """Bound opportunistic pods: demand (P, R), node, bind time (the ramp-up allowance ``S``)."""
+
+
+class VectorRows:
+    """Resource vectors as rows on one resource axis; a vector object met again is converted once (pods of a
+    group usually share theirs), which keeps building the arrays of 10,000 pods to a few milliseconds."""
+
+    def __init__(self, resources: tuple[str, ...]) -> None:
+        self.resources = resources
+        self._seen: dict[int, tuple[ResourceVector, NDArray[np.float64]]] = {}  # the vector kept: ids stay unique
+
+    def of(self, vectors: Sequence[ResourceVector]) -> NDArray[np.float64]:
+        out = np.empty((len(vectors), len(self.resources)))
+        for i, v in enumerate(vectors):
+            seen = self._seen.get(id(v))
+            if seen is None:
+                d = v.as_dict()
+                seen = self._seen[id(v)] = (v, np.array([d.get(n, 0.0) for n in self.resources]))
+            out[i] = seen[1]
+        return out
+
+
+def queue_records(view: DispatchView) -> list[QueueRecord]:
+    """The view's queues, the first of each name (their order is the queue index everywhere)."""
+    seen: dict[str, QueueRecord] = {}
+    for q in view.queues:
+        seen.setdefault(q.name, q)
+    return list(seen.values())
+
+
+def view_arrays(view: DispatchView) -> ViewArrays:
+    """Nodes, allocations and groups on one resource axis: cpu, memory, disk, network, then extended names.
+
+    Released-but-unbound tasks are not in it yet: the dispatcher adds them (it knows where they went).
+    """
+    queues = queue_records(view)
+    q_index = {q.name: i for i, q in enumerate(queues)}
+    extra: set[str] = set()
+    for n in view.nodes:
+        extra.update(n.allocatable)
+    for g in view.groups:
+        extra.update(g.demand)
+    resources = CORE_RESOURCES + tuple(sorted(extra - set(CORE_RESOURCES)))
+    rows = VectorRows(resources)
+    node_names = [n.name for n in view.nodes]
+    node_index = {name: i for i, name in enumerate(node_names)}
+    r = len(resources)
+    alloc = rows.of([n.allocatable for n in view.nodes])
+    reg = np.zeros_like(alloc)
+    opp = np.zeros_like(alloc)
+    qa = np.zeros((2, len(queues), r))
+    pods = view.running
+    demand = rows.of([p.demand for p in pods])
+    on = np.array([node_index.get(p.node, -1) for p in pods], dtype=np.int64)
+    is_opp = np.array([p.opportunistic for p in pods], dtype=bool)
+    queue = np.array([q_index.get(p.queue, -1) if p.queue is not None else -1 for p in pods], dtype=np.int64)
+    np.add.at(reg, on[(on >= 0) & ~is_opp], demand[(on >= 0) & ~is_opp])
+    np.add.at(opp, on[(on >= 0) & is_opp], demand[(on >= 0) & is_opp])
+    np.add.at(qa, (is_opp[queue >= 0].astype(np.int64), queue[queue >= 0]), demand[queue >= 0])
+    a = ViewArrays(resources, node_names, alloc, reg, opp, qa)
+    a.rows = rows
+    mine = (on >= 0) & is_opp
+    a.opp_pods = (demand[mine], on[mine],
+                  np.array([math.nan if p.bound_at_s is None else p.bound_at_s for p, m in zip(pods, mine,
+                                                                                              strict=True) if m],
+                           dtype=np.float64))
+    a.groups = [g for g in view.groups if g.queue in q_index]  # a group of an unknown queue waits for it
+    a.demand = rows.of([g.demand for g in a.groups])
+    a.queue = np.array([q_index[g.queue] for g in a.groups], dtype=np.int64)
+    jobs: dict[str, int] = {}
+    for g in a.groups:
+        jobs.setdefault(g.job if g.job is not None else g.key, len(jobs))
+    a.job_keys = list(jobs)
+    a.job = np.array([jobs[g.job if g.job is not None else g.key] for g in a.groups], dtype=np.int64)
+    return a
+
+
+def job_queue(a: ViewArrays) -> NDArray[np.int64]:
+    """(J,) each job's queue index."""
+    out = np.zeros(len(a.job_keys), dtype=np.int64)
+    out[a.job] = a.queue
+    return out
+
+
+def job_arrival(a: ViewArrays) -> NDArray[np.float64]:
+    """(J,) each job's earliest group arrival (``inf`` when none is known)."""
+    out = np.full(len(a.job_keys), math.inf)
+    for g, group in enumerate(a.groups):
+        j = int(a.job[g])
+        if not math.isnan(group.arrival_s):
+            out[j] = min(out[j], group.arrival_s)
+    return out
+
+
+def job_work(a: ViewArrays, mean_cap: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Tetris remaining work per job: Σ groups duration × remaining tasks × Σ_r d_r/C̄_r."""
+    dur = np.array([g.expected_duration_s for g in a.groups], dtype=np.float64)
+    left = np.array([max(g.remaining_tasks, 0) for g in a.groups], dtype=np.float64)
+    return remaining_work.remaining_work(dur * left, a.demand, a.job, len(a.job_keys), mean_cap)
+
+
+def bandwidth_capped(a: ViewArrays, avail: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Declared bandwidth counts for every pod, regular or opportunistic (the extender's filter)."""
+    bw = np.array([r in (DISK, NETWORK) for r in a.resources], dtype=bool)
+    out = avail.copy()
+    out[:, bw] = np.minimum(out[:, bw], np.maximum(a.alloc[:, bw] - a.reg_alloc[:, bw] - a.opp_alloc[:, bw], 0.0))
+    return out
+
+
+def harvestable(h: HarvestSettings, view: DispatchView, a: ViewArrays, now: float) -> NDArray[np.float64]:
+    """``A_opp`` per node (UBIS Alg. 1 l.21, OPERA Eq. 4); nodes without a usage sample harvest nothing."""
+    assert a.rows is not None
+    sampled = np.array([n.usage is not None for n in view.nodes], dtype=bool)
+    usage = np.full(a.alloc.shape, np.nan)
+    usage[sampled] = a.rows.of([n.usage for n in view.nodes if n.usage is not None])
+    blocked = np.zeros(a.alloc.shape)
+    has_block = np.array([n.blocked is not None for n in view.nodes], dtype=bool)
+    blocked[has_block] = a.rows.of([n.blocked for n in view.nodes if n.blocked is not None])
+    demands, nodes, bound = a.opp_pods
+    assumed = harvest.assumed(demands, bound, nodes, now, h.ramp_up_s, len(a.node_names))
+    out = harvest.harvestable(a.alloc, usage, blocked, assumed, h.t_alloc.array(a.resources))
+    out[~sampled | ~np.array([n.harvest for n in view.nodes], dtype=bool)] = 0.0
+    return out

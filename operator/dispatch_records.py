@@ -1,0 +1,139 @@
+"""What the dispatcher reads and returns: plain records (``DispatchView`` in, ``Release``, ``QueueShare`` out).
+
+The operator fills a ``DispatchView`` from its informers, the Job book and Prometheus; benchmarks and tests
+build one by hand. No Kubernetes types, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from stowage.labels import Opportunistic, PodClass
+from stowage.model import JobOrder
+from stowage.resources import ResourceVector
+
+__all__ = [
+    "DispatchView",
+    "NodeRecord",
+    "PendingGroup",
+    "QueueRecord",
+    "QueueShare",
+    "Release",
+    "RunningPod",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A node as the dispatcher sees it."""
+
+    name: str
+    allocatable: ResourceVector
+    """``status.allocatable`` (with the bandwidth annotations as ``disk``/``network``): the capacity basis."""
+    harvest: bool = True
+    """False when the node is labelled ``stowage.io/harvest: "false"``: it harvests nothing."""
+    usage: ResourceVector | None = None
+    """Measured usage of all pods (the node monitor's fresh sample); None (none, or stale) → harvests nothing."""
+    blocked: ResourceVector | None = None
+    """Capacity the node monitor blocks after contention (OPERA PRESERVE ``B``, ``stowage_node_blocked``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningPod:
+    """A pod bound to a node (any pod: the nodes' free capacity depends on all of them)."""
+
+    node: str
+    demand: ResourceVector
+    """Requests for a regular pod; the ``stowage.io/demand`` annotation for an opportunistic one."""
+    queue: str | None = None
+    """Its Stowage queue; None for a pod outside Stowage (it counts on its node, in no queue)."""
+    opportunistic: bool = False
+    bound_at_s: float | None = None
+    """When it was bound (clock seconds): an opportunistic pod counts at full demand for ``harvest.ramp_up_s``
+    after it (``S``); None counts as just bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A Queue's spec."""
+
+    name: str
+    weight: float = 1.0
+    opportunistic: bool = True
+    """``spec.opportunistic: Allow``; False (``Deny``) → none of its tasks gets harvested capacity."""
+    job_order: JobOrder = JobOrder.SRTF
+    quota: Mapping[str, float] | None = None
+    """``spec.quota`` in base units: the most the queue may hold in each pool at once, per resource it names
+    (0 allowed: none of it); None or {}: no ceiling."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingGroup:
+    """One task group of an unfinished job (or one gated plain pod). List every group of every unfinished
+    job, releasable or not: remaining work counts them all, and FSP forgets a job that leaves the view."""
+
+    key: str
+    """Unique and stable across passes (e.g. ``namespace/job/group``, ``namespace/pod``): releases name it."""
+    queue: str
+    demand: ResourceVector
+    """Per task (requests, or limits where no request)."""
+    releasable: int
+    """Tasks that may start now and were not released yet (barrier satisfied, job not suspended)."""
+    namespace: str = ""
+    job: str | None = None
+    """The job's key (``namespace/name``); None for a plain gated pod (a one-task job of its own)."""
+    group: str = ""
+    intent: Opportunistic = Opportunistic.FALSE
+    expected_duration_s: float = math.nan
+    """Expected duration of one task (``expectedDuration``, or history); NaN unknown (no remaining work)."""
+    arrival_s: float = math.nan
+    """The job's creation time (clock seconds): FIFO order, FSP arrival."""
+    remaining_tasks: int = 0
+    """Tasks of the group not finished (not yet released + released but running): its remaining work."""
+    finished_fraction: float = 0.0
+    """Finished / total tasks of the group (the barrier knob)."""
+    job_progress: float = 0.0
+    """Finished / total tasks of the job (the classifier's progress feature)."""
+    unbound: int = 0
+    """Tasks released by an earlier pass whose pods are not bound yet."""
+    features: Mapping[str, str] | None = None
+    """Classifier features; None → ``dispatch.task_features`` of queue, job, group, demand and progress."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchView:
+    """One pass's snapshot."""
+
+    nodes: Sequence[NodeRecord]
+    running: Sequence[RunningPod]
+    queues: Sequence[QueueRecord]
+    groups: Sequence[PendingGroup]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Start ``count`` tasks of group ``group_key`` as ``pod_class``; the dispatcher placed them on ``node_hint``."""
+
+    group_key: str
+    count: int
+    pod_class: PodClass
+    node_hint: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueShare:
+    """What the operator publishes for one queue (Queue status, ``stowage_queue_*``)."""
+
+    name: str
+    allocated: dict[str, dict[str, float]]
+    """pool → resource → amount held by its running (and released, unbound) tasks."""
+    dominant_share: dict[str, float]
+    """pool → weighted dominant share ``max_r(alloc_r/total_r)/weight`` (what DRF compares)."""
+    share: dict[str, float]
+    """pool → unweighted dominant share ``max_r(alloc_r/total_r)`` (comparable with ``fair_share``)."""
+    fair_share: float
+    """``weight / Σ weights of the queues with work`` (0 without work)."""
+    quota_used: dict[str, dict[str, float]] = field(default_factory=dict)
+    """pool → resource → allocated / ``spec.quota`` for each resource the quota names ({} without a quota)."""
