@@ -17,7 +17,7 @@ Shared pieces (used by :mod:`tests.scheduler.stack` and :mod:`tests.operator.sup
     Prometheus          scraping the monitors, the extender and the operator at the chart's interval
     FakeKubelet         the nodes; :class:`LoadModel` makes usage vary as the simulator's usage model
 
-Faults: :meth:`WholeStack.kill` / ``start_*`` by component, :meth:`WholeStack.stop_prometheus`,
+Faults: :meth:`WholeStack.kill` / ``start_*`` by component, ``prometheus.stop()`` / ``.start()``,
 :meth:`WholeStack.restart_apiserver`, :meth:`WholeStack.delete_node`. :class:`TaskLedger` counts every task.
 Everything logs under ``<workdir>/logs`` and is stopped by PID. Waits poll a condition with a generous
 deadline (a loaded 2-core machine): they bound a broken test, they are never timing assertions.
@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 import numpy as np
@@ -52,6 +52,7 @@ from kubernetes.dynamic import DynamicClient
 from stowage.operator import crd, tasks
 
 from stowage import labels
+from stowage.config import StowageSettings, load_settings
 from stowage.sim.usage import UsageModel
 from tests.support.chart_tokens import token_kubeconfig
 from tests.support.controlplane import REPO, ControlPlane, SchedulerHandle, _Process
@@ -66,10 +67,12 @@ __all__ = [
     "OPERATOR_METRICS_LOGGED",
     "SCHEDULER_MANIFEST",
     "STOWAGE",
+    "JobApi",
     "LoadModel",
     "PodLedger",
     "Proc",
     "PrometheusProcess",
+    "StartStop",
     "TaskLedger",
     "WholeStack",
     "extender_argv",
@@ -77,6 +80,7 @@ __all__ = [
     "job_body",
     "metric",
     "node_monitor_argv",
+    "stop_in_order",
     "wait_for",
     "webhook_certificate",
 ]
@@ -270,6 +274,20 @@ class PrometheusProcess:
         return list(response.json()["data"]["result"])
 
 
+def stop_in_order(*parts: Any) -> None:
+    """Stop each part by PID, in the order given (``None`` skipped; one that fails does not keep the next
+    running): a :class:`Proc`, SchedulerHandle, :class:`PrometheusProcess`, fault proxy, or a
+    :class:`FakeKubelet` (its pods, Leases and Nodes deleted first)."""
+    for part in parts:
+        if part is None:
+            continue
+        with contextlib.suppress(Exception):
+            if isinstance(part, FakeKubelet):
+                part.stop(cleanup=True)
+            else:
+                part.stop()
+
+
 # --- argv of the stowage commands --------------------------------------------------------------------
 
 
@@ -331,7 +349,8 @@ def job_body(name: str, groups: list[dict[str, Any]], *, queue: str = "default",
 class PodLedger:
     """Every pod of a namespace ever seen, by name → the set of uids (a watch on a thread): duplicates show.
 
-    ``last[name]`` keeps the newest ``uid``, ``phase``, ``node`` and ``labels`` seen.
+    ``last[name]`` keeps the newest ``uid``, ``phase``, ``node`` and ``labels`` seen under that name;
+    ``by_uid[uid]`` the same per pod object (a name used again after its pod was gone has two).
     """
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
@@ -339,6 +358,7 @@ class PodLedger:
         self.namespace = namespace
         self.uids: dict[str, set[str]] = {}
         self.last: dict[str, dict[str, Any]] = {}
+        self.by_uid: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
@@ -382,52 +402,64 @@ class PodLedger:
         name, uid = pod.metadata.name, pod.metadata.uid
         with self._lock:
             self.uids.setdefault(name, set()).add(uid)
-            self.last[name] = {"uid": uid, "phase": pod.status.phase if pod.status else None,
-                               "node": pod.spec.node_name if pod.spec else None,
-                               "labels": dict(pod.metadata.labels or {})}
+            seen = {"uid": uid, "name": name, "phase": pod.status.phase if pod.status else None,
+                    "node": pod.spec.node_name if pod.spec else None, "labels": dict(pod.metadata.labels or {})}
+            self.last[name] = seen
+            self.by_uid[uid] = seen
 
     def duplicates(self) -> dict[str, set[str]]:
         with self._lock:
             return {n: set(u) for n, u in self.uids.items() if len(u) > 1}
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
+        """name → the newest pod seen under it."""
         with self._lock:
             return copy.deepcopy(self.last)
+
+    def pods(self) -> list[dict[str, Any]]:
+        """Every pod object seen (one entry per uid)."""
+        with self._lock:
+            return copy.deepcopy(list(self.by_uid.values()))
 
 
 class TaskLedger(PodLedger):
     """A :class:`PodLedger` that checks whole Jobs: every task ran to success exactly once, none was lost.
 
-    A *duplicate* is a pod name created twice (two uids) or a task with two succeeded attempts; a
-    *lost* task is one of a Job's ``replicas`` without a succeeded attempt.
+    Counted per pod object (uid): a task is *lost* when none of its attempt pods succeeded, *duplicated*
+    when two did. ``unique_names``: a pod name created twice is a problem too (two creates of one attempt).
     """
 
-    def problems(self, jobs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    def succeeded_attempts(self, job: str, group: str) -> dict[int, list[str]]:
+        """Task index → the uids of its attempt pods that succeeded."""
+        out: dict[int, list[str]] = {}
+        for seen in self.pods():
+            parsed = tasks.parse_pod_name(job, group, seen["name"])
+            if parsed is not None and seen["phase"] == "Succeeded":
+                out.setdefault(parsed[0], []).append(seen["uid"])
+        return out
+
+    def problems(self, jobs: Mapping[str, Mapping[str, Any]], *, unique_names: bool = True) -> list[str]:
         """``jobs``: name → Job object (as read). Empty when every task of every Job succeeded exactly once."""
-        out = [f"pod {n} created {len(u)} times (uids {sorted(u)})" for n, u in self.duplicates().items()]
-        pods = self.snapshot()
+        out = [f"pod {n} created {len(u)} times (uids {sorted(u)})" for n, u in self.duplicates().items()
+               if unique_names]
         for job_name, job in jobs.items():
             phase = (job.get("status") or {}).get("phase")
             if phase != "Succeeded":
                 out.append(f"job {job_name} is {phase}, not Succeeded")
             for group in job["spec"]["tasks"]:
-                succeeded: dict[int, list[str]] = {}
-                for pod_name, seen in pods.items():
-                    parsed = tasks.parse_pod_name(job_name, group["name"], pod_name)
-                    if parsed is not None and seen["phase"] == "Succeeded":
-                        succeeded.setdefault(parsed[0], []).append(pod_name)
+                succeeded = self.succeeded_attempts(job_name, group["name"])
                 for index in range(int(group.get("replicas", 1))):
                     done = succeeded.get(index, [])
                     if not done:
                         out.append(f"task {job_name}/{group['name']}/{index} lost: no succeeded attempt")
                     elif len(done) > 1:
-                        out.append(f"task {job_name}/{group['name']}/{index} ran {len(done)} times: {sorted(done)}")
+                        out.append(f"task {job_name}/{group['name']}/{index} succeeded {len(done)} times: {done}")
         return out
 
     def counts(self) -> dict[str, int]:
         """Pods seen by last phase (e.g. ``{"Succeeded": 12, "Failed": 1}``)."""
         out: dict[str, int] = {}
-        for seen in self.snapshot().values():
+        for seen in self.pods():
             out[str(seen["phase"])] = out.get(str(seen["phase"]), 0) + 1
         return out
 
@@ -610,9 +642,92 @@ APPLIED_KINDS = ("PriorityClass", "ServiceAccount", "ClusterRole", "ClusterRoleB
 # --- the whole stack ---------------------------------------------------------------------------------------
 
 
+class StartStop:
+    """``start()`` runs ``_start()`` and, if that fails half-way, ``stop()``s what began; a context manager."""
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class JobApi:
+    """Stowage's objects through the admin client ``self.api``; namespaces from ``self.plane`` (a mixin)."""
+
+    api: client.ApiClient | None
+    plane: ControlPlane
+    namespace_prefix = "t"
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def objects(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @contextlib.contextmanager
+    def namespace(self, prefix: str | None = None) -> Iterator[str]:
+        """A fresh namespace (its pods go through the webhook); deleted afterwards (the fake nodes stay)."""
+        name = f"{prefix or self.namespace_prefix}-{uuid.uuid4().hex[:6]}"
+        self.plane.create_namespace(name)
+        try:
+            yield name
+        finally:
+            with contextlib.suppress(client.ApiException):
+                self.core.delete_namespace(name)
+
+    def create_queue(self, name: str, weight: float = 1.0, **spec: Any) -> None:
+        body = {"apiVersion": crd.API_VERSION, "kind": crd.QUEUE.kind, "metadata": {"name": name},
+                "spec": {"weight": weight, **spec}}
+        try:
+            self.objects.create_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, body)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def queue(self, name: str) -> dict[str, Any]:
+        return self.objects.get_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, name)
+
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.objects.create_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural,
+                                                            dict(body))
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.objects.get_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural, name)
+
+    def jobs(self, namespace: str) -> dict[str, dict[str, Any]]:
+        listed = self.objects.list_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural)
+        return {j["metadata"]["name"]: j for j in listed["items"]}
+
+    def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.objects.patch_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural, name,
+                                                    dict(patch))
+
+    def pods(self, namespace: str, selector: str | None = None) -> list[client.V1Pod]:
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+
 @dataclass
-class WholeStack:
+class WholeStack(StartStop, JobApi):
     """See the module docstring. ``start()`` brings everything up; ``stop()`` takes it down by PID."""
+
+    namespace_prefix = "sys"
 
     plane: ControlPlane
     workdir: Path
@@ -643,20 +758,6 @@ class WholeStack:
         return self.release
 
     # --- lifecycle -------------------------------------------------------------------------------
-
-    def start(self) -> WholeStack:
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __enter__(self) -> WholeStack:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _start(self) -> None:
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
@@ -701,18 +802,7 @@ class WholeStack:
             self.operator.stop()
         self._remove(self.chart.of_kind("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
                      if self.chart else [])
-        if self.scheduler is not None:
-            with contextlib.suppress(Exception):
-                self.scheduler.stop()
-        if self.extender is not None:
-            self.extender.stop()
-        if self.prometheus is not None:
-            self.prometheus.stop()
-        for monitor in self.monitors.values():
-            monitor.stop()
-        if self.kubelet is not None:
-            with contextlib.suppress(Exception):
-                self.kubelet.stop(cleanup=True)
+        stop_in_order(self.scheduler, self.extender, self.prometheus, *self.monitors.values(), self.kubelet)
         # Cluster-scoped grants go too (a later module's `helm install` adopts nothing it did not create).
         self._remove([d for d in self.applied if d["kind"] in ("ClusterRole", "ClusterRoleBinding")])
 
@@ -868,14 +958,6 @@ class WholeStack:
             self.start_operator()
         self.wait_for_harvest(timeout_s)
 
-    def stop_prometheus(self) -> None:
-        assert self.prometheus is not None
-        self.prometheus.stop()
-
-    def start_prometheus(self) -> None:
-        assert self.prometheus is not None
-        self.prometheus.start()
-
     def restart_apiserver(self) -> None:
         """kube-apiserver stopped and started on the same port and etcd (every component must resume its watches)."""
         self.plane.restart_apiserver()
@@ -891,6 +973,10 @@ class WholeStack:
         self.nodes.remove(node)
 
     # --- observations ----------------------------------------------------------------------------
+
+    def settings_loaded(self) -> StowageSettings:
+        """The settings every component runs with (the chart's ConfigMap over the defaults)."""
+        return load_settings(self.settings, environ={})
 
     def extender_metrics(self) -> str:
         return httpx.get(f"{self.extender_url}/metrics", timeout=10.0).text
@@ -923,50 +1009,11 @@ class WholeStack:
                 out[log.name] = lines[:5]
         return out
 
-    # --- the API ---------------------------------------------------------------------------------
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def objects(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
-    @contextlib.contextmanager
-    def namespace(self, prefix: str = "sys") -> Iterator[str]:
-        """A fresh namespace (its pods go through the webhook); deleted afterwards."""
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        self.plane.create_namespace(name)
-        try:
-            yield name
-        finally:
-            with contextlib.suppress(client.ApiException):
-                self.core.delete_namespace(name)
+    # --- the API (and :class:`JobApi`'s) ------------------------------------------------------------------
 
     def job_body(self, name: str, groups: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         """:func:`job_body` with tasks pinned to this stack's nodes."""
         return job_body(name, groups, stack_id=self.id, node_label=self.node_label, **kwargs)
-
-    def create_queue(self, name: str, weight: float = 1.0, **spec: Any) -> None:
-        body = {"apiVersion": crd.API_VERSION, "kind": crd.QUEUE.kind, "metadata": {"name": name},
-                "spec": {"weight": weight, **spec}}
-        try:
-            self.objects.create_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, body)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-
-    def create_job(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self.objects.create_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural,
-                                                            dict(body))
-
-    def job(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.objects.get_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural, name)
-
-    def jobs(self, namespace: str) -> dict[str, dict[str, Any]]:
-        listed = self.objects.list_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural)
-        return {j["metadata"]["name"]: j for j in listed["items"]}
 
     def wait_jobs_done(self, namespace: str, timeout_s: float = 300.0) -> dict[str, dict[str, Any]]:
         """Until every Job of the namespace is Succeeded or Failed; returns them."""
@@ -980,9 +1027,6 @@ class WholeStack:
         except AssertionError as exc:
             phases = {n: (j.get("status") or {}).get("phase") for n, j in self.jobs(namespace).items()}
             raise AssertionError(f"{exc}; phases: {phases}\n{self.logs()}") from None
-
-    def pods(self, namespace: str, selector: str | None = None) -> list[client.V1Pod]:
-        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
     def opportunistic_bound(self, namespace: str) -> dict[str, str]:
         """Opportunistic pods of the namespace that have a node: name → node."""

@@ -6,10 +6,12 @@ runs and harvests, whatever the previous test killed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from tests.chart.render import find_helm
 from tests.support.controlplane import ControlPlane
 from tests.support.controlplane_plugin import control_plane, fake_kubelet, pytest_runtest_makereport  # noqa: F401
 from tests.support.prometheus import prometheus_binary
@@ -22,6 +24,11 @@ def system(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
     if not isinstance(control_plane, ControlPlane):
         pytest.skip("needs process control (STOWAGE_TEST_KUBECONFIG points at an external cluster)")
     prometheus_binary()  # skips with the how-to (fails under CI) when Prometheus is missing
+    if find_helm() is None:
+        reason = "helm not found: run `bash scripts/setup.sh --test` (it unpacks .tools/helm/helm) or set HELM"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the whole-stack tests: {reason}", pytrace=False)
+        pytest.skip(reason)
     with WholeStack(control_plane, tmp_path_factory.mktemp("system")) as stack:
         yield stack
 

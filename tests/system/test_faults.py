@@ -1,0 +1,204 @@
+"""Faults injected into the whole stack while work runs (issue #11): each ends with every Job Succeeded and
+every task run to success exactly once (:class:`tests.support.stack.TaskLedger`).
+
+The stack (:mod:`tests.system.conftest`) is the chart's, every component under its own ServiceAccount.
+Waits are conditions with generous bounds; "no placement while X is down" is checked on every poll of
+the wait for the regular work that must go on meanwhile, never as a timed window on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from stowage import labels
+from tests.support.stack import TaskLedger, WholeStack, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+
+#: A Job's task groups: ``n`` tasks of 1 cpu / 1Gi that run ``run_s`` seconds on the fake kubelet.
+Group = dict[str, Any]
+
+
+def tasks(name: str, n: int, run_s: float = 4, cpu: str = "1", memory: str = "1Gi") -> Group:
+    return {"name": name, "replicas": n, "cpu": cpu, "memory": memory, "run_s": run_s}
+
+
+@contextlib.contextmanager
+def workload(stack: WholeStack, prefix: str) -> Iterator[tuple[str, TaskLedger]]:
+    """A fresh namespace and a ledger of every pod created in it."""
+    with stack.namespace(prefix) as ns:
+        ledger = TaskLedger(stack.api, ns).start()
+        try:
+            yield ns, ledger
+        finally:
+            ledger.stop()
+
+
+def submit(stack: WholeStack, ns: str, name: str, *groups: Group, opportunistic: str = "false") -> None:
+    stack.create_job(ns, stack.job_body(name, list(groups), opportunistic=opportunistic))
+
+
+def all_done_nothing_lost(stack: WholeStack, ns: str, ledger: TaskLedger, timeout_s: float = 300.0,
+                          unique_names: bool = True) -> None:
+    """Every Job of ``ns`` Succeeded, every task succeeded exactly once, no pod name created twice."""
+    jobs = stack.wait_jobs_done(ns, timeout_s)
+    # The ledger's watch may trail the operator's by a moment: wait for it to have seen the last pods.
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not ledger.problems(jobs, unique_names=unique_names), 30, "the ledger to catch up")
+    assert ledger.problems(jobs, unique_names=unique_names) == []
+
+
+def phase(stack: WholeStack, ns: str, job: str) -> str | None:
+    return (stack.job(ns, job).get("status") or {}).get("phase")
+
+
+def opportunistic_bound(ledger: TaskLedger, node: str | None = None) -> set[str]:
+    """Opportunistic pods of the ledger with a node (on ``node``, if given)."""
+    return {name for name, seen in ledger.snapshot().items()
+            if seen["labels"].get(labels.LABEL_CLASS) == "opportunistic" and seen["node"]
+            and (node is None or seen["node"] == node)}
+
+
+def some_done_more_to_release(ledger: TaskLedger, total: int) -> bool:
+    """Some tasks succeeded while others have no pod yet: the fault then hits a run half-way."""
+    counts = ledger.counts()
+    return counts.get("Succeeded", 0) >= 3 and sum(counts.values()) < total
+
+
+def hold_until(condition: Callable[[], Any], invariant: Callable[[], None], timeout_s: float, what: str) -> None:
+    """Wait for ``condition``, checking ``invariant`` (it asserts) at every poll."""
+    def check() -> Any:
+        invariant()
+        return condition()
+
+    wait_for(check, timeout_s, what, interval_s=0.5)
+
+
+def test_prometheus_stopped_no_new_opportunistic_placement_regular_work_goes_on_and_placement_resumes(
+        healthy: WholeStack) -> None:
+    stack = healthy
+    with workload(stack, "prom") as (ns, ledger):
+        submit(stack, ns, "before", tasks("o", 3, run_s=3), opportunistic="true")
+        wait_for(lambda: opportunistic_bound(ledger), 180, "an opportunistic pod placed while Prometheus runs")
+        stale_after_s = stack.settings_loaded().harvest.utilization_stale_after_s
+        assert stack.prometheus is not None
+        stack.prometheus.stop()
+        stopped = time.monotonic()
+        # Within the staleness limit every node's utilization goes stale: the extender harvests nothing.
+        wait_for(lambda: all(stack.harvestable(n) == 0 for n in stack.nodes), stale_after_s + 60,
+                 "every node's utilization stale in the extender")
+        placed = opportunistic_bound(ledger)
+        submit(stack, ns, "during-opp", tasks("o", 4, run_s=3), opportunistic="true")
+        submit(stack, ns, "during-regular", tasks("r", 6, run_s=3))
+
+        def nothing_new() -> None:
+            assert opportunistic_bound(ledger) <= placed, "an opportunistic pod was placed without fresh utilization"
+
+        # Held past the staleness limit too: the newest sample anyone saw is then certainly too old.
+        hold_until(lambda: phase(stack, ns, "during-regular") == "Succeeded"
+                   and time.monotonic() - stopped > stale_after_s + 5, nothing_new, stale_after_s + 180,
+                   "the regular Job to succeed while Prometheus is down, past the staleness limit")
+        assert phase(stack, ns, "during-opp") != "Succeeded"
+        stack.prometheus.start()
+        all_done_nothing_lost(stack, ns, ledger)
+        assert opportunistic_bound(ledger) - placed, "placement resumed once Prometheus returned"
+
+
+def test_operator_killed_and_restarted_duplicates_and_loses_nothing(healthy: WholeStack) -> None:
+    stack = healthy
+    with workload(stack, "opkill") as (ns, ledger):
+        submit(stack, ns, "a", tasks("x", 24, run_s=4), tasks("y", 12, run_s=3))
+        submit(stack, ns, "b", tasks("z", 8, run_s=3), opportunistic="true")
+        wait_for(lambda: some_done_more_to_release(ledger, 44), 180, "some tasks done, others not released yet")
+        stack.kill("operator")
+        # Work in flight finishes without the operator: its pods' ends wait for the next one to see them.
+        wait_for(lambda: ledger.counts().get("Running", 0) == 0, 120, "the running pods to finish")
+        stack.start_operator()
+        all_done_nothing_lost(stack, ns, ledger)
+
+
+def test_extender_killed_fails_closed_and_recovers(healthy: WholeStack) -> None:
+    stack = healthy
+    with workload(stack, "extkill") as (ns, ledger):
+        stack.kill("extender")
+        submit(stack, ns, "opp", tasks("o", 4, run_s=3), opportunistic="true")
+        submit(stack, ns, "regular", tasks("r", 6, run_s=3))
+
+        def none_placed() -> None:
+            assert not opportunistic_bound(ledger), "an opportunistic pod bound while the extender was down"
+
+        def regular_done_and_opportunistic_held() -> bool:
+            held = [p for p in stack.pods(ns, f"{labels.LABEL_CLASS}=opportunistic") if not p.spec.node_name]
+            return phase(stack, ns, "regular") == "Succeeded" and bool(held)
+
+        hold_until(regular_done_and_opportunistic_held, none_placed, 180,
+                   "the regular Job done while the opportunistic pods wait for the extender")
+        stack.start_extender()
+        all_done_nothing_lost(stack, ns, ledger)
+        assert opportunistic_bound(ledger), "the opportunistic pods bound once the extender was back"
+
+
+def test_node_monitor_killed_that_node_stops_harvesting(healthy: WholeStack) -> None:
+    stack = healthy
+    victim, others = stack.nodes[0], stack.nodes[1:]
+    with workload(stack, "monkill") as (ns, ledger):
+        stack.kill(f"node-monitor/{victim}")
+        wait_for(lambda: stack.harvestable(victim) == 0, 180, f"{victim}'s utilization stale in the extender")
+        assert all(stack.harvestable(n) > 0 for n in others), "the other nodes keep harvesting"
+        placed_there = opportunistic_bound(ledger, victim)
+        submit(stack, ns, "opp", tasks("o", 8, run_s=3), opportunistic="true")
+
+        def none_on_victim() -> None:
+            assert opportunistic_bound(ledger, victim) <= placed_there, f"opportunistic pod placed on {victim}"
+
+        hold_until(lambda: phase(stack, ns, "opp") == "Succeeded", none_on_victim, 240,
+                   "the opportunistic Job done on the nodes whose monitors run")
+        assert opportunistic_bound(ledger) - placed_there, "opportunistic work ran elsewhere"
+        all_done_nothing_lost(stack, ns, ledger)
+    stack.start_monitor(victim)
+    stack.wait_for_harvest(nodes=[victim])
+
+
+def test_apiserver_restarted_every_component_resumes_nothing_duplicated(healthy: WholeStack) -> None:
+    stack = healthy
+    with workload(stack, "apirestart") as (ns, ledger):
+        submit(stack, ns, "a", tasks("x", 30, run_s=4))
+        submit(stack, ns, "b", tasks("o", 6, run_s=4), opportunistic="true")
+        wait_for(lambda: some_done_more_to_release(ledger, 36), 180, "some tasks done, others not released yet")
+        stack.restart_apiserver()
+        # New work after the restart needs every watch: the operator's (Jobs, pods), the scheduler's, the
+        # extender's (its node and pod caches), the monitors' and the kubelet's.
+        submit(stack, ns, "after", tasks("r", 4, run_s=3))
+        submit(stack, ns, "after-opp", tasks("o", 4, run_s=3), opportunistic="true")
+        all_done_nothing_lost(stack, ns, ledger)
+    down = [name for name, proc in [("operator", stack.operator), ("extender", stack.extender),
+                                    *stack.monitors.items()] if proc is None or not proc.running]
+    assert not down, f"exited after the API server restart: {down}"
+    assert stack.scheduler is not None and stack.scheduler.running
+
+
+def test_node_deleted_with_pods_on_it_its_tasks_are_requeued(healthy: WholeStack) -> None:
+    stack = healthy
+    doomed = stack.nodes[-1]
+    with workload(stack, "nodedel") as (ns, ledger):
+        submit(stack, ns, "long", tasks("w", 9, run_s=20, cpu="2"))
+
+        def running_on_doomed() -> dict[str, str]:
+            return {p["uid"]: p["name"] for p in ledger.pods() if p["node"] == doomed and p["phase"] == "Running"}
+
+        lost = wait_for(running_on_doomed, 180, f"a task running on {doomed}")
+        stack.delete_node(doomed)
+        # The lost pods are gone from the API before their tasks run again, so an attempt may reuse its
+        # name (the operator counts attempts from the pods that exist): counted per uid, not per name.
+        all_done_nothing_lost(stack, ns, ledger, timeout_s=400, unique_names=False)
+        final = {p["uid"]: p for p in ledger.pods()}
+        assert all(final[uid]["phase"] != "Succeeded" for uid in lost), "a pod of the deleted node cannot finish"
+        for uid, name in lost.items():
+            again = [p for p in final.values() if p["name"].rsplit("-r", 1)[0] == name.rsplit("-r", 1)[0]
+                     and p["uid"] != uid and p["phase"] == "Succeeded"]
+            assert again, f"{name}'s task ran again after its node was deleted"
