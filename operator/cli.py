@@ -43,7 +43,7 @@ class OperatorOptions:
     metrics_port: int = 8080
     peering: str | None = None
     dry_run: bool = False
-    node_hint: bool = True
+    node_hint: bool = False
 
 
 def _service(value: str | None) -> tuple[str, str] | None:
@@ -92,9 +92,10 @@ def _service(value: str | None) -> tuple[str, str] | None:
                    "sharing it only the newest acts; the others stand by. Without it the operator runs standalone.")
 @click.option("--dry-run", is_flag=True, default=False,
               help="Decide and log, but write nothing: no pods, no gates removed, no status, no Queue, no ConfigMap.")
-@click.option("--node-hint/--no-node-hint", default=True,
+@click.option("--node-hint/--no-node-hint", default=False,
               help="Give each released pod a preferred node affinity for the node the dispatcher packed it on, so "
-                   "kube-scheduler follows the packing (docs/operator.md, 'Node hint').")
+                   "kube-scheduler follows the dispatcher's placement. Off by default: today's alignment score "
+                   "spreads tasks, the scheduler's MostAllocated packs them (docs/operator.md, 'Node hint').")
 def operator(kubeconfig: str | None, prometheus_url: str | None, config_path: str | None, namespaces: tuple[str, ...],
              all_namespaces: bool, webhook_host: str, webhook_port: int, webhook_cert: str | None,
              webhook_key: str | None, webhook_url: str | None, webhook_service: str | None, metrics_port: int,

@@ -152,7 +152,7 @@ class OperatorRuntime:
         acting: Callable[[], bool] | None = None,
         state_namespace: str | None = None,
         dry_run: bool = False,
-        node_hint: bool = True,
+        node_hint: bool = False,
         interval_s: float = 1.0,
         debounce_s: float = 0.2,
         status_interval_s: float = 5.0,
@@ -167,7 +167,7 @@ class OperatorRuntime:
         self.namespaces = list(namespaces or [])
         self.state_namespace = state_namespace or operator_namespace()
         self.dry_run = dry_run
-        self.node_hint = node_hint  # released pods prefer the node the dispatcher packed them on
+        self.node_hint = node_hint  # released pods prefer the node the dispatcher placed them on (off: it spreads)
         self.interval_s, self.debounce_s = interval_s, debounce_s
         self.status_interval_s, self.state_interval_s = status_interval_s, state_interval_s
         self.clock = clock
