@@ -107,6 +107,7 @@ class _Entry:
     written: dict[str, Any] | None = None  # the status we last wrote (the cache may lag behind it)
     dirty: bool = True
     plan: tasks.JobPlan | None = None
+    blocked: dict[str, tuple[str, str]] = field(default_factory=dict)  # as planned (a change plans again)
 
 
 class JobBook:
@@ -211,9 +212,11 @@ class JobBook:
             entry = self._entries.get(key)
             return set(entry.pods) if entry else set()
 
-    def plans(self, in_flight: Callable[[JobKey], set[str]],
-              mean_capacity: Mapping[str, float] | None) -> dict[JobKey, tasks.JobPlan]:
-        """Every Job's plan; recomputed only for Jobs whose spec, status or pods changed (or with names in flight)."""
+    def plans(self, in_flight: Callable[[JobKey], set[str]], mean_capacity: Mapping[str, float] | None,
+              blocked: Callable[[Mapping[str, Any]], dict[str, tuple[str, str]]] | None = None,
+              ) -> dict[JobKey, tasks.JobPlan]:
+        """Every Job's plan; recomputed only for Jobs whose spec, status, pods or blocked groups changed (or with
+        names in flight). ``blocked``: a Job → its groups that cannot be dispatched (:meth:`blocked_groups`)."""
         now = rfc3339(self._clock())
         out: dict[JobKey, tasks.JobPlan] = {}
         with self._lock:
@@ -221,13 +224,17 @@ class JobBook:
                 if entry.job is None:
                     continue
                 flying = in_flight(key)
-                if entry.dirty or flying or entry.plan is None:
+                finished = entry.plan is not None and entry.plan.terminal
+                why = blocked(entry.job) if blocked is not None and not finished else entry.blocked
+                if entry.dirty or flying or entry.plan is None or why != entry.blocked:
+                    entry.blocked = why
                     job = dict(entry.job)
                     if entry.written is not None:
                         job["status"] = entry.written
                     try:
                         entry.plan = tasks.plan_job(job, entry.pods.values(), now=now, in_flight=flying,
-                                                    new_evictions=entry.evictions, mean_capacity=mean_capacity)
+                                                    new_evictions=entry.evictions, mean_capacity=mean_capacity,
+                                                    blocked=why)
                     except (InvalidInput, ValueError, TypeError, KeyError) as exc:
                         entry.plan = _failed_plan(job, f"the Job cannot be planned: {exc}", now)
                     entry.dirty = False
@@ -253,6 +260,14 @@ class JobBook:
                             (job.get("metadata") or {}).get("name"), group, exc)
                 self._demand[key] = None
         return self._demand[key]
+
+    def blocked_groups(self, job: Mapping[str, Any], queues: Iterable[str] | None,
+                       node_shapes: Iterable[Mapping[str, float]]) -> dict[str, tuple[str, str]]:
+        """:func:`tasks.blocked_groups` for ``job`` (``queues``: the Queues that exist; None: not known yet)."""
+        queue = tasks.job_queue(job)
+        demands = {str(g.get("name")): self.task_demand(job, str(g.get("name")))
+                   for g in (job.get("spec") or {}).get("tasks") or []}
+        return tasks.blocked_groups(queue, queues is None or queue in queues, demands, node_shapes)
 
     def pending_groups(self, plans: Mapping[JobKey, tasks.JobPlan]) -> list[PendingGroup]:
         """One :class:`PendingGroup` per unfinished group of every unfinished Job (the dispatcher wants them all)."""

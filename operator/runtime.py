@@ -295,7 +295,7 @@ class OperatorRuntime:
         now = self.clock()
         self._expire_releases(now)
         mean = self._mean_capacity()
-        plans = self.jobs.plans(self._in_flight_for, mean)
+        plans = self.jobs.plans(self._in_flight_for, mean, self._blocked_for())
         for key, plan in plans.items():
             if not self.dry_run:
                 self.jobs.apply(key, plan)
@@ -344,6 +344,13 @@ class OperatorRuntime:
         resources, total = self.cluster.totals()
         n = max(len(self.cluster.node_names()), 1)
         return {r: float(total[i]) / n for i, r in enumerate(resources) if total[i] > 0}
+
+    def _blocked_for(self) -> Callable[[Mapping[str, Any]], dict[str, tuple[str, str]]]:
+        """This pass's rule for a Job's groups that cannot be dispatched (its Queue gone, or fits no node)."""
+        queues = set(self.queues.specs()) or None  # none known yet (Kopf not synced): judge no Queue missing
+        records = [self.cluster.node(n) for n in self.cluster.node_names()]
+        shapes = list({r.allocatable for r in records if r is not None})  # 200 equal nodes: one shape
+        return lambda job: self.jobs.blocked_groups(job, queues, shapes)
 
     # --- the view --------------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from typing import Any
 from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.policy import remaining_work
-from stowage.resources import ResourceVector, pod_demand
+from stowage.resources import ResourceVector, format_quantity, pod_demand
 
 __all__ = [
     "EVICTION_REASONS",
@@ -363,6 +363,38 @@ class JobPlan:
         return self.phase in (Phase.SUCCEEDED, Phase.FAILED)
 
 
+#: Job condition: some unfinished group cannot be dispatched (reasons QueueNotFound, FitsNoNode).
+UNSCHEDULABLE = "Unschedulable"
+
+
+def blocked_groups(queue: str, queue_exists: bool, demands: Mapping[str, ResourceVector | None],
+                   node_shapes: Iterable[Mapping[str, float]]) -> dict[str, tuple[str, str]]:
+    """group → (reason, message) for the groups of a Job in ``queue`` that cannot be dispatched.
+
+    ``QueueNotFound``: the Queue is gone (deleted while the Job had work): running tasks finish, the others
+    wait until a Queue of that name exists again. ``FitsNoNode``: one task asks more of some resource than
+    any node's allocatable (``node_shapes``, the distinct allocatables; a resource a node does not list is
+    not held against it; no nodes: nothing is judged).
+    """
+    if not queue_exists:
+        why = (f"Queue {queue!r} does not exist (deleted?): running tasks finish; the others wait until it is "
+               "created again")
+        return {g: ("QueueNotFound", why) for g in demands}
+    shapes = list(node_shapes)
+    out = {}
+    for g, demand in demands.items():
+        if demand is None or not shapes:
+            continue
+        if not any(all(v <= shape[r] for r, v in demand.items() if r in shape) for shape in shapes):
+            largest = {r: max(s.get(r, 0.0) for s in shapes) for r in demand}
+            over = ", ".join(f"{r} {format_quantity(demand[r], r)} > {format_quantity(largest[r], r)}"
+                             for r in sorted(demand) if demand[r] > largest[r])
+            out[g] = ("FitsNoNode", f"task group {g!r}: one task asks more than any node's allocatable "
+                      f"({over or 'no single node has all of it'}); it can never start: delete the Job and "
+                      "submit smaller tasks")
+    return out
+
+
 def _condition(type_: str, status: bool, reason: str, message: str, now: str,
                old: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     previous = next((c for c in old if c.get("type") == type_), None)
@@ -383,6 +415,7 @@ def plan_job(
     in_flight: Iterable[str] = (),
     new_evictions: Mapping[str, int] | None = None,
     mean_capacity: Mapping[str, float] | None = None,
+    blocked: Mapping[str, tuple[str, str]] | None = None,
 ) -> JobPlan:
     """The plan for ``job`` given its task pods.
 
@@ -390,7 +423,9 @@ def plan_job(
     released but not yet in the cache (they count as active, so nothing is released twice);
     ``new_evictions``: Stowage evictions per group seen since the status was last written (added to
     ``status.groups[<group>].evicted``); ``now``: RFC 3339 time for new conditions and timestamps;
-    ``mean_capacity``: the cluster's mean node allocatable ``C̄`` for ``status.remainingWork`` (0 without it).
+    ``mean_capacity``: the cluster's mean node allocatable ``C̄`` for ``status.remainingWork`` (0 without it);
+    ``blocked``: group → (reason, message) of groups that cannot be dispatched now (:func:`blocked_groups`):
+    condition ``Unschedulable`` and a Warning Event, so a Job that cannot progress never waits silently.
     Raises :class:`InvalidInput` when the spec cannot be planned (the caller fails the Job with it).
     """
     meta = job.get("metadata") or {}
@@ -525,6 +560,17 @@ def plan_job(
             events.append(("Normal", "Suspended", "no new tasks are released while spec.suspend is true"))
         if old_phase == Phase.SUSPENDED and not suspended:
             events.append(("Normal", "Resumed", "spec.suspend is false again: tasks are released"))
+        blocked = blocked or {}
+        stuck = [blocked[p.name] for p in plans if p.name not in done and p.name in blocked]
+        previous = next((c for c in old_conditions if c.get("type") == UNSCHEDULABLE), None)
+        if stuck:
+            reason, message = stuck[0][0], "; ".join(dict.fromkeys(m for _, m in stuck))
+            conditions.append(_condition(UNSCHEDULABLE, True, reason, message, now, old_conditions))
+            if previous is None or previous.get("status") != "True" or previous.get("message") != message:
+                events.append(("Warning", reason, message))
+        elif previous is not None:
+            conditions.append(_condition(UNSCHEDULABLE, False, "Dispatchable",
+                                         "every unfinished task group can be dispatched", now, old_conditions))
     for p in plans:
         before = int((old_groups.get(p.name) or {}).get("failed", 0) or 0)
         if p.failed > before and phase is not Phase.FAILED:
