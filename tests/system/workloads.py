@@ -1,0 +1,78 @@
+"""What the sharing, bad-input and scale scenarios submit to the whole stack, and how they count it.
+
+Plain labelled pods (``stowage.io/queue``, ``schedulerName: stowage-scheduler``) and Jobs pinned to the
+stack's nodes; :func:`finished_nothing_lost` waits for every Job and plain pod of a namespace and returns
+what :class:`tests.support.stack.TaskLedger` found wrong (empty: every task ran to success exactly once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Any
+
+from kubernetes import client
+
+from stowage import labels
+from tests.support.fake_kubelet import ANN_RUN_SECONDS
+from tests.support.stack import TaskLedger, WholeStack, wait_for
+
+
+def group(name: str, n: int, run_s: float = 5, cpu: str = "1", memory: str = "1Gi", **extra: Any) -> dict[str, Any]:
+    """One task group for :meth:`WholeStack.job_body`: ``n`` tasks of ``cpu``/``memory`` running ``run_s``."""
+    return {"name": name, "replicas": n, "cpu": cpu, "memory": memory, "run_s": run_s, **extra}
+
+
+def plain_pod(stack: WholeStack, name: str, *, queue: str | None, run_s: float, cpu: str = "1",
+              memory: str = "1Gi", extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A plain pod for Stowage (no Job): the webhook gates it, the dispatcher releases it in its queue's turn."""
+    pod_labels = {**({labels.LABEL_QUEUE: queue} if queue else {}), **(extra_labels or {})}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": pod_labels, "annotations": {ANN_RUN_SECONDS: str(run_s)}},
+            "spec": {"schedulerName": labels.SCHEDULER_NAME, "terminationGracePeriodSeconds": 1,
+                     "restartPolicy": "Never", "nodeSelector": {stack.node_label: stack.id},
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}
+
+
+def create_plain_pods(stack: WholeStack, ns: str, names: Iterable[str], **kwargs: Any) -> list[client.V1Pod]:
+    return [stack.core.create_namespaced_pod(ns, plain_pod(stack, n, **kwargs)) for n in names]
+
+
+def plain_pod_problems(ledger: TaskLedger, names: Iterable[str]) -> list[str]:
+    """Each plain pod created once and Succeeded (nobody runs a plain pod again: it must not be lost)."""
+    seen = ledger.snapshot()
+    out = []
+    for name in names:
+        if name not in seen:
+            out.append(f"plain pod {name} never seen")
+        elif seen[name]["phase"] != "Succeeded":
+            out.append(f"plain pod {name} ended {seen[name]['phase']}")
+    return out + [f"pod {n} created {len(u)} times" for n, u in ledger.duplicates().items()]
+
+
+def plain_pods_done(stack: WholeStack, ns: str, names: Iterable[str], timeout_s: float) -> None:
+    wanted = set(names)
+
+    def done() -> bool:
+        phases = {p.metadata.name: p.status.phase for p in stack.pods(ns) if p.metadata.name in wanted}
+        return len(phases) == len(wanted) and all(ph == "Succeeded" for ph in phases.values())
+
+    wait_for(done, timeout_s, f"the {len(wanted)} plain pods of {ns} to succeed", interval_s=1.0)
+
+
+def finished_nothing_lost(stack: WholeStack, ns: str, ledger: TaskLedger, *, plain: Iterable[str] = (),
+                          timeout_s: float = 300.0) -> list[str]:
+    """Wait for every Job (and the ``plain`` pods) of ``ns`` to finish; the ledger's problems (empty: none)."""
+    plain = list(plain)
+    jobs = stack.wait_jobs_done(ns, timeout_s)
+    if plain:
+        plain_pods_done(stack, ns, plain, timeout_s)
+
+    def problems() -> list[str]:
+        return ledger.problems(jobs) + plain_pod_problems(ledger, plain)
+
+    # The ledger's watch may trail the operator's by a moment.
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not problems(), 30, "the ledger to catch up")
+    return problems()
