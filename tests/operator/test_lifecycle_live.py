@@ -133,8 +133,9 @@ def test_a_failing_task_is_retried_up_to_max_retries_then_the_job_fails(operator
     names = sorted(p.metadata.name for p in stack.pods(ns))
     assert names == ["bad-step-0", "bad-step-0-r1"], "one first attempt and one retry, nothing more"
     assert job["status"]["groups"]["step"]["failed"] == 2
-    reasons = [r for r, _ in _events(stack, ns, "bad")]
-    assert "Failed" in reasons and "TaskFailed" in reasons
+    # Events follow the status write that shows the phase: wait for them (bounded), do not race them.
+    wait_for(lambda: {"Failed", "TaskFailed"} <= {r for r, _ in _events(stack, ns, "bad")}, 30,
+             "the Failed and TaskFailed Events")
 
 
 def test_suspend_holds_tasks_back_until_resumed(operator_stack: OperatorStack, operator: Proc, ns: str) -> None:
