@@ -80,6 +80,11 @@ def task_rates(
     return table[opp.astype(np.int64), mask, node]
 
 
+def _take(values: NDArray[np.float64], rows: slice | NDArray[np.int64]) -> NDArray[np.float64]:
+    """``values[rows]`` for a (P, K) array: ``take`` on axis 0 costs a fraction of fancy indexing there."""
+    return values[rows] if isinstance(rows, slice) else values.take(rows, axis=0)
+
+
 class RateTracker:
     """Usage of every running row and per-node usage sums, updated only where something changed.
 
@@ -95,6 +100,8 @@ class RateTracker:
         n, r = sim.cluster.n, len(sim.resources)
         self.active = False
         self.use = np.zeros((0, r))
+        self.demand = np.zeros((0, r))  # each row's group demand (P, R): no gather per event
+        self.base = np.zeros((0, 2))  # each row's [base, io_base] fractions, as UsageModel.fraction takes them
         self.bin = np.zeros(0, dtype=np.int64)  # each row's first bin in node_sums
         self.final = np.zeros(0, dtype=bool)  # past the ramp-up at the last evaluation: constant since
         self.bursting = np.zeros(0, dtype=bool)  # burst state at the last evaluation
@@ -111,6 +118,8 @@ class RateTracker:
         run = self.sim.running
         p = len(run)
         self.use = np.zeros((p, self.use.shape[1]))
+        self.demand = self.sim.g_demand[run.group]
+        self.base = np.stack([run.base, run.io_base], axis=1)
         self.final = np.zeros(p, dtype=bool)
         self.bursting = np.zeros(p, dtype=bool)
         self.bin = self._bins(run.node, run.opp)
@@ -123,7 +132,7 @@ class RateTracker:
         if self.active:
             self.active = False
             self.use, self.final, self.bursting = self.use[:0], self.final[:0], self.bursting[:0]
-            self.bin = self.bin[:0]
+            self.bin, self.demand, self.base = self.bin[:0], self.demand[:0], self.base[:0]
 
     # --- rows come and go ----------------------------------------------------------------------
 
@@ -133,6 +142,8 @@ class RateTracker:
             return
         run, k = self.sim.running, nodes.shape[0]
         self.use = np.concatenate([self.use, np.zeros((k, self.use.shape[1]))])
+        self.demand = np.concatenate([self.demand, self.sim.g_demand[run.group[-k:]]])
+        self.base = np.concatenate([self.base, np.stack([run.base[-k:], run.io_base[-k:]], axis=1)])
         self.final = np.concatenate([self.final, np.zeros(k, dtype=bool)])
         self.bursting = np.concatenate([self.bursting, np.zeros(k, dtype=bool)])
         self.bin = np.concatenate([self.bin, self._bins(run.node[-k:], run.opp[-k:])])
@@ -143,8 +154,10 @@ class RateTracker:
         if not self.active:
             return
         self.dirty[self.sim.running.node[~mask]] = True
+        # compress: a (P, R) array by a row mask costs a tenth of arr[mask]
         self.use, self.final, self.bursting, self.bin = (
-            self.use[mask], self.final[mask], self.bursting[mask], self.bin[mask])
+            self.use.compress(mask, axis=0), self.final[mask], self.bursting[mask], self.bin[mask])
+        self.demand, self.base = self.demand.compress(mask, axis=0), self.base.compress(mask, axis=0)
 
     def _bins(self, node: NDArray[np.int64], opp: NDArray[np.bool_]) -> NDArray[np.int64]:
         """Each row's first bin in the (node, class, resource) sums: ``((class · N) + node) · R``."""
@@ -170,11 +183,11 @@ class RateTracker:
         # Every row (short tasks: all still ramping) is a slice: views, no gathers.
         rows: slice | NDArray[np.int64] = slice(None) if redo.all() else np.flatnonzero(redo)
         model = sim.usage_model
-        both = model.fraction(now, run.start[rows], np.stack([run.base[rows], run.io_base[rows]], axis=1),
-                              run.burst_until[rows])
-        new = sim.g_demand[run.group[rows]] * np.where(sim.io_resources, both[:, 1:2], both[:, 0:1])
-        changed = (new != self.use[rows]).any(axis=1)
-        self.dirty[run.node[rows][changed]] = True
+        both = model.fraction(now, run.start[rows], _take(self.base, rows), run.burst_until[rows])
+        new = _take(self.demand, rows) * np.where(sim.io_resources, both[:, 1:2], both[:, 0:1])
+        # A row redone is ramping or changed burst state: its usage moved (marking a node whose
+        # sums did not change only recomputes the same sums).
+        self.dirty[run.node[rows]] = True
         if isinstance(rows, slice):
             self.use = new
         else:
@@ -197,9 +210,12 @@ class RateTracker:
             # One bin per (node, class, resource); each bin adds its rows in row order, as
             # Cluster.node_sums does, so the sums are the same to the last bit.
             bins = (self.bin[rows][:, None] + np.arange(r)).ravel()
-            both = np.bincount(bins, weights=use[rows].ravel(), minlength=2 * n * r).reshape(2 * n, r)
-            self.reg[self.dirty] = both[:n][self.dirty]
-            self.opp[self.dirty] = both[n:][self.dirty]
+            both = np.bincount(bins, weights=_take(use, rows).ravel(), minlength=2 * n * r).reshape(2 * n, r)
+            if isinstance(rows, slice):
+                self.reg, self.opp = both[:n], both[n:]
+            else:
+                self.reg[self.dirty] = both[:n][self.dirty]
+                self.opp[self.dirty] = both[n:][self.dirty]
             self.dirty[:] = False
         return self.reg, self.opp
 
