@@ -23,29 +23,45 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
-import sys
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 import yaml
-from kubernetes import client, watch
-from stowage.operator import crd
+from kubernetes import client
 
-from stowage import labels
-from tests.scheduler.stack import MANIFEST, Proc, PrometheusProcess
 from tests.support.controlplane import REPO, ControlPlane, SchedulerHandle
-from tests.support.fake_kubelet import ANN_RUN_SECONDS, FakeKubelet, NodeSpec
+from tests.support.fake_kubelet import FakeKubelet, NodeSpec
 from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED
+from tests.support.stack import (
+    ALLOCATABLE,
+    CAPACITY,
+    OPERATOR_METRICS_LOGGED,
+    SCHEDULER_MANIFEST,
+    STOWAGE,
+    JobApi,
+    PodLedger,
+    Proc,
+    PrometheusProcess,
+    StartStop,
+    apply,
+    extender_argv,
+    install_crds,
+    metric,
+    node_monitor_argv,
+    stop_in_order,
+    wait_for,
+    webhook_certificate,
+)
+from tests.support.stack import job_body as _job_body
+
+MANIFEST = SCHEDULER_MANIFEST
 
 __all__ = [
     "NODE_LABEL",
@@ -60,143 +76,22 @@ __all__ = [
     "wait_for",
 ]
 
-T = TypeVar("T")
-
-STOWAGE = Path(sys.executable).with_name("stowage")
 KUBECTL = REPO / ".tools" / "kubectl" / "kubectl"
 NODE_LABEL = "stowage-test/operator"
-CAPACITY: Mapping[str, str] = {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-ALLOCATABLE: Mapping[str, str] = {"cpu": "7500m", "memory": "15Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 OPERATOR_NAMESPACE = "stowage-system"
-#: ``stowage operator``'s start-up line naming the metrics port it bound (group 1).
-OPERATOR_METRICS_LOGGED = r"metrics on http://0\.0\.0\.0:(\d+)/metrics"
 OPERATOR_STARTED = "stowage operator started"
 
 
-#: Kopf's peering CRDs (ClusterKopfPeering, KopfPeering) from their one source, the chart's crds/ folder.
-KOPF_PEERING_CRDS = tuple(d for d in yaml.safe_load_all((REPO / "charts" / "stowage" / "crds" / "kopf-peering.yaml")
-                                                        .read_text()) if d)
-
-
-def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.5) -> T:
-    """Poll ``condition`` until truthy, return it; fail naming ``what`` after ``timeout_s`` (a bound, not a check)."""
-    deadline = time.monotonic() + timeout_s
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = condition()
-            if value:
-                return value
-        except (client.ApiException, httpx.HTTPError, OSError) as exc:  # transient while a process restarts
-            last_error = exc
-        if time.monotonic() > deadline:
-            suffix = f" (last error: {last_error!r})" if last_error else ""
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}{suffix}")
-        time.sleep(interval_s)
-
-
-def metric(text: str, name: str, want: Mapping[str, str] | None = None) -> float:
-    """Sum of the samples of ``name`` in a /metrics text whose labels include ``want``."""
-    total = 0.0
-    pattern = re.compile(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$")
-    for line in text.splitlines():
-        found = pattern.match(line)
-        if found:
-            have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', found.group(1) or ""))
-            if all(have.get(k) == v for k, v in (want or {}).items()):
-                total += float(found.group(2))
-    return total
-
-
-def job_body(name: str, groups: list[dict[str, Any]], *, queue: str = "default", opportunistic: str = "false",
-             stack_id: str, suspend: bool = False) -> dict[str, Any]:
-    """A Stowage Job whose groups are ``{"name", "replicas", "cpu", "memory", "run_s", "dependsOn", ...}``.
-
-    Every task selects the stack's nodes and tells the fake kubelet how long it runs (``run_s``) and,
-    with ``exit_code``, how it ends.
-    """
-    tasks = []
-    for g in groups:
-        annotations = {ANN_RUN_SECONDS: str(g.get("run_s", 5))}
-        if "exit_code" in g:
-            annotations["fake-kubelet.stowage.io/exit-code"] = str(g["exit_code"])
-        resources: dict[str, Any] = {"requests": {"cpu": g.get("cpu", "1"), "memory": g.get("memory", "1Gi")}}
-        if g.get("limits"):
-            resources["limits"] = g["limits"]
-        task: dict[str, Any] = {
-            "name": g["name"], "replicas": g.get("replicas", 1), "maxRetries": g.get("maxRetries", 2),
-            "template": {"metadata": {"labels": {"app": name}, "annotations": annotations},
-                         "spec": {"nodeSelector": {NODE_LABEL: stack_id}, "terminationGracePeriodSeconds": 1,
-                                  "containers": [{"name": "main", "image": "busybox", "resources": resources}]}},
-        }
-        for key in ("dependsOn", "expectedDuration"):
-            if key in g:
-                task[key] = g[key]
-        tasks.append(task)
-    return {"apiVersion": crd.API_VERSION, "kind": crd.JOB.kind, "metadata": {"name": name},
-            "spec": {"queue": queue, "opportunistic": opportunistic, "suspend": suspend, "tasks": tasks}}
-
-
-class PodLedger:
-    """Every pod of a namespace ever seen, by name → the set of uids (a watch on a thread): duplicates show."""
-
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self._core = client.CoreV1Api(api)
-        self.namespace = namespace
-        self.uids: dict[str, set[str]] = {}
-        self.last: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._watch: watch.Watch | None = None
-        self._thread = threading.Thread(target=self._run, name=f"ledger-{namespace}", daemon=True)
-
-    def start(self) -> PodLedger:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        version = None
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    listed = self._core.list_namespaced_pod(self.namespace)
-                    for p in listed.items:
-                        self._record(p.metadata.name, p.metadata.uid, p.status.phase)
-                    version = listed.metadata.resource_version
-                self._watch = watch.Watch()
-                for event in self._watch.stream(self._core.list_namespaced_pod, self.namespace,
-                                                resource_version=version, timeout_seconds=30):
-                    obj = event["object"]
-                    version = obj.metadata.resource_version
-                    self._record(obj.metadata.name, obj.metadata.uid, obj.status.phase)
-                    if self._stop.is_set():
-                        break
-            except client.ApiException as exc:
-                version = None if exc.status == 410 else version
-                time.sleep(0.5)
-            except Exception:  # a broken stream: list again
-                version = None
-                time.sleep(0.5)
-
-    def _record(self, name: str, uid: str, phase: str | None) -> None:
-        with self._lock:
-            self.uids.setdefault(name, set()).add(uid)
-            self.last[name] = {"uid": uid, "phase": phase}
-
-    def duplicates(self) -> dict[str, set[str]]:
-        with self._lock:
-            return {n: set(u) for n, u in self.uids.items() if len(u) > 1}
+def job_body(name: str, groups: list[dict[str, Any]], *, stack_id: str, **kwargs: Any) -> dict[str, Any]:
+    """:func:`tests.support.stack.job_body` with tasks on this package's nodes (``NODE_LABEL``)."""
+    return _job_body(name, groups, stack_id=stack_id, node_label=NODE_LABEL, **kwargs)
 
 
 @dataclass
-class OperatorStack:
+class OperatorStack(StartStop, JobApi):
     """See the module docstring. ``start()`` brings the cluster side up; ``start_operator()`` the operator."""
+
+    namespace_prefix = "op"
 
     plane: ControlPlane
     workdir: Path
@@ -218,14 +113,6 @@ class OperatorStack:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> OperatorStack:
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
     def _start(self) -> None:
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.api = self.plane.api()
@@ -243,10 +130,7 @@ class OperatorStack:
             self.prometheus = PrometheusProcess(self.workdir, [f"127.0.0.1:{m.port}" for m in self.monitors.values()],
                                                 scrape_interval_s=2.0)
             self.prometheus.start()
-        argv = [str(STOWAGE), "extender", "--kubeconfig", str(self.plane.kubeconfig), "--host", "127.0.0.1",
-                "--port", "0", "--prometheus-interval", "1"]
-        if self.prometheus is not None:
-            argv += ["--prometheus-url", self.prometheus.url]
+        argv = extender_argv(self.plane.kubeconfig, self.prometheus.url if self.prometheus else None)
         self.extender = Proc("extender", argv, self.workdir / "logs" / "extender.log", EXTENDER_PORT_LOGGED)
         self.extender.start()
         url = f"http://127.0.0.1:{self.extender.port}"
@@ -258,9 +142,7 @@ class OperatorStack:
 
     def _start_monitor(self, node: str) -> None:
         assert self.kubelet is not None
-        argv = [str(STOWAGE), "node-monitor", "--node-name", node, "--kubeconfig", str(self.plane.kubeconfig),
-                "--cgroup-root", str(self.kubelet.cgroup_dir(node)), "--proc-root", str(self.kubelet.proc_dir(node)),
-                "--port", "0", "--address", "127.0.0.1"]
+        argv = node_monitor_argv(self.kubelet, node, self.plane.kubeconfig)
         monitor = Proc(f"node-monitor-{node}", argv, self.workdir / "logs" / f"node-monitor-{node}.log",
                        NODE_MONITOR_PORT_LOGGED)
         monitor.start()
@@ -280,20 +162,9 @@ class OperatorStack:
 
     def stop(self) -> None:
         """Everything this stack started, by PID, in reverse order; the webhook configurations are removed."""
-        for proc in self.operators:
-            proc.stop()
+        stop_in_order(*self.operators)
         self.remove_webhook_configurations()
-        if self.scheduler is not None:
-            self.scheduler.stop()
-        if self.extender is not None:
-            self.extender.stop()
-        if self.prometheus is not None:
-            self.prometheus.stop()
-        for monitor in self.monitors.values():
-            monitor.stop()
-        if self.kubelet is not None:
-            with contextlib.suppress(Exception):
-                self.kubelet.stop(cleanup=True)
+        stop_in_order(self.scheduler, self.extender, self.prometheus, *self.monitors.values(), self.kubelet)
 
     def remove_webhook_configurations(self) -> None:
         """The operator's webhook configurations go (they fail closed: left behind they refuse Stowage pods)."""
@@ -304,12 +175,6 @@ class OperatorStack:
             admission_api.delete_mutating_webhook_configuration("stowage.io")
         with contextlib.suppress(client.ApiException):
             admission_api.delete_validating_webhook_configuration("stowage.io")
-
-    def __enter__(self) -> OperatorStack:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- the operator ----------------------------------------------------------------------------
 
@@ -363,48 +228,6 @@ class OperatorStack:
 
     # --- the API ---------------------------------------------------------------------------------
 
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def objects(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
-    @contextlib.contextmanager
-    def namespace(self, prefix: str = "op") -> Iterator[str]:
-        """A fresh namespace; its pods are deleted afterwards (the fake nodes stay for the next test)."""
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        self.plane.create_namespace(name)
-        try:
-            yield name
-        finally:
-            with contextlib.suppress(client.ApiException):
-                self.core.delete_namespace(name)
-
-    def create_queue(self, name: str, weight: float = 1.0, **spec: Any) -> None:
-        body = {"apiVersion": crd.API_VERSION, "kind": crd.QUEUE.kind, "metadata": {"name": name},
-                "spec": {"weight": weight, **spec}}
-        try:
-            self.objects.create_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, body)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-
-    def queue(self, name: str) -> dict[str, Any]:
-        return self.objects.get_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, name)
-
-    def create_job(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self.objects.create_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural,
-                                                            dict(body))
-
-    def job(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.objects.get_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural, name)
-
-    def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self.objects.patch_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.JOB.plural, name,
-                                                    dict(patch))
-
     def wait_job_phase(self, namespace: str, name: str, phases: tuple[str, ...] | str,
                        timeout_s: float = 240.0) -> dict[str, Any]:
         phases = (phases,) if isinstance(phases, str) else phases
@@ -419,9 +242,6 @@ class OperatorStack:
             status = (self.job(namespace, name).get("status") or {})
             logs = "\n".join(f"--- {p.name}\n{p.tail(3000)}" for p in self.operators[-1:])
             raise AssertionError(f"{exc}; status: {json.dumps(status)}\n{logs}") from None
-
-    def pods(self, namespace: str, selector: str | None = None) -> list[client.V1Pod]:
-        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
     def kubectl(self, *args: str) -> str:
         """``kubectl`` (the real binary from .tools, if present) against this control plane; its stdout."""
@@ -447,39 +267,9 @@ def _check_alive(proc: Proc) -> None:
 # --- cluster set-up ----------------------------------------------------------------------------------
 
 
-_PATHS = {
-    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-    "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
-    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-}
-
-
-def _apply(api: client.ApiClient, obj: Mapping[str, Any]) -> None:
-    """Server-side apply of a cluster-scoped ``obj`` (created, or made to match)."""
-    from tests.operator.conftest import RawApi  # the package's raw client (imported late: conftest imports us)
-
-    RawApi(api).apply(f"{_PATHS[obj['kind']]}/{obj['metadata']['name']}", obj)
-
-
 def install(api: client.ApiClient) -> None:
-    """Stowage's CRDs (from charts/stowage/crds), Kopf's peering CRDs and the opportunistic PriorityClass."""
-    crds = [*crd.load_crds(), *KOPF_PEERING_CRDS]
-    for obj in crds:
-        _apply(api, obj)
-    ext = client.ApiextensionsV1Api(api)
-
-    def established() -> bool:
-        for obj in crds:
-            conditions = ext.read_custom_resource_definition(obj["metadata"]["name"]).status.conditions or []
-            if not any(c.type == "Established" and c.status == "True" for c in conditions):
-                return False
-        return True
-
-    wait_for(established, 60, "the CRDs Established")
-    _apply(api, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                 "metadata": {"name": labels.OPPORTUNISTIC_PRIORITY_CLASS}, "value": -10,
-                 "preemptionPolicy": "Never", "globalDefault": False,
-                 "description": "Stowage opportunistic pods: last to run, first to go"})
+    """Stowage's and Kopf's peering CRDs (charts/stowage/crds), Established; the opportunistic PriorityClass."""
+    install_crds(api)
 
 
 def operator_account(plane: ControlPlane, api: client.ApiClient) -> tuple[Path, str]:
@@ -488,7 +278,7 @@ def operator_account(plane: ControlPlane, api: client.ApiClient) -> tuple[Path, 
     name = "stowage-operator"
     with contextlib.suppress(client.ApiException):
         core.create_namespaced_service_account(OPERATOR_NAMESPACE, {"metadata": {"name": name}})
-    _apply(api, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+    apply(api, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                  "metadata": {"name": "stowage-operator-tests"},
                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
                  "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": OPERATOR_NAMESPACE}]})
@@ -496,19 +286,6 @@ def operator_account(plane: ControlPlane, api: client.ApiClient) -> tuple[Path, 
         name, OPERATOR_NAMESPACE, {"spec": {"expirationSeconds": 86400}})
     kubeconfig = plane.kubeconfig_for_token(request.status.token, name="stowage-operator")
     return kubeconfig, f"system:serviceaccount:{OPERATOR_NAMESPACE}:{name}"
-
-
-def webhook_certificate(folder: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (its own CA: the API server verifies the webhook with it)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    cert, key = folder / "webhook.crt", folder / "webhook.key"
-    if not cert.exists():
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                        str(cert), "-days", "30", "-subj", "/CN=127.0.0.1",
-                        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                        "-addext", "basicConstraints=critical,CA:TRUE"],
-                       check=True, capture_output=True, timeout=60)
-    return cert, key
 
 
 # --- fixtures (registered in tests/operator/conftest.py) ---------------------------------------------

@@ -22,18 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import json
 import re
-import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import yaml
@@ -48,15 +44,29 @@ from stowage.labels import (
     SCHEDULER_NAME,
 )
 from tests.scheduler.fault_proxy import FaultProxy, Mode
-from tests.support.controlplane import REPO, ControlPlane, SchedulerHandle
+from tests.support.controlplane import ControlPlane, SchedulerHandle
 from tests.support.fake_kubelet import FakeKubelet, NodeSpec
-from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
-from tests.support.prometheus import prometheus_binary
+from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED
+from tests.support.stack import (
+    ALLOCATABLE,
+    CAPACITY,
+    SCHEDULER_MANIFEST,
+    STOWAGE,
+    Proc,
+    PrometheusProcess,
+    StartStop,
+    extender_argv,
+    metric,
+    node_monitor_argv,
+    stop_in_order,
+    wait_for,
+)
 
 __all__ = [
     "ALLOCATABLE",
     "CAPACITY",
     "MANIFEST",
+    "STOWAGE",
     "Proc",
     "PrometheusProcess",
     "Stack",
@@ -67,12 +77,8 @@ __all__ = [
     "wait_for",
 ]
 
-T = TypeVar("T")
 
-MANIFEST = REPO / "manifests" / "scheduler-config.yaml"
-STOWAGE = Path(sys.executable).with_name("stowage")
-CAPACITY: Mapping[str, str] = {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-ALLOCATABLE: Mapping[str, str] = {"cpu": "7500m", "memory": "15Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+MANIFEST = SCHEDULER_MANIFEST
 STACK_LABEL = "stowage-test/stack"
 HIGH_PRIORITY_CLASS = "stowage-test-high"
 LOW_PRIORITY_CLASS = "stowage-test-low"
@@ -84,34 +90,6 @@ CONTENTION = "stowage: node in sustained contention"
 
 
 # --- small helpers ---------------------------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.25,
-             on_wait: Callable[[], None] | None = None, on_wait_every_s: float = 5.0) -> T:
-    """Poll ``condition`` until it returns something truthy; return it. Fails with ``what`` after ``timeout_s``.
-
-    ``on_wait`` runs every ``on_wait_every_s`` while waiting (e.g. a cluster event that makes kube-scheduler
-    retry unschedulable pods). The deadline bounds a broken test; it is not a timing assertion.
-    """
-    deadline = time.monotonic() + timeout_s
-    next_nudge = time.monotonic() + on_wait_every_s
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = condition()
-            if value:
-                return value
-        except (client.ApiException, httpx.HTTPError, OSError) as exc:  # transient while a process restarts
-            last_error = exc
-        now = time.monotonic()
-        if now > deadline:
-            suffix = f" (last error: {last_error!r})" if last_error else ""
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}{suffix}")
-        if on_wait is not None and now >= next_nudge:
-            with contextlib.suppress(client.ApiException, OSError):
-                on_wait()
-            next_nudge = now + on_wait_every_s
-        time.sleep(interval_s)
 
 
 def manifest(node_cache_capable: bool = True, managed_resources: bool = True) -> dict[str, Any]:
@@ -127,123 +105,8 @@ def manifest(node_cache_capable: bool = True, managed_resources: bool = True) ->
     return out
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-@dataclass
-class Proc:
-    """One child process that logs the port it bound; started and stopped by PID."""
-
-    name: str
-    argv: list[str]
-    log: Path
-    port_pattern: str
-    proc: subprocess.Popen | None = None
-    port: int = 0
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def start(self, timeout_s: float = 90.0) -> int:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        # A fresh log per start: the port line of the previous run must not be read again.
-        if self.log.exists():
-            self.log.rename(self.log.with_name(f"{self.log.stem}.{int(time.time() * 1000)}{self.log.suffix}"))
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent, close_fds=True)
-        self.port = wait_for_logged_port(self.proc, self.log, self.port_pattern, timeout_s)
-        return self.port
-
-    def stop(self, timeout_s: float = 15.0) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        return stop_process(self.proc, timeout_s)
-
-    def kill(self) -> int | None:
-        """SIGKILL by PID (a crash, not a shutdown)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return None
-        self.proc.kill()
-        return self.proc.wait(30)
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else "(no log)"
-
-
-class PrometheusProcess:
-    """The real Prometheus (Debian package) scraping ``targets``; stops and starts again on the same port."""
-
-    def __init__(self, workdir: Path, targets: list[str], scrape_interval_s: float = 2.0) -> None:
-        self.binary = prometheus_binary()
-        self.workdir = workdir / "prometheus"
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        interval = f"{max(int(scrape_interval_s * 1000), 100)}ms"
-        config = {
-            "global": {"scrape_interval": interval, "evaluation_interval": interval},
-            "scrape_configs": [{"job_name": "stowage-node-monitor", "static_configs": [{"targets": list(targets)}]}],
-        }
-        (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.port = 0
-        self.proc: Proc | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.running
-
-    def start(self, timeout_s: float = 90.0) -> str:
-        """Start (port 0 the first time, the same port afterwards, so the extender's URL stays valid)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self.proc = Proc("prometheus", [
-                self.binary, f"--config.file={self.workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=info"], self.workdir / "prometheus.log", r'msg="Listening on" address=127\.0\.0\.1:(\d+)')
-            try:
-                self.port = self.proc.start(timeout_s)
-                break
-            except RuntimeError:
-                # The old listener may linger a moment after a restart; anything else is a real failure.
-                if "address already in use" not in self.proc.tail() or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        wait_for(lambda: httpx.get(f"{self.url}/-/ready", timeout=2.0).status_code == 200, timeout_s,
-                 "prometheus /-/ready")
-        return self.url
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        response = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5.0)
-        response.raise_for_status()
-        return list(response.json()["data"]["result"])
-
-
-def extender_metric(metrics_text: str, name: str, labels: Mapping[str, str] | None = None) -> float:
-    """The sum of the samples of ``name`` whose labels include ``labels`` (0 when there is none)."""
-    total = 0.0
-    pattern = re.compile(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$")
-    for line in metrics_text.splitlines():
-        found = pattern.match(line)
-        if not found:
-            continue
-        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', found.group(1) or ""))
-        if all(have.get(k) == v for k, v in (labels or {}).items()):
-            total += float(found.group(2))
-    return total
+#: The sum of a metric's samples in a /metrics text (:func:`tests.support.stack.metric`).
+extender_metric = metric
 
 
 # --- pods --------------------------------------------------------------------------------------------
@@ -292,7 +155,7 @@ def opportunistic_pod(name: str, cpu: str = "1", memory: str = "2Gi", *, stack_i
 
 
 @dataclass
-class Stack:
+class Stack(StartStop):
     """See the module docstring. ``start()`` brings every part up; ``stop()`` takes it down by PID."""
 
     plane: ControlPlane
@@ -318,14 +181,6 @@ class Stack:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> Stack:
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.api = self.plane.api()
@@ -347,27 +202,8 @@ class Stack:
 
     def stop(self) -> None:
         """Everything, in reverse order, each by PID; safe on a partly started stack."""
-        for handle in self.schedulers.values():
-            with contextlib.suppress(Exception):
-                handle.stop()
-        if self.proxy is not None:
-            with contextlib.suppress(Exception):
-                self.proxy.stop()
-        if self.extender is not None:
-            self.extender.stop()
-        if self.prometheus is not None:
-            self.prometheus.stop()
-        for monitor in self.monitors.values():
-            monitor.stop()
-        if self.kubelet is not None:
-            with contextlib.suppress(Exception):
-                self.kubelet.stop(cleanup=True)
-
-    def __enter__(self) -> Stack:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        stop_in_order(*self.schedulers.values(), self.proxy, self.extender, self.prometheus, *self.monitors.values(),
+                      self.kubelet)
 
     def _priority_classes(self) -> None:
         scheduling = client.SchedulingV1Api(self.api)
@@ -386,11 +222,8 @@ class Stack:
 
     def start_monitor(self, node: str, dry_run: bool = False) -> Proc:
         assert self.kubelet is not None
-        argv = [str(STOWAGE), "node-monitor", "--node-name", node, "--kubeconfig", str(self.plane.kubeconfig),
-                "--cgroup-root", str(self.kubelet.cgroup_dir(node)), "--proc-root", str(self.kubelet.proc_dir(node)),
-                "--port", str(self.monitors[node].port if node in self.monitors else 0), "--address", "127.0.0.1"]
-        if dry_run:
-            argv.append("--dry-run")
+        argv = node_monitor_argv(self.kubelet, node, self.plane.kubeconfig,
+                                 port=self.monitors[node].port if node in self.monitors else 0, dry_run=dry_run)
         monitor = Proc(f"node-monitor-{node}", argv, self.workdir / "logs" / f"node-monitor-{node}.log",
                        NODE_MONITOR_PORT_LOGGED)
         monitor.start()
@@ -406,9 +239,7 @@ class Stack:
 
     def start_extender(self) -> None:
         assert self.prometheus is not None and self.proxy is not None
-        argv = [str(STOWAGE), "extender", "--kubeconfig", str(self.plane.kubeconfig),
-                "--prometheus-url", self.prometheus.url, "--prometheus-interval", "1",
-                "--host", "127.0.0.1", "--port", "0"]
+        argv = extender_argv(self.plane.kubeconfig, self.prometheus.url)
         self.extender = Proc("extender", argv, self.workdir / "logs" / "extender.log", EXTENDER_PORT_LOGGED)
         self.extender.start()
         wait_for(lambda: httpx.get(f"{self.extender_url}/readyz", timeout=5.0).status_code == 200, 120,
