@@ -102,6 +102,7 @@ class Simulation:
         self.opp_done = 0
         self.tasks_done = 0
         self.time_cap_reached = False
+        self.events = 0  # loop iterations (arrivals, finishes, ticks): the unit of `stowage bench simulator`
         self._buffer: list[tuple[int, int, int, bool]] = []
         self.log: list[tuple[float, str, str, str, bool]] | None = [] if config.trace else None
         self._use_key: tuple[float, int] | None = None
@@ -422,6 +423,7 @@ class Simulation:
             if t - self.t0 > self.config.max_sim_s:
                 self.time_cap_reached = True
                 break
+            self.events += 1
             self.recorder.sample_until(t)
             self._advance(t)
             self._finish_due()
