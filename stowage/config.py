@@ -130,6 +130,15 @@ class PackingSettings:
     """``m`` in ``ε = m·ā/p̄`` (Tetris §3.3.1: m = 1 works well)."""
     remote_penalty: float = 0.10
     """Alignment penalty on nodes not holding the pod's data (Tetris §3.2: 10%)."""
+    bottleneck_weight: float = 0.0
+    """``β``: waiting tasks score ``β·Σ_r (d_r/C̄_r)·D_r/max D`` more, ``D_r`` the time the waiting work would
+    keep resource ``r`` busy (``remaining_work.bottleneck_bonus``), so work heavy on the bottleneck starts
+    while it has room (Graphene). 0: Tetris's score."""
+    critical_path_fraction: float = 0.0
+    """``c``: a waiting task whose chain (its duration plus the longest chain of group durations behind it in
+    its job) is at least ``c`` × the time the pool needs to drain all waiting work (``max_r D_r``) goes first,
+    whatever the job order and queue masks say (``remaining_work.critical_rows``; end-game awareness,
+    Graphene). 0 turns it off."""
     starvation_skip_limit: int = 30
     """``ε_s`` (OPERA §III-E, multi-chance reservation): a task group passed over in more than this many
     dispatcher passes that released other work, while it fits some node's capacity, gets a reservation
@@ -286,6 +295,8 @@ def validate(settings: StowageSettings) -> list[str]:
     _check_range(p, "packing.barrier_knob", k.barrier_knob, 0.0, 1.0, False, False)
     _check_range(p, "packing.remaining_work_weight", k.remaining_work_weight, 0.0, 1000.0, False, False)
     _check_range(p, "packing.remote_penalty", k.remote_penalty, 0.0, 1.0, False, True)
+    _check_range(p, "packing.bottleneck_weight", k.bottleneck_weight, 0.0, 100.0, False, False)
+    _check_range(p, "packing.critical_path_fraction", k.critical_path_fraction, 0.0, 100.0, False, False)
     if not 0 <= k.starvation_skip_limit <= 1_000_000:
         p.append(f"packing.starvation_skip_limit: must be within [0, 1000000] (0 turns the guard off), "
                  f"got {k.starvation_skip_limit!r}")

@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 
 from stowage.config import PackingSettings
 from stowage.model import JobOrder
-from stowage.policy import alignment, candidates, classifier, column, fairness, ordering
+from stowage.policy import alignment, candidates, classifier, column, fairness, ordering, remaining_work
 
 __all__ = [
     "BOOST",
@@ -107,6 +107,13 @@ class PassInput:
     """(G,) node held for each row by the previous pass, −1 for none."""
     queue_quota: NDArray[np.float64] | None = None
     """(Q, R) the most each queue may hold in this pool (``+inf`` where unlimited); None: no quotas."""
+    group_duration_s: NDArray[np.float64] | None = None
+    """(G,) expected task duration per row: the waiting work's drain time per resource
+    (``remaining_work.drain_times``) for ``packing.bottleneck_weight`` and ``critical_path_fraction``; None:
+    neither applies."""
+    group_path_s: NDArray[np.float64] | None = None
+    """(G,) a task's duration plus the longest chain of group durations behind it in its job, for
+    ``packing.critical_path_fraction`` (``remaining_work.critical_rows``); None: off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,9 +199,12 @@ def _place_all(
     has_waiters = np.ones(rows.size, dtype=bool)  # the job's end waits on every group
     # Barrier boost and job order depend on finishes and arrivals only: fixed during a pass.
     boost = fairness.barrier_boost(inp.finished_fraction[rows], has_waiters, knobs.barrier_knob) * BOOST
-    any_starved = bool(starved.any())
-    if any_starved:
+    if starved.any():
         boost = boost + starved * (2 * BOOST)
+    bonus, critical = _end_game(inp, knobs, rows, shapes[shape_of], cap)
+    boost = boost + bonus + critical * BOOST
+    urgent = starved | critical  # rows that compete whatever the queue and job masks say
+    any_urgent = bool(urgent.any())
     ranks = _Ranks(inp.job_rank, jobs)
     queues = inp.group_queue[rows]
     jobs_ok = ranks.mask(jobs, queues, f)
@@ -210,8 +220,8 @@ def _place_all(
         while best is None:  # deprived queues first; widen to the next ones while none of theirs fits
             picked = _queue_mask(qa, queues, total, weight, tried) if not every_queue else None
             allowed = jobs_ok if picked is None else jobs_ok & picked[queues]
-            if any_starved:
-                allowed |= starved  # the reservation: a starved row competes whatever the masks say
+            if any_urgent:
+                allowed |= urgent  # the reservation, the critical path: these compete whatever the masks say
             best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
             if picked is None or not picked.any():
                 break
@@ -233,9 +243,25 @@ def _place_all(
             keep[mine[~_within_quota(inp, rows[mine], qa)]] = False
         if not keep.all():
             rows, shape_of, p, boost, queues = rows[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
-            jobs, pending, starved = jobs[keep], pending[keep], starved[keep]
+            jobs, pending, starved, urgent = jobs[keep], pending[keep], starved[keep], urgent[keep]
             jobs_ok = ranks.mask(jobs, queues, f)
             every_queue = _every_queue_competes(queues, weight.shape[0], f)
+
+
+def _end_game(
+    inp: PassInput, knobs: PackingSettings, rows: NDArray[np.int64], demand: NDArray[np.float64],
+    cap: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Per row: the bottleneck bonus and whether it is on the critical path (Graphene; both off by default)."""
+    bonus, critical = np.zeros(rows.size), np.zeros(rows.size, dtype=bool)
+    if inp.group_duration_s is None or (knobs.bottleneck_weight <= 0 and knobs.critical_path_fraction <= 0):
+        return bonus, critical
+    drain = remaining_work.drain_times(demand, np.asarray(inp.pending)[rows],
+                                       np.asarray(inp.group_duration_s)[rows], inp.pool_total)
+    bonus = remaining_work.bottleneck_bonus(demand, drain, cap.mean(axis=0), knobs.bottleneck_weight)
+    if inp.group_path_s is not None:
+        critical = remaining_work.critical_rows(np.asarray(inp.group_path_s)[rows], drain, knobs.critical_path_fraction)
+    return bonus, critical
 
 
 def _within_quota(inp: PassInput, rows: NDArray[np.int64], qa: NDArray[np.float64]) -> NDArray[np.bool_]:

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
 
-__all__ = ["combined_score", "remaining_work", "work_penalty"]
+__all__ = ["bottleneck_bonus", "combined_score", "critical_rows", "drain_times", "remaining_work", "work_penalty"]
 
 
 def remaining_work(
@@ -148,3 +148,68 @@ def work_penalty(feasible_align: ArrayLike, job_work: ArrayLike, counts: ArrayLi
     # ε·p̃ = −m·ā·(p/p̄); p/p̄ ≤ number of candidates (p ≥ 0), so it cannot overflow
     # even when p̄ is tiny, as ε = m·ā/p̄ alone could.
     return weight * a_bar * (np.where(known, p, p_bar) / p_bar)  # rows with nothing feasible: unused
+
+
+
+
+def drain_times(demand: ArrayLike, tasks: ArrayLike, duration_s: ArrayLike | None, total: ArrayLike) -> NDArray:
+    """(R,) ``D_r = Σ_g tasks_g · dur_g · d_{g,r} / total_r``: how long the waiting tasks would keep resource ``r``
+    of the whole pool busy (fluid drain time; ``max_r D_r`` bounds the time to finish them from below).
+
+    ``demand`` (G, R) per-task demand (negative or NaN → 0); ``tasks`` (G,) tasks waiting; ``duration_s`` (G,)
+    expected task duration, or None (counts only: every task lasts 1); ``total`` (R,) the pool's capacity
+    (a resource without any gives 0).
+    """
+    n = np.maximum(np.nan_to_num(np.asarray(tasks, dtype=np.float64).reshape(-1), nan=0.0), 0.0)
+    d = np.maximum(np.nan_to_num(np.asarray(demand, dtype=np.float64), nan=0.0, posinf=0.0), 0.0)
+    d = d.reshape(n.shape[0], -1)
+    if duration_s is not None:
+        n = n * np.maximum(np.nan_to_num(np.asarray(duration_s, dtype=np.float64).reshape(-1), nan=0.0), 0.0)
+    cap = np.asarray(total, dtype=np.float64).reshape(-1)
+    return (n @ d) * np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
+
+
+def bottleneck_bonus(demand: ArrayLike, drain: ArrayLike, mean_capacity: ArrayLike, beta: float) -> NDArray:
+    """Score bonus of each waiting task group for the bottleneck it uses: ``β·Σ_r (d_r/C̄_r)·D_r/max D``.
+
+    ``D`` is :func:`drain_times` of the waiting work; ``D_r/max D`` is 1 on the bottleneck. The bonus is the
+    alignment of a task with that profile, on alignment's scale (fractions of a mean node). Why: Tetris weighs
+    every resource alike and SRTF runs small jobs first, so work heavy on the scarcest resource can wait
+    while that resource idles, and the run ends in a tail only it can drain (Graphene, OSDI'16: start the
+    hard-to-pack work early). With the bonus such tasks start whenever the bottleneck has room; which node
+    they go to is still alignment's choice.
+
+    ``demand`` (G, R) per-task demand (negative or NaN → 0); ``drain`` (R,); ``mean_capacity`` (R,) ``C̄``;
+    ``beta`` (``packing.bottleneck_weight``) ≤ 0 or NaN: no bonus. Returns (G,) bonuses ≥ 0, all zero
+    when nothing waits.
+    """
+    d = np.maximum(np.nan_to_num(np.asarray(demand, dtype=np.float64), nan=0.0, posinf=0.0), 0.0)
+    d = d.reshape(d.shape[0], -1) if d.ndim else d.reshape(1, -1)
+    out = np.zeros(d.shape[0])
+    dr = np.asarray(drain, dtype=np.float64).reshape(-1)
+    b = float(np.nan_to_num(beta, nan=0.0))
+    top = float(dr.max()) if dr.size else 0.0
+    if b <= 0.0 or not top > 0.0:
+        return out
+    cbar = np.asarray(mean_capacity, dtype=np.float64).reshape(-1)
+    frac = d * np.divide(1.0, cbar, out=np.zeros_like(cbar), where=cbar > 0)
+    return b * (frac @ (dr / top))
+
+
+def critical_rows(path_s: ArrayLike, drain: ArrayLike, fraction: float) -> NDArray[np.bool_]:
+    """Waiting task groups whose job would end the run if started late: ``path ≥ c·max_r D_r``.
+
+    ``path_s`` (G,): a task's duration plus the longest chain of group durations behind it in its job
+    (what must still run, one after another, once it starts); ``drain`` (R,) :func:`drain_times` of the
+    waiting work; ``fraction`` ``c`` (``packing.critical_path_fraction``, 0 = off). A group whose chain is
+    longer than ``c`` × the time the whole pool needs to drain what waits is on the run's critical path
+    (Graphene, OSDI'16: long work must start early): it goes first, whatever remaining-work order says.
+    Returns (G,) bool; all False when ``c ≤ 0`` or nothing waits.
+    """
+    p = np.asarray(path_s, dtype=np.float64).reshape(-1)
+    dr = np.asarray(drain, dtype=np.float64).reshape(-1)
+    c = float(np.nan_to_num(fraction, nan=0.0))
+    top = float(dr.max()) if dr.size else 0.0
+    if c <= 0.0 or not top > 0.0:
+        return np.zeros(p.shape[0], dtype=bool)
+    return np.nan_to_num(p, nan=0.0) >= c * top

@@ -49,6 +49,7 @@ class PackingPreset(Preset):
         total = np.where(sim.cluster.total > 0, sim.cluster.total, 1.0)
         # FSP job size: work in "whole cluster" seconds (dominant resource).
         self._size = np.zeros(sim.n_jobs)
+        self._path = _chains(sim.g_dur, sim.g_children)
         np.add.at(self._size, sim.g_job, sim.g_dur * sim.g_tasks * (sim.g_demand / total).max(axis=1))
 
     # --- hooks ------------------------------------------------------------------------------------
@@ -197,9 +198,29 @@ class PackingPreset(Preset):
             pool_total=sim.cluster.total,
             queue_weight=sim.q_weight,
             job_rank=(lambda jobs: self._job_rank(sim, jobs, work)) if self.job_order else None,
+            group_duration_s=sim.g_dur[groups],
+            group_path_s=self._path[groups],
         )
         for placed in dispatch.pack(passed, self.knobs).placements:
             sim.place(int(groups[placed.group]), placed.node, opp=opp)
+
+
+def _chains(duration: NDArray[np.float64], children: list[list[int]]) -> NDArray[np.float64]:
+    """(G,) each group's duration plus the longest chain of durations through the groups that wait on it."""
+    out = np.full(duration.shape[0], np.nan)
+    for start in range(duration.shape[0]):
+        stack, open_ = [start], {start}
+        while stack:  # iterative depth-first: a deep chain of barriers cannot overflow the call stack
+            g = stack[-1]
+            todo = [c for c in children[g] if np.isnan(out[c]) and c not in open_]  # (a cycle is cut)
+            if todo:  # one at a time: the stack is then a path, and open_ its groups
+                stack.append(todo[0])
+                open_.add(todo[0])
+                continue
+            open_.discard(g)
+            stack.pop()
+            out[g] = duration[g] + max((out[c] for c in children[g] if not np.isnan(out[c])), default=0.0)
+    return out
 
 
 class _Lazy:
