@@ -1,7 +1,9 @@
 """Rendering the chart with the real Helm binary, and ``manifests/stowage.yaml`` from it.
 
-``python -m tests.chart.render`` rewrites ``manifests/stowage.yaml`` (``helm template`` with default values,
-CRDs included); ``tests/chart/test_rendering.py`` fails while the file and the chart disagree.
+``python -m tests.chart.render`` rewrites the chart's copy of the pod UPDATE webhook's CEL condition
+(``files/pod-update-condition.cel`` from ``stowage.operator.admission.pod_update_condition``, its one source)
+and ``manifests/stowage.yaml`` (``helm template`` with default values, CRDs included);
+``tests/chart/test_rendering.py`` fails while either disagrees with its source.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ __all__ = [
     "MANIFEST",
     "MANIFEST_HEADER",
     "MANIFEST_NAMESPACE",
+    "POD_UPDATE_CONDITION",
     "REPO",
     "docs_of_kind",
     "find_helm",
     "helm",
     "normalise_certificates",
+    "pod_update_condition",
     "render",
     "render_documents",
     "render_manifest",
@@ -37,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "stowage"
 MANIFEST = REPO / "manifests" / "stowage.yaml"
 MANIFEST_NAMESPACE = "stowage-system"
+POD_UPDATE_CONDITION = CHART / "files" / "pod-update-condition.cel"
 MANIFEST_HEADER = f"""\
 # Stowage for kubectl users: `helm template stowage charts/stowage -n {MANIFEST_NAMESPACE} --include-crds`
 # with default values (regenerate: .venv/bin/python -m tests.chart.render; tests/chart checks it is current).
@@ -114,7 +119,17 @@ def render_manifest() -> str:
     return MANIFEST_HEADER + render(include_crds=True).stdout
 
 
+def pod_update_condition() -> str:
+    """What ``files/pod-update-condition.cel`` must hold: the operator's CEL condition, one line."""
+    from stowage.operator import admission
+
+    return admission.pod_update_condition() + "\n"
+
+
 def main(argv: list[str]) -> int:
+    POD_UPDATE_CONDITION.parent.mkdir(exist_ok=True)
+    POD_UPDATE_CONDITION.write_text(pod_update_condition())
+    print(f"wrote {POD_UPDATE_CONDITION.relative_to(REPO)}")
     MANIFEST.write_text(render_manifest())
     print(f"wrote {MANIFEST.relative_to(REPO)}")
     return 0

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from stowage.labels import HARVEST_RESOURCE, LABEL_CLASS, OPPORTUNISTIC_PRIORITY
 from tests.chart.render import CHART, helm
 from tests.support.chart_tokens import token_kubeconfig
 from tests.support.controlplane import LOCAL_ASSETS, ControlPlane, find_assets
-from tests.support.fake_kubelet import FakeKubelet, NodeSpec
+from tests.support.fake_kubelet import ANN_RUN_SECONDS, FakeKubelet, NodeSpec
 from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
 
 pytestmark = pytest.mark.usefixtures("helm_binary")
@@ -42,6 +44,7 @@ WAIT_S = 90.0
 """Upper bound of every wait: how long a broken test may hang on a loaded 2-core machine, not a speed target."""
 
 STOWAGE = Path(sys.executable).with_name("stowage")
+PEERING = "stowage"
 SA = {"scheduler": f"{RELEASE}-scheduler", "node-monitor": f"{RELEASE}-node-monitor", "operator": f"{RELEASE}-operator"}
 
 
@@ -114,7 +117,9 @@ def installed(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         if (leftover.metadata.labels or {}).get("app.kubernetes.io/managed-by") != "Helm":
             scheduling.delete_priority_class(OPPORTUNISTIC_PRIORITY_CLASS)
     try:
-        state.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace")
+        # Peering on (one replica still): the chart's Kopf peering CRDs and RBAC are exercised by the operator.
+        state.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
+                   "--set", f"operator.peering={PEERING}")
         state.installed = True
         yield state
     finally:
@@ -124,9 +129,10 @@ def installed(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @contextlib.contextmanager
-def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen]:
+def process(argv: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})})
     try:
         yield proc
     finally:
@@ -134,8 +140,9 @@ def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen]:
 
 
 def _forbidden(log: Path) -> list[str]:
+    """Refusals in a component's log; an Event refused by a terminating namespace is no RBAC refusal."""
     return [line for line in log.read_text(errors="replace").splitlines()
-            if "forbidden" in line.lower() or " 403" in line]
+            if ("forbidden" in line.lower() or " 403" in line) and "because it is being terminated" not in line]
 
 
 # --- install -----------------------------------------------------------------------------------------------
@@ -153,6 +160,10 @@ def test_every_rendered_object_is_accepted(installed: Installed) -> None:
 def test_crds_are_installed_and_the_default_queue_exists(installed: Installed) -> None:
     queue = installed.dynamic.resources.get(api_version="stowage.io/v1alpha1", kind="Queue").get(name="default")
     assert queue.spec.weight == 1
+    crds = client.ApiextensionsV1Api(installed.api)
+    for name in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
+        conditions = crds.read_custom_resource_definition(name).status.conditions or []
+        assert any(c.type == "Established" and c.status == "True" for c in conditions), name
 
 
 def test_node_monitor_daemonset_creates_one_pod_per_node_tainted_or_not(installed: Installed) -> None:
@@ -226,6 +237,11 @@ RBAC_CASES = [
     ("operator", "update", "configmaps", NAMESPACE, "", "", "", True),
     # Its own identity (to recognise its own pods in the webhook): system:basic-user grants it to everyone.
     ("operator", "create", "selfsubjectreviews", "", "authentication.k8s.io", "", "", True),
+    # Kopf peering (operator.peering is set in this install): the operator creates its object, Kopf patches it.
+    ("operator", "create", "clusterkopfpeerings", "", "kopf.dev", "", "", True),
+    ("operator", "patch", "clusterkopfpeerings", "", "kopf.dev", PEERING, "", True),
+    ("operator", "patch", "kopfpeerings", "batch", "kopf.dev", PEERING, "", True),
+    ("operator", "delete", "clusterkopfpeerings", "", "kopf.dev", PEERING, "", False),
     ("operator", "update", "configmaps", "batch", "", "", "", False),
     ("operator", "create", "mutatingwebhookconfigurations", "", "admissionregistration.k8s.io", "", "", False),
     ("operator", "patch", "nodes", "", "", "", "", False),
@@ -252,15 +268,24 @@ def test_no_component_reads_secrets(installed: Installed, component: str) -> Non
 # --- the components under their own ServiceAccounts --------------------------------------------------------
 
 
-def test_scheduler_and_extender_run_under_the_scheduler_account_with_the_charts_config(
-        installed: Installed, tmp_path: Path) -> None:
-    """The real kube-scheduler loads the installed KubeSchedulerConfiguration (leader election on its own lease),
-    calls the extender, binds a regular pod and holds an opportunistic one (no Prometheus: fail closed)."""
+@dataclass
+class RunningScheduler:
+    """kube-scheduler and the extender running under the scheduler account (see :func:`running_scheduler`)."""
+
+    scheduler_log: Path
+    extender_log: Path
+    extender_port: int
+
+
+@contextlib.contextmanager
+def running_scheduler(installed: Installed, workdir: Path) -> Iterator[RunningScheduler]:
+    """The extender and the real kube-scheduler under the scheduler ServiceAccount's token, with the installed
+    settings and KubeSchedulerConfiguration (leader election on its own lease), until kube-scheduler leads."""
     assets = find_assets() or LOCAL_ASSETS
     kubeconfig = installed.token_kubeconfig("scheduler")
-    settings = tmp_path / "settings.yaml"
+    settings = workdir / "settings.yaml"
     settings.write_text(installed.config_map("settings")["settings.yaml"])
-    ext_log = tmp_path / "extender.log"
+    ext_log = workdir / "extender.log"
     with process([str(STOWAGE), "extender", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", "0",
                   "--config", str(settings)], ext_log) as extender:
         port = wait_for_logged_port(extender, ext_log, EXTENDER_PORT_LOGGED, WAIT_S)
@@ -270,9 +295,9 @@ def test_scheduler_and_extender_run_under_the_scheduler_account_with_the_charts_
         config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
         for entry in config["extenders"]:
             entry["urlPrefix"] = f"http://127.0.0.1:{port}"
-        path = tmp_path / "scheduler.yaml"
+        path = workdir / "scheduler.yaml"
         path.write_text(yaml.safe_dump(config))
-        sched_log = tmp_path / "kube-scheduler.log"
+        sched_log = workdir / "kube-scheduler.log"
         with process([str(assets / "kube-scheduler"), f"--config={path}", f"--authentication-kubeconfig={kubeconfig}",
                       f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", "--secure-port=0",
                       "--v=2"], sched_log) as scheduler:
@@ -282,26 +307,49 @@ def test_scheduler_and_extender_run_under_the_scheduler_account_with_the_charts_
                 return "successfully acquired lease kube-system/stowage-scheduler" in text
 
             wait_for(leading, "kube-scheduler to lead on its own lease")
-            ns = f"chart-pods-{uuid.uuid4().hex[:6]}"
-            # The operator does not run here: its namespace opts out of the (fail-closed) pod webhook.
-            installed.plane.create_namespace(ns, labels={"stowage.io/webhook": "ignore"})
-            regular = _pod("regular", {"cpu": "100m", "memory": "64Mi"}, {}, {})
-            opportunistic = _pod("opportunistic", {"cpu": "0", "memory": "0", HARVEST_RESOURCE: "1"},
-                                 {HARVEST_RESOURCE: "1", "memory": "1Gi"}, {LABEL_CLASS: "opportunistic"},
-                                 {"stowage.io/demand": json.dumps({"cpu": "1", "memory": "1Gi"})})
-            for body in (regular, opportunistic):
-                installed.core.create_namespaced_pod(ns, body)
-            bound = wait_for(lambda: installed.core.read_namespaced_pod("regular", ns).spec.node_name,
-                             "the regular pod to be bound")
-            assert bound in installed.nodes
-            events = wait_for(lambda: [e for e in installed.core.list_namespaced_event(
-                ns, field_selector="involvedObject.name=opportunistic").items if e.reason == "FailedScheduling"],
-                "a FailedScheduling event for the opportunistic pod")
-            assert "stowage: no fresh utilization" in events[-1].message
-            assert installed.core.read_namespaced_pod("opportunistic", ns).spec.node_name is None
-            installed.core.delete_namespace(ns)
-        assert not _forbidden(sched_log), _forbidden(sched_log)
-    assert not _forbidden(ext_log), _forbidden(ext_log)
+            yield RunningScheduler(sched_log, ext_log, port)
+
+
+def test_scheduler_and_extender_run_under_the_scheduler_account_with_the_charts_config(
+        installed: Installed, tmp_path: Path) -> None:
+    """The real kube-scheduler loads the installed KubeSchedulerConfiguration (leader election on its own lease),
+    calls the extender, binds a regular pod and holds an opportunistic one (no Prometheus: fail closed)."""
+    with running_scheduler(installed, tmp_path) as running:
+        ns = f"chart-pods-{uuid.uuid4().hex[:6]}"
+        # The operator does not run here: its namespace opts out of the (fail-closed) pod webhook.
+        installed.plane.create_namespace(ns, labels={"stowage.io/webhook": "ignore"})
+        regular = _pod("regular", {"cpu": "100m", "memory": "64Mi"}, {}, {})
+        opportunistic = _pod("opportunistic", {"cpu": "0", "memory": "0", HARVEST_RESOURCE: "1"},
+                             {HARVEST_RESOURCE: "1", "memory": "1Gi"}, {LABEL_CLASS: "opportunistic"},
+                             {"stowage.io/demand": json.dumps({"cpu": "1", "memory": "1Gi"})})
+        for body in (regular, opportunistic):
+            installed.core.create_namespaced_pod(ns, body)
+        bound = wait_for(lambda: installed.core.read_namespaced_pod("regular", ns).spec.node_name,
+                         "the regular pod to be bound")
+        assert bound in installed.nodes
+        events = wait_for(lambda: [e for e in installed.core.list_namespaced_event(
+            ns, field_selector="involvedObject.name=opportunistic").items if e.reason == "FailedScheduling"],
+            "a FailedScheduling event for the opportunistic pod")
+        assert "stowage: no fresh utilization" in events[-1].message
+        assert installed.core.read_namespaced_pod("opportunistic", ns).spec.node_name is None
+        _delete_namespace(installed, ns)
+    assert not _forbidden(running.scheduler_log), _forbidden(running.scheduler_log)
+    assert not _forbidden(running.extender_log), _forbidden(running.extender_log)
+
+
+def _delete_namespace(installed: Installed, ns: str) -> None:
+    """Delete ``ns`` and wait until it is gone: a held pod left in a terminating namespace would have the next
+    test's scheduler and extender post Events there, which the API server refuses with a 403."""
+    installed.core.delete_namespace(ns)
+
+    def gone() -> bool:
+        try:
+            installed.core.read_namespace(ns)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, f"namespace {ns} to be deleted")
 
 
 def _pod(name: str, requests: dict[str, str], limits: dict[str, str], labels: dict[str, str],
@@ -340,6 +388,80 @@ def test_node_monitor_runs_under_its_account(installed: Installed, tmp_path: Pat
         wait_for(capacity_published, "the node's allocatable, read with the node monitor's token")
         assert _status(f"http://127.0.0.1:{port}/healthz") == 200
     assert not _forbidden(log), _forbidden(log)
+
+
+def _operator_argv(installed: Installed, workdir: Path, kubeconfig: Path) -> list[str]:
+    """The installed operator Deployment's arguments, made runnable here: the settings from the installed
+    ConfigMap, metrics on any free port, and no webhook server (the API server cannot reach the chart's
+    Service without a cluster network; the chart's webhook configurations stay registered, fail closed)."""
+    deployment = client.AppsV1Api(installed.api).read_namespaced_deployment(f"{RELEASE}-operator", NAMESPACE)
+    (container,) = deployment.spec.template.spec.containers
+    assert {e.name: e.value_from.field_ref.field_path for e in container.env if e.value_from} == \
+        {"POD_NAMESPACE": "metadata.namespace"}
+    settings = workdir / "settings.yaml"
+    settings.write_text(installed.config_map("settings")["settings.yaml"])
+    argv = [str(STOWAGE)]
+    for arg in container.args:
+        key = arg.partition("=")[0]
+        if key.startswith("--webhook-"):
+            continue
+        argv.append({"--config": f"--config={settings}", "--metrics-port": "--metrics-port=0"}.get(key, arg))
+    return [*argv, "--kubeconfig", str(kubeconfig)]
+
+
+def _task_job(name: str) -> dict[str, Any]:
+    """A Stowage Job of two short regular tasks on the fake nodes. Its label skips the Job webhook (not served
+    here); the operator's task pods skip the pod webhook because the operator writes them."""
+    template = {"metadata": {"annotations": {ANN_RUN_SECONDS: "3"}},
+                "spec": {"nodeSelector": {NODE_LABEL: "1"}, "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "main", "image": "busybox:1.36",
+                                         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+    return {"apiVersion": "stowage.io/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "labels": {"stowage.io/webhook": "ignore"}},
+            "spec": {"queue": "default", "opportunistic": "false", "suspend": False,
+                     "tasks": [{"name": "work", "replicas": 2, "maxRetries": 1, "template": template}]}}
+
+
+def test_operator_runs_under_its_account_with_the_deployments_arguments(installed: Installed, tmp_path: Path) -> None:
+    """``stowage operator`` with the installed Deployment's arguments (peering included) and its chart token
+    starts (default Queue, peering object), runs a Job to Succeeded through the scheduler and the fake
+    kubelet, and writes Queue status; nothing it does is forbidden."""
+    argv = _operator_argv(installed, tmp_path, installed.token_kubeconfig("operator"))
+    assert f"--peering={PEERING}" in argv
+    log = tmp_path / "operator.log"
+    objects = client.CustomObjectsApi(installed.api)
+    with (running_scheduler(installed, tmp_path) as running,
+          process(argv, log, env={"POD_NAMESPACE": NAMESPACE}) as operator):
+        def started() -> bool:
+            assert operator.poll() is None, log.read_text(errors="replace")[-4000:]
+            return "stowage operator started" in log.read_text(errors="replace")
+
+        wait_for(started, "the operator's start (default Queue, peering object)")
+        ns = f"chart-jobs-{uuid.uuid4().hex[:6]}"
+        installed.plane.create_namespace(ns)  # not opted out of the pod webhook: the operator's pods skip it
+        objects.create_namespaced_custom_object("stowage.io", "v1alpha1", ns, "jobs", _task_job("chart-job"))
+
+        def phase() -> str | None:
+            job = objects.get_namespaced_custom_object("stowage.io", "v1alpha1", ns, "jobs", "chart-job")
+            assert operator.poll() is None, log.read_text(errors="replace")[-4000:]
+            return (job.get("status") or {}).get("phase") in ("Succeeded", "Failed") and job["status"]["phase"]
+
+        assert wait_for(phase, "the Job to finish", timeout_s=180) == "Succeeded"
+        pods = installed.core.list_namespaced_pod(ns).items
+        assert len(pods) == 2 and all(p.status.phase == "Succeeded" for p in pods)
+        assert all(p.spec.node_name in installed.nodes for p in pods)
+
+        def queue_status() -> dict[str, Any] | None:
+            queue = objects.get_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")
+            return queue.get("status") if "dominantShare" in (queue.get("status") or {}) else None
+
+        status = wait_for(queue_status, "the default Queue's status written by the operator")
+        assert set(status) >= {"allocated", "dominantShare", "fairShare", "pendingTasks", "runningTasks"}
+        peering = objects.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", PEERING)
+        assert peering.get("status"), "Kopf records the operator in its peering object"
+    _delete_namespace(installed, ns)
+    for component_log in (log, running.scheduler_log, running.extender_log):
+        assert not _forbidden(component_log), _forbidden(component_log)
 
 
 # --- upgrade and uninstall ---------------------------------------------------------------------------------

@@ -24,10 +24,12 @@ from stowage.labels import HARVEST_RESOURCE, METRICS, OPPORTUNISTIC_PRIORITY_CLA
 from tests.chart.render import (
     CHART,
     MANIFEST,
+    POD_UPDATE_CONDITION,
     REPO,
     docs_of_kind,
     helm,
     normalise_certificates,
+    pod_update_condition,
     render,
     render_documents,
     render_manifest,
@@ -351,7 +353,8 @@ def test_webhooks_serve_the_operator_handler_ids_and_fail_closed(name: str, tmp_
     hooks = [w for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
              for d in docs_of_kind(docs, kind) for w in d["webhooks"]]
     ids = _operator_doc_webhook_ids()
-    assert ids == {"validate-queue.stowage.io", "validate-job.stowage.io", "mutate-pod.stowage.io"}
+    assert ids == {"validate-queue.stowage.io", "validate-job.stowage.io", "mutate-pod.stowage.io",
+                   "validate-pod-update.stowage.io"}
     assert {w["clientConfig"]["service"]["path"].lstrip("/") for w in hooks} == ids
     assert all(w["failurePolicy"] == "Fail" for w in hooks)
     # The operator's own writes skip its webhooks (it serves them only after its start-up writes; the
@@ -360,6 +363,13 @@ def test_webhooks_serve_the_operator_handler_ids_and_fail_closed(name: str, tmp_
     user = f"system:serviceaccount:{operator_sa['metadata']['namespace']}:{operator_sa['metadata']['name']}"
     assert all({"name": "not-the-operator", "expression": f"request.userInfo.username != '{user}'"}
                in w["matchConditions"] for w in hooks)
+    # The pod UPDATE review runs only for updates that change what Stowage owns: the operator's condition.
+    (update,) = [w for w in hooks if w["name"] == "validate-pod-update.stowage.io"]
+    assert update["rules"][0]["operations"] == ["UPDATE"]
+    conditions = {c["name"]: c["expression"] for c in update["matchConditions"]}
+    assert conditions["changes-what-stowage-owns"] == pod_update_condition().strip()
+    assert POD_UPDATE_CONDITION.read_text() == pod_update_condition(), \
+        "run `.venv/bin/python -m tests.chart.render` (the operator's pod UPDATE condition changed)"
     pod_hooks = [w for w in hooks if w["rules"][0]["resources"] == ["pods"]]
     for w in pod_hooks:
         exprs = w["namespaceSelector"]["matchExpressions"]
