@@ -132,14 +132,17 @@ def test_pods_with_spoofed_or_conflicting_labels(healthy: WholeStack, ns: str) -
              "the de-spoofed pod to be released and run")
 
 
-@pytest.mark.xfail(strict=True, reason="the chart renders no validate-pod-update.stowage.io entry yet "
-                   "(docs/operator.md, 'Pod UPDATE'): in a chart install a user can relabel a pod's class")
 def test_a_pod_update_that_spoofs_its_class_is_refused_in_a_chart_install(healthy: WholeStack, ns: str) -> None:
+    """The chart's validate-pod-update.stowage.io: a user relabelling a pod's class is refused naming the key."""
     stack = healthy
     stack.core.create_namespaced_pod(ns, plain_pod(stack, "later", queue=None, run_s=30))
     message = refusal(lambda: stack.core.patch_namespaced_pod(
         "later", ns, {"metadata": {"labels": {labels.LABEL_CLASS: "opportunistic"}}}))
-    assert f"metadata.labels['{labels.LABEL_CLASS}']" in message
+    assert "validate-pod-update.stowage.io" in message and f"metadata.labels['{labels.LABEL_CLASS}']" in message
+    pod = stack.core.read_namespaced_pod("later", ns)
+    assert pod.metadata.labels[labels.LABEL_CLASS] == "regular"
+    # Any other label change goes through (the webhook is not even called for it).
+    stack.core.patch_namespaced_pod("later", ns, {"metadata": {"labels": {"team": "blue"}}})
 
 
 def unschedulable(stack: WholeStack, ns: str, job: str) -> dict[str, Any] | None:

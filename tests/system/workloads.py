@@ -41,14 +41,15 @@ def create_plain_pods(stack: WholeStack, ns: str, names: Iterable[str], **kwargs
 
 def plain_pod_problems(ledger: TaskLedger, names: Iterable[str]) -> list[str]:
     """Each plain pod created once and Succeeded (nobody runs a plain pod again: it must not be lost)."""
-    seen = ledger.snapshot()
+    names, seen = list(names), ledger.snapshot()
     out = []
     for name in names:
         if name not in seen:
             out.append(f"plain pod {name} never seen")
         elif seen[name]["phase"] != "Succeeded":
             out.append(f"plain pod {name} ended {seen[name]['phase']}")
-    return out + [f"pod {n} created {len(u)} times" for n, u in ledger.duplicates().items()]
+    twice = ledger.duplicates()
+    return out + [f"plain pod {n} created {len(twice[n])} times" for n in names if n in twice]
 
 
 def plain_pods_done(stack: WholeStack, ns: str, names: Iterable[str], timeout_s: float) -> None:
@@ -62,15 +63,20 @@ def plain_pods_done(stack: WholeStack, ns: str, names: Iterable[str], timeout_s:
 
 
 def finished_nothing_lost(stack: WholeStack, ns: str, ledger: TaskLedger, *, plain: Iterable[str] = (),
-                          timeout_s: float = 300.0) -> list[str]:
-    """Wait for every Job (and the ``plain`` pods) of ``ns`` to finish; the ledger's problems (empty: none)."""
+                          timeout_s: float = 300.0, unique_names: bool = True) -> list[str]:
+    """Wait for every Job (and the ``plain`` pods) of ``ns`` to finish; the ledger's problems (empty: none).
+
+    ``unique_names=False`` where tasks are evicted: an evicted pod is gone before its task runs again, so the
+    new attempt may reuse its name (the operator counts attempts from the pods that exist); tasks are still
+    counted per pod object, so one that succeeded twice is a problem either way.
+    """
     plain = list(plain)
     jobs = stack.wait_jobs_done(ns, timeout_s)
     if plain:
         plain_pods_done(stack, ns, plain, timeout_s)
 
     def problems() -> list[str]:
-        return ledger.problems(jobs) + plain_pod_problems(ledger, plain)
+        return ledger.problems(jobs, unique_names=unique_names) + plain_pod_problems(ledger, plain)
 
     # The ledger's watch may trail the operator's by a moment.
     with contextlib.suppress(AssertionError):
