@@ -13,13 +13,15 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
-from tests.chart.render import REPO
+from tests.chart.render import CHART, REPO
 from tests.support.controlplane import ControlPlane
 from tests.support.processes import EXTENDER_PORT_LOGGED, stop_process, wait_for_logged_port
 
@@ -101,8 +103,6 @@ def test_clean_install_has_no_simulator_extras_and_no_test_tools(clean_venv: Pat
 def test_every_component_starts_from_the_clean_install(clean_venv: Path, component: str) -> None:
     stowage = str(clean_venv / "bin" / "stowage")
     listed = _run([stowage, "--help"], timeout_s=60).stdout
-    if component == "operator" and "operator" not in listed:
-        pytest.skip("`stowage operator` is not in this build yet (the operator issue)")
     assert component in listed
     done = _run([stowage, component, "--help"], timeout_s=60)
     assert "Usage: stowage " + component in done.stdout
@@ -146,5 +146,60 @@ def test_extender_serves_from_the_clean_install(clean_venv: Path, control_plane:
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
             time.sleep(0.2)
         assert "stowage_extender_request_seconds" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    finally:
+        stop_process(proc, timeout_s=15)
+
+
+def _apply_chart_crds(api: Any) -> None:
+    """Every CRD of charts/stowage/crds (Stowage's and Kopf's peering), created if missing, then Established."""
+    from kubernetes import client
+
+    extensions = client.ApiextensionsV1Api(api)
+    names = []
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            names.append(doc["metadata"]["name"])
+            try:
+                extensions.create_custom_resource_definition(doc)
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+    deadline = time.monotonic() + 60
+    for name in names:
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in extensions.read_custom_resource_definition(name).status.conditions or []):
+            assert time.monotonic() < deadline, f"CRD {name} not Established"
+            time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_operator_starts_from_the_clean_install(clean_venv: Path, control_plane: Any, tmp_path: Path) -> None:
+    """``stowage operator`` from the wheel alone: Kopf starts, the default Queue exists, metrics are served."""
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("needs the test's own control plane")
+    _apply_chart_crds(control_plane.api())
+    namespace = f"image-{uuid.uuid4().hex[:6]}"
+    control_plane.create_namespace(namespace)
+    log = tmp_path / "operator.log"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"POD_NAMESPACE": namespace}
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(clean_venv / "bin" / "stowage"), "operator", "--kubeconfig",
+                                 str(control_plane.kubeconfig), "--namespace", namespace, "--metrics-port", "0"],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=NEUTRAL_CWD,
+                                env=env)
+    try:
+        port = wait_for_logged_port(proc, log, r"metrics on http://0\.0\.0\.0:(\d+)/metrics", 180.0)
+        deadline = time.monotonic() + 180.0
+        while "stowage operator started" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
+            time.sleep(0.2)
+        assert _status(f"http://127.0.0.1:{port}/metrics") == 200
+        from kubernetes import client
+
+        queue = client.CustomObjectsApi(control_plane.api()).get_cluster_custom_object(
+            "stowage.io", "v1alpha1", "queues", "default")
+        assert queue["metadata"]["name"] == "default"
     finally:
         stop_process(proc, timeout_s=15)
