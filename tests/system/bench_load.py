@@ -3,13 +3,14 @@
     STOWAGE_LOAD_NODES=200 STOWAGE_LOAD_TASKS=5000 \\
         .venv/bin/pytest tests/system/bench_load.py -q -s -p no:cacheprovider
 
-The whole stack (:class:`tests.support.stack.WholeStack`, ``STOWAGE_LOAD_MONITORED`` node monitors, default 3)
+The whole stack (:class:`tests.support.stack.WholeStack`, ``STOWAGE_LOAD_MONITORED`` node monitors, default 8)
 on ``STOWAGE_LOAD_NODES`` fake nodes runs :func:`tests.system.load.load_jobs` (``STOWAGE_LOAD_TASKS`` tasks in
-``STOWAGE_LOAD_JOBS`` Jobs, default tasks / 25), all submitted at once. Reported (printed, and written as
-Markdown to ``STOWAGE_LOAD_REPORT``, default ``load-report.md``): makespan and mean JCT next to
-``stowage simulate``'s for the same workload file (preset ``stowage``, every arrival at 0), release-to-bind
-p50/p99 (the operator's histogram), the extender's filter latency under the real kube-scheduler, evictions,
-lost tasks, each process's CPU seconds during the run and peak RSS (/proc).
+``STOWAGE_LOAD_JOBS`` Jobs, default tasks / 25; every ``STOWAGE_LOAD_OPPORTUNISTIC_EVERY``-th Job, default
+20th, ``opportunistic: "true"``: it runs only on the monitored nodes), all submitted at once. Reported
+(printed, and written as Markdown to ``STOWAGE_LOAD_REPORT``, default ``load-report.md``): makespan and mean
+JCT next to ``stowage simulate``'s for the same workload file (preset ``stowage``, every arrival at 0),
+release-to-bind p50/p99 (the operator's histogram), the extender's filter latency under the real kube-
+scheduler, evictions, lost tasks, each process's CPU seconds during the run and peak RSS (/proc).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from tests.system.workloads import finished_nothing_lost
 NODES = int(os.environ.get("STOWAGE_LOAD_NODES", "200"))
 TASKS = int(os.environ.get("STOWAGE_LOAD_TASKS", "5000"))
 JOBS = int(os.environ.get("STOWAGE_LOAD_JOBS", str(max(TASKS // 25, 1))))
-MONITORED = int(os.environ.get("STOWAGE_LOAD_MONITORED", "3"))
+MONITORED = int(os.environ.get("STOWAGE_LOAD_MONITORED", "8"))
+OPP_EVERY = int(os.environ.get("STOWAGE_LOAD_OPPORTUNISTIC_EVERY", "20"))
 REPORT = Path(os.environ.get("STOWAGE_LOAD_REPORT", "load-report.md"))
 
 pytestmark = pytest.mark.timeout(int(os.environ.get("STOWAGE_LOAD_TIMEOUT_S", "3600")))
@@ -71,7 +73,7 @@ def simulate(workload: Path, folder: Path) -> dict[str, dict[str, float]]:
 
 def test_load_report(loaded: WholeStack, tmp_path: Path) -> None:
     stack = loaded
-    jobs = load_jobs(TASKS, JOBS, seed=0)
+    jobs = load_jobs(TASKS, JOBS, seed=0, opportunistic_every=OPP_EVERY)
     workload = tmp_path / "load-workload.yaml"
     write_simulator_workload(workload, jobs, NODES, MONITORED)
     with stack.namespace("load") as ns:
@@ -97,7 +99,8 @@ def test_load_report(loaded: WholeStack, tmp_path: Path) -> None:
     ext = labels.METRICS.EXTENDER_REQUEST_SECONDS
     lines = [
         f"Load run: {NODES} fake nodes ({MONITORED} with node monitors, harvesting), {len(jobs)} Jobs, "
-        f"{TASKS} tasks, queues prod:batch:adhoc = 3:2:1, wall {wall:.0f} s.",
+        f"{TASKS} tasks ({sum(j.tasks for j in jobs if j.opportunistic == 'true')} opportunistic), "
+        f"queues prod:batch:adhoc = 3:2:1, wall {wall:.0f} s.",
         "",
         f"- lost or duplicated tasks: {len(problems)} ({problems[:3]})",
         f"- release-to-bind (operator histogram, {metric(operator_text, r2b + '_count'):.0f} pods): "
