@@ -171,11 +171,17 @@ def test_apiserver_restarted_every_component_resumes_nothing_duplicated(healthy:
         submit(stack, ns, "b", tasks("o", 6, run_s=4), opportunistic="true")
         wait_for(lambda: some_done_more_to_release(ledger, 36), 180, "some tasks done, others not released yet")
         stack.restart_apiserver()
-        # New work after the restart needs every watch: the operator's (Jobs, pods), the scheduler's, the
-        # extender's (its node and pod caches), the monitors' and the kubelet's.
+        # A node that exists only after the restart, and work pinned to it: it is seen only through watches
+        # that resumed (the extender's and the operator's node caches, kube-scheduler's, the kubelet's).
+        new = stack.add_node()
+        stack.wait_for_harvest(nodes=[new])
         submit(stack, ns, "after", tasks("r", 4, run_s=3))
-        submit(stack, ns, "after-opp", tasks("o", 4, run_s=3), opportunistic="true")
+        for name, intent in (("after-new-node", "false"), ("after-opp-new-node", "true")):
+            body = stack.job_body(name, [tasks("t", 3, run_s=3)], opportunistic=intent)
+            body["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] = new
+            stack.create_job(ns, body)
         all_done_nothing_lost(stack, ns, ledger)
+        assert opportunistic_bound(ledger, new), f"opportunistic pods bound on {new}, a node added after the restart"
     down = [name for name, proc in [("operator", stack.operator), ("extender", stack.extender),
                                     *stack.monitors.items()] if proc is None or not proc.running]
     assert not down, f"exited after the API server restart: {down}"
