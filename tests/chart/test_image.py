@@ -198,8 +198,11 @@ def test_operator_starts_from_the_clean_install(clean_venv: Path, control_plane:
         assert _status(f"http://127.0.0.1:{port}/metrics") == 200
         from kubernetes import client
 
-        queue = client.CustomObjectsApi(control_plane.api()).get_cluster_custom_object(
-            "stowage.io", "v1alpha1", "queues", "default")
-        assert queue["metadata"]["name"] == "default"
+        objects = client.CustomObjectsApi(control_plane.api())
+        queue = objects.get_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")
     finally:
         stop_process(proc, timeout_s=15)
+    # A Queue this operator created goes with it (the chart's install test installs the chart's own).
+    if (queue["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "stowage-operator":
+        objects.delete_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")
+    client.CoreV1Api(control_plane.api()).delete_namespace(namespace)

@@ -110,12 +110,18 @@ def installed(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> I
                           taints=({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},)))
     nodes = kubelet.add_nodes(specs)
     state = Installed(control_plane, kubelet, nodes, workdir)
-    # A PriorityClass another module left behind (not Helm's) would block the install: Helm adopts nothing.
+    # A PriorityClass or a default Queue another module left behind (not Helm's: another module's operator
+    # creates the Queue at start) would block the install: Helm adopts nothing.
     scheduling = client.SchedulingV1Api(state.api)
     with contextlib.suppress(client.ApiException):
         leftover = scheduling.read_priority_class(OPPORTUNISTIC_PRIORITY_CLASS)
         if (leftover.metadata.labels or {}).get("app.kubernetes.io/managed-by") != "Helm":
             scheduling.delete_priority_class(OPPORTUNISTIC_PRIORITY_CLASS)
+    objects = client.CustomObjectsApi(state.api)
+    with contextlib.suppress(client.ApiException):
+        queue = objects.get_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")
+        if (queue["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != "Helm":
+            objects.delete_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")
     try:
         # Peering on (one replica still): the chart's Kopf peering CRDs and RBAC are exercised by the operator.
         state.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
