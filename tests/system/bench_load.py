@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,11 +30,13 @@ from tests.support.controlplane import ControlPlane
 from tests.support.prometheus import prometheus_binary
 from tests.support.stack import STOWAGE, TaskLedger, WholeStack, metric
 from tests.system.load import (
+    bind_delays,
     evictions,
     histogram_quantile,
     load_jobs,
     makespan_and_jct,
     opportunistic_pods,
+    quantile,
     snapshot_usage,
     submit,
     usage_table,
@@ -88,6 +91,7 @@ def test_load_report(loaded: WholeStack, tmp_path: Path) -> None:
             after = snapshot_usage(stack)
             finished = stack.jobs(ns)
             operator_text, extender_text = stack.operator_metrics(), stack.extender_metrics()
+            delays = bind_delays(stack.pods(ns))
         finally:
             ledger.stop()
     assert stack.prometheus is not None
@@ -106,9 +110,13 @@ def test_load_report(loaded: WholeStack, tmp_path: Path) -> None:
         f"- release-to-bind (operator histogram, {metric(operator_text, r2b + '_count'):.0f} pods): "
         f"p50 {histogram_quantile(operator_text, r2b, 0.5):.2f} s, "
         f"p99 {histogram_quantile(operator_text, r2b, 0.99):.2f} s",
-        f"- extender under kube-scheduler ({metric(extender_text, ext + '_count'):.0f} requests): "
-        f"p50 {1000 * histogram_quantile(extender_text, ext, 0.5):.1f} ms, "
-        f"p99 {1000 * histogram_quantile(extender_text, ext, 0.99):.1f} ms",
+        *[f"- release-to-bind, {cls} pods (pod creation → PodScheduled, 1 s resolution, {len(v)} pods): "
+          f"p50 {quantile(v, 0.5):.0f} s, p99 {quantile(v, 0.99):.0f} s, max {max(v):.0f} s"
+          for cls, v in sorted(delays.items())],
+        *[f"- extender `{verb}` under kube-scheduler ({metric(extender_text, ext + '_count', {'verb': verb}):.0f} "
+          f"requests): p50 {1000 * histogram_quantile(extender_text, ext, 0.5, {'verb': verb}):.1f} ms, "
+          f"p99 {1000 * histogram_quantile(extender_text, ext, 0.99, {'verb': verb}):.1f} ms"
+          for verb in sorted(set(re.findall(rf'{ext}_count{{verb="(\w+)"}}', extender_text)))],
         f"- evictions: {evictions(finished)} (Job status), {monitor_evictions:.0f} (node monitors); "
         f"opportunistic pods: {opportunistic_pods(ledger.pods())}",
         "",

@@ -177,6 +177,31 @@ def snapshot_usage(stack: WholeStack) -> dict[str, list[ProcUsage]]:
     return {name: [proc_usage(p) for p in pids] for name, pids in component_pids(stack).items()}
 
 
+def bind_delays(pods: Iterable[Any]) -> dict[str, list[float]]:
+    """Per class: seconds from each pod's creation (the operator creates a task's pod when it releases it) to
+    its ``PodScheduled`` condition, from the pods' own timestamps (1 s resolution)."""
+    out: dict[str, list[float]] = {}
+    for pod in pods:
+        scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled" and c.status == "True"),
+                         None)
+        if scheduled is None or scheduled.last_transition_time is None:
+            continue
+        delay = (scheduled.last_transition_time - pod.metadata.creation_timestamp).total_seconds()
+        out.setdefault((pod.metadata.labels or {}).get(labels.LABEL_CLASS, "?"), []).append(delay)
+    return out
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (linear between order statistics); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
 def evictions(jobs: Mapping[str, Mapping[str, Any]]) -> int:
     return sum(int(g.get("evicted", 0)) for j in jobs.values()
                for g in ((j.get("status") or {}).get("groups") or {}).values())
