@@ -106,6 +106,8 @@ class OperatorMetrics:
 
     def publish_queues(self, queues: Sequence[QueueNumbers]) -> None:
         self._queues.set(queues)
+        for numbers in queues:  # each queue's completion series from the start: rate() sees its first Job
+            self.job_completion.labels(numbers.name)
 
 
 def serve(metrics: OperatorMetrics, host: str, port: int) -> tuple[Any, int]:

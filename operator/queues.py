@@ -23,6 +23,7 @@ from typing import Any
 from stowage.operator import crd
 from stowage.operator.metrics import QueueNumbers
 
+from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.kube import api
 from stowage.model import JobOrder, Pool, QueueOpportunistic
@@ -32,7 +33,7 @@ __all__ = ["QueueBook", "QueueSpec", "ensure_default_queue", "register", "status
 
 log = logging.getLogger(__name__)
 
-DEFAULT_QUEUE = "default"
+DEFAULT_QUEUE = labels.DEFAULT_QUEUE  # one place: stowage.labels
 
 
 class QueueSpec:
