@@ -132,5 +132,7 @@ def test_load_report(loaded: WholeStack, tmp_path: Path) -> None:
     text = "\n".join(lines)
     print("\n" + text)
     REPORT.write_text(text + "\n")
+    # The workload file beside the report: `stowage simulate --workload <it> --arrivals batch` replays it.
+    REPORT.with_name(f"{REPORT.stem}-workload.yaml").write_text(workload.read_text())
     assert problems == []
 
