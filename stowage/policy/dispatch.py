@@ -217,8 +217,11 @@ def _place_all(
     while rows.size and (limit is None or len(placements) < limit):
         best = None
         tried = np.zeros(weight.shape[0], dtype=bool)
+        # Shares and active queues change only with a placement: once per placement, not per widening.
+        shares = None if every_queue else (fairness.dominant_shares(qa, total, weight),
+                                           np.bincount(queues, minlength=weight.shape[0]) > 0)
         while best is None:  # deprived queues first; widen to the next ones while none of theirs fits
-            picked = _queue_mask(qa, queues, total, weight, tried) if not every_queue else None
+            picked = _queue_mask(qa, queues, total, weight, tried, shares) if shares is not None else None
             allowed = jobs_ok if picked is None else jobs_ok & picked[queues]
             if any_urgent:
                 allowed |= urgent  # the reservation, the critical path: these compete whatever the masks say
@@ -288,10 +291,15 @@ def _queue_mask(
     total: NDArray[np.float64],
     weight: NDArray[np.float64],
     tried: NDArray[np.bool_],
+    known: tuple[NDArray[np.float64], NDArray[np.bool_]] | None = None,
 ) -> NDArray[np.bool_]:
-    """(Q,) queues that compete now: the most deprived of the active queues not ``tried`` yet (all False if none)."""
-    active = (np.bincount(queues, minlength=weight.shape[0]) > 0) & ~tried
-    return fairness.deprived_queues(fairness.dominant_shares(qa, total, weight), active)
+    """(Q,) queues that compete now: the most deprived of the active queues not ``tried`` yet (all False if none).
+
+    ``known``: the dominant shares of ``qa`` and the queues with rows, when the caller already has them.
+    """
+    shares, present = known if known is not None else (
+        fairness.dominant_shares(qa, total, weight), np.bincount(queues, minlength=weight.shape[0]) > 0)
+    return fairness.deprived_queues(shares, present & ~tried)
 
 
 class _Ranks:
