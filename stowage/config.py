@@ -11,7 +11,7 @@ YAML file shape (every key optional)::
     contention: {t_preempt: {cpu: 0.99, memory: 0.95}, sustained_count: 3, sample_interval_s: 1,
                  policy: preserve, alpha: 2, ...}
     packing:    {fairness_knob: 0.25, barrier_knob: 0.9, remaining_work_weight: 1.0, remote_penalty: 0.1,
-                 starvation_skip_limit: 30}
+                 bottleneck_weight: 0, critical_path_fraction: 0, starvation_skip_limit: 30}
     classifier: {short_task_threshold_s: 60}
 
 Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
