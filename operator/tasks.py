@@ -16,6 +16,14 @@ A task's state comes from its attempt pods (and the names released but not yet s
 | ``DisruptionTarget``, or deleted (being deleted) before it finished | evicted or lost: re-queued, no retry spent |
 | none | pending |
 
+Attempts are remembered in the Job's status, not only in the pods: ``status.groups.<g>.startedIndexes``
+(unfinished tasks that had an attempt) and ``status.groups.<g>.attempts`` (``{"<index>": {"next": n,
+"failed": [attempts]}}``, for a task past its first attempt or with a failure). A pod deleted by hand or
+with its node (kube-controller-manager's orphan GC) therefore neither frees its name nor takes back the
+retry its failure spent: the next attempt is numbered past every attempt ever made, and the failures
+counted against ``maxRetries`` are the recorded ones plus those the pods show (a set of attempt numbers,
+so nothing is counted twice).
+
 An eviction *by Stowage* is one whose ``DisruptionTarget`` reason is ``EvictionByEvictionAPI`` (the node
 monitor) or ``PreemptionByScheduler`` (the extender's preempt verb), or the deletion of an opportunistic
 pod; it is counted in ``evicted``. Any other disappearance of an unfinished pod (a user's delete, a
@@ -309,6 +317,8 @@ class GroupPlan:
     node); ``running``: tasks whose pod runs; ``succeeded``: tasks done; ``failed``: failed attempts (each
     spent a retry); ``evicted``: evictions by Stowage so far; ``exhausted``: tasks out of retries;
     ``unbound``: tasks released (pod created, or its create in flight) whose pod is not on a node yet.
+    ``started``: unfinished tasks that had an attempt; ``attempts``: ``(index, next attempt, failed
+    attempts)`` of tasks past their first attempt or with a failure (next 0: the task is done).
     ``releasable``: the next attempt of every task that may be released now, in index order (empty while
     the group waits on a barrier, the Job is suspended or finished).
     """
@@ -327,6 +337,8 @@ class GroupPlan:
     releasable: tuple[TaskRef, ...] = ()
     waiting_on: tuple[str, ...] = ()  # dependencies that have not succeeded yet
     unbound: int = 0
+    started: frozenset[int] = frozenset()
+    attempts: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
 
     @property
     def remaining(self) -> int:
@@ -339,8 +351,15 @@ class GroupPlan:
 
     def as_status(self) -> dict[str, Any]:
         """``status.groups[<name>]``; ``completedIndexes`` keeps a succeeded task done even if its pod is deleted."""
+        attempts: dict[str, dict[str, Any]] = {}
+        for index, next_attempt, failed in self.attempts:
+            record: dict[str, Any] = {"next": next_attempt} if next_attempt else {}
+            if failed:
+                record["failed"] = list(failed)
+            attempts[str(index)] = record
         return {"pending": self.pending, "running": self.running, "succeeded": self.succeeded,
-                "failed": self.failed, "evicted": self.evicted, "completedIndexes": format_indexes(self.completed)}
+                "failed": self.failed, "evicted": self.evicted, "completedIndexes": format_indexes(self.completed),
+                "startedIndexes": format_indexes(self.started), "attempts": attempts}
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,22 +481,37 @@ def plan_job(
         max_retries = int(g.get("maxRetries", 0) or 0)
         prior = old_groups.get(group) or {}
         completed = {i for i in parse_indexes(prior.get("completedIndexes")) if i < replicas}
+        started = {i for i in parse_indexes(prior.get("startedIndexes")) if i < replicas}
+        records = _attempt_records(prior.get("attempts"), replicas)
         pending = running = failed = opp_running = unbound = 0
         exhausted: list[int] = []
         next_attempts: list[TaskRef] = []
+        now_started: set[int] = set()
+        now_attempts: list[tuple[int, int, tuple[int, ...]]] = []
         for index in range(replicas):
             tries = sorted(attempts.get((group, index), []), key=lambda t: t[0])
             outcomes = [(attempt, pod, pod_outcome(pod)) for attempt, pod in tries]
-            failures = sum(1 for _, _, o in outcomes if o is Outcome.FAILED)
+            recorded_next, recorded_failed = records.get(index, (0, frozenset()))
+            failed_attempts = recorded_failed | {a for a, _, o in outcomes if o is Outcome.FAILED}
+            failures = len(failed_attempts)
             failed += failures
             success = next((pod for _, pod, o in outcomes if o is Outcome.SUCCEEDED), None)
             if success is not None or index in completed:
                 if success is not None and index not in completed:
                     finished.append(success)
                 completed.add(index)
+                if failed_attempts:
+                    now_attempts.append((index, 0, tuple(sorted(failed_attempts))))
                 continue
-            latest = max((a for a, _, _ in outcomes), default=-1)
-            in_air = [a for a in range(latest + 2) if pod_name(name, group, index, a) in flying]
+            # The highest attempt ever made: pods seen, the status's record (pods since deleted), names in flight.
+            floor = max(recorded_next, 1 if index in started else 0)
+            seen = max(max((a for a, _, _ in outcomes), default=-1), floor - 1)
+            in_air = [a for a in range(seen + 2) if pod_name(name, group, index, a) in flying]
+            latest = max([seen, *in_air])
+            if latest >= 0:
+                now_started.add(index)
+            if latest >= 1 or failed_attempts:
+                now_attempts.append((index, latest + 1, tuple(sorted(failed_attempts))))
             active = [(a, pod) for a, pod, o in outcomes if o is Outcome.ACTIVE]
             if active or in_air:
                 for _, pod in active:
@@ -500,7 +534,8 @@ def plan_job(
             name=group, replicas=replicas, depends_on=tuple(str(d) for d in g.get("dependsOn") or ()),
             pending=pending, running=running, succeeded=len(completed), failed=failed, evicted=evicted,
             exhausted=tuple(exhausted), opportunistic_running=opp_running, completed=frozenset(completed),
-            releasable=tuple(next_attempts), unbound=unbound,
+            releasable=tuple(next_attempts), unbound=unbound, started=frozenset(now_started),
+            attempts=tuple(now_attempts),
         ))
 
     done = {p.name for p in plans if p.done}
@@ -515,7 +550,7 @@ def plan_job(
         phase = Phase.FAILED
     elif suspended:
         phase = Phase.SUSPENDED
-    elif any(p.running or p.succeeded or p.failed or p.evicted for p in plans) or active_pods or flying:
+    elif any(p.running or p.succeeded or p.failed or p.evicted or p.started for p in plans) or active_pods or flying:
         phase = Phase.RUNNING
     else:
         phase = Phase.PENDING
@@ -607,6 +642,21 @@ def plan_job(
         status["completionTime"] = completion
     return JobPlan(phase=phase, groups=tuple(plans), status=status, events=tuple(events), delete=delete,
                    finished=tuple(finished))
+
+
+def _attempt_records(raw: Any, replicas: int) -> dict[int, tuple[int, frozenset[int]]]:
+    """``status.groups.<g>.attempts`` read back: index → (next attempt, failed attempts); bad entries skipped."""
+    out: dict[int, tuple[int, frozenset[int]]] = {}
+    for key, record in (raw if isinstance(raw, Mapping) else {}).items():
+        if not str(key).isdigit() or int(key) >= replicas or not isinstance(record, Mapping):
+            continue
+        try:
+            next_attempt = max(int(record.get("next", 0) or 0), 0)
+            failed = frozenset(int(a) for a in record.get("failed") or () if int(a) >= 0)
+        except (TypeError, ValueError):
+            continue
+        out[int(key)] = (next_attempt, failed)
+    return out
 
 
 def _max_retries(groups_spec: Sequence[Mapping[str, Any]], group: str) -> int:

@@ -143,7 +143,7 @@ def test_new_job_releases_the_first_group_only_behind_a_barrier() -> None:
     reduce = plan.groups[1]
     assert reduce.waiting_on == ("map",) and reduce.pending == 1
     assert plan.status["groups"]["map"] == {"pending": 3, "running": 0, "succeeded": 0, "failed": 0, "evicted": 0,
-                                            "completedIndexes": ""}
+                                            "completedIndexes": "", "startedIndexes": "", "attempts": {}}
     assert plan.status["progress"] == "0/4" and "startTime" not in plan.status
 
 
@@ -186,8 +186,72 @@ def test_an_eviction_requeues_without_spending_a_retry() -> None:
     assert plan.status["groups"]["map"]["evicted"] == 1 and plan.status["groups"]["map"]["failed"] == 0
     assert [r for _, r, _ in plan.events] == ["TaskEvicted"]
     gone = tasks.plan_job({**j, "status": plan.status}, [], now=NOW)
-    assert gone.releasable == [TaskRef("map", 0, 0)], "once it is gone the first name is free again"
+    assert gone.releasable == [TaskRef("map", 0, 1)], "once it is gone its name is still not reused"
     assert gone.status["groups"]["map"]["evicted"] == 1, "the count is kept in the status"
+
+
+def test_a_failed_attempt_whose_pod_is_deleted_still_counts_toward_max_retries() -> None:
+    j = job(group("map", 1, max_retries=1))
+    first = tasks.plan_job(j, [pod("train", "map", 0, phase="Failed")], now=NOW)
+    assert first.status["groups"]["map"]["attempts"] == {"0": {"next": 1, "failed": [0]}}
+    # The failed pod is deleted by hand; the retry fails too: two failures > maxRetries 1.
+    out = tasks.plan_job({**j, "status": first.status}, [pod("train", "map", 0, 1, phase="Failed")], now=NOW)
+    assert out.phase is Phase.FAILED and out.releasable == []
+    assert out.status["groups"]["map"]["failed"] == 2
+    assert out.status["groups"]["map"]["attempts"] == {"0": {"next": 2, "failed": [0, 1]}}
+
+
+def test_a_failure_seen_both_in_the_status_and_in_its_pod_counts_once() -> None:
+    j = job(group("map", 1, max_retries=1))
+    first = tasks.plan_job(j, [pod("train", "map", 0, phase="Failed")], now=NOW)
+    again = tasks.plan_job({**j, "status": first.status}, [pod("train", "map", 0, phase="Failed")], now=NOW)
+    assert again.releasable == [TaskRef("map", 0, 1)] and again.status["groups"]["map"]["failed"] == 1
+
+
+@pytest.mark.parametrize("lost", [
+    pytest.param({"phase": "Running"}, id="running-pod-deleted-by-hand"),
+    pytest.param({"phase": "Failed", "disruption": "DeletionByPodGC", "deleting": True}, id="lost-with-its-node"),
+    pytest.param({"phase": "Failed", "disruption": "EvictionByEvictionAPI", "opportunistic": True},
+                 id="evicted-by-stowage"),
+])
+def test_a_task_whose_pod_is_gone_gets_a_fresh_name_and_spends_no_retry(lost: dict[str, Any]) -> None:
+    j = job(group("map", 1, max_retries=0))
+    names: list[str] = []
+    status: dict[str, Any] = {}
+    for attempt in range(3):  # each attempt is lost, then its pod disappears from the API
+        seen = tasks.plan_job({**j, "status": status}, [pod("train", "map", 0, attempt, **lost)], now=NOW)
+        gone = tasks.plan_job({**j, "status": seen.status}, [], now=NOW)
+        assert gone.phase is Phase.RUNNING and gone.status["groups"]["map"]["failed"] == 0
+        (task,) = gone.releasable
+        names.append(task.pod_name("train"))
+        status = gone.status
+    assert names == ["train-map-0-r1", "train-map-0-r2", "train-map-0-r3"], "a name is never used twice"
+
+
+def test_a_name_released_in_flight_is_remembered_even_if_its_pod_is_never_seen() -> None:
+    j = job(group("map", 2))
+    flying = tasks.plan_job(j, [], now=NOW, in_flight={"train-map-0"})
+    assert flying.status["groups"]["map"]["startedIndexes"] == "0"
+    after = tasks.plan_job({**j, "status": flying.status}, [], now=NOW)
+    assert after.releasable == [TaskRef("map", 0, 1), TaskRef("map", 1, 0)]
+
+
+def test_a_succeeded_task_keeps_its_failures_and_leaves_the_started_set() -> None:
+    j = job(group("map", 2, max_retries=2))
+    first = tasks.plan_job(j, [pod("train", "map", 0, phase="Failed"), pod("train", "map", 1)], now=NOW)
+    assert first.status["groups"]["map"]["startedIndexes"] == "0-1"
+    done = tasks.plan_job({**j, "status": first.status}, [pod("train", "map", 0, 1, phase="Succeeded")], now=NOW)
+    groups = done.status["groups"]["map"]
+    assert (groups["startedIndexes"], groups["attempts"], groups["failed"]) == ("1", {"0": {"failed": [0]}}, 1)
+    assert done.releasable == [TaskRef("map", 1, 1)], "task 1's running pod is gone: a fresh name"
+
+
+def test_unreadable_attempt_records_are_skipped() -> None:
+    j = job(group("map", 2))
+    status = {"groups": {"map": {"attempts": {"x": {"next": 3}, "0": {"next": "bad"}, "7": {"next": 9},
+                                              "1": {"next": 2, "failed": [0]}}}}}
+    plan = tasks.plan_job({**j, "status": status}, [], now=NOW)
+    assert plan.releasable == [TaskRef("map", 0, 0), TaskRef("map", 1, 2)]
 
 
 def test_a_succeeded_index_stays_done_when_its_pod_is_deleted() -> None:
