@@ -40,6 +40,7 @@ class OperatorOptions:
     webhook_key: str | None = None
     webhook_url: str | None = None
     webhook_service: tuple[str, str] | None = None
+    metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
     peering: str | None = None
     dry_run: bool = False
@@ -85,6 +86,9 @@ def _service(value: str | None) -> tuple[str, str] | None:
 @click.option("--webhook-service", default=None, metavar="NAMESPACE/NAME",
               help="Service the API server reaches the webhooks through (port 443). Stowage then writes its "
                    "webhook configurations. With neither this nor --webhook-url they are not managed (the chart's).")
+@click.option("--metrics-host", default="0.0.0.0",
+              help="Address GET /metrics listens on (0.0.0.0: every interface, for Prometheus scraping the pod; "
+                   "127.0.0.1: this machine only).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=8080,
               help="Port of GET /metrics (0: any free port; logged as 'metrics on ...').")
 @click.option("--peering", default=None, metavar="NAME",
@@ -98,8 +102,8 @@ def _service(value: str | None) -> tuple[str, str] | None:
                    "spreads tasks, the scheduler's MostAllocated packs them (docs/operator.md, 'Node hint').")
 def operator(kubeconfig: str | None, prometheus_url: str | None, config_path: str | None, namespaces: tuple[str, ...],
              all_namespaces: bool, webhook_host: str, webhook_port: int, webhook_cert: str | None,
-             webhook_key: str | None, webhook_url: str | None, webhook_service: str | None, metrics_port: int,
-             peering: str | None, dry_run: bool, node_hint: bool) -> None:
+             webhook_key: str | None, webhook_url: str | None, webhook_service: str | None, metrics_host: str,
+             metrics_port: int, peering: str | None, dry_run: bool, node_hint: bool) -> None:
     """Run the Stowage operator.
 
     Materialises Stowage Jobs (kubectl get sjob) into pods as the dispatcher releases their tasks,
@@ -125,7 +129,8 @@ def operator(kubeconfig: str | None, prometheus_url: str | None, config_path: st
     options = OperatorOptions(
         kubeconfig=kubeconfig, prometheus_url=prometheus_url, config_path=config_path, namespaces=tuple(namespaces),
         webhook_host=webhook_host, webhook_port=webhook_port, webhook_cert=webhook_cert, webhook_key=webhook_key,
-        webhook_url=webhook_url, webhook_service=service, metrics_port=metrics_port,
+        webhook_url=webhook_url, webhook_service=service, metrics_host=metrics_host,
+        metrics_port=metrics_port,
         peering=peering, dry_run=dry_run, node_hint=node_hint)
     try:
         run(options)
@@ -316,8 +321,9 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
     config = load_config(options.kubeconfig)
     client = api.KubeClient(config, timeout_s=30.0, user_agent="stowage-operator")
     metrics = OperatorMetrics()
-    metrics_server, metrics_port = serve(metrics, "0.0.0.0", options.metrics_port)
-    log.info("metrics on http://0.0.0.0:%d/metrics", metrics_port)
+    metrics_server, metrics_port = serve(metrics, options.metrics_host, options.metrics_port)
+    shown = f"[{options.metrics_host}]" if ":" in options.metrics_host else options.metrics_host
+    log.info("metrics on http://%s:%d/metrics", shown, metrics_port)
 
     namespaces = list(options.namespaces)
     peering = None

@@ -239,6 +239,10 @@ RBAC_CASES = [
     ("operator", "patch", "pods", "batch", "", "", "", True),
     ("operator", "delete", "pods", "batch", "", "", "", True),
     ("operator", "patch", "queues", "", "stowage.io", "", "status", True),
+    # It ensures the default Queue at start (create); it never deletes a Queue nor creates a user's Job.
+    ("operator", "create", "queues", "", "stowage.io", "", "", True),
+    ("operator", "delete", "queues", "", "stowage.io", "default", "", False),
+    ("operator", "create", "jobs", "batch", "stowage.io", "", "", False),
     ("operator", "watch", "jobs", "batch", "stowage.io", "", "", True),
     ("operator", "update", "configmaps", NAMESPACE, "", "", "", True),
     # Its own identity (to recognise its own pods in the webhook): system:basic-user grants it to everyone.

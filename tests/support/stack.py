@@ -94,7 +94,7 @@ SCHEDULER_MANIFEST = REPO / "manifests" / "scheduler-config.yaml"
 CAPACITY: Mapping[str, str] = {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 ALLOCATABLE: Mapping[str, str] = {"cpu": "7500m", "memory": "15Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 #: ``stowage operator``'s start-up line naming the metrics port it bound (group 1).
-OPERATOR_METRICS_LOGGED = r"metrics on http://0\.0\.0\.0:(\d+)/metrics"
+OPERATOR_METRICS_LOGGED = r"metrics on http://\S+:(\d+)/metrics"
 OPERATOR_STARTED = "stowage operator started"
 WEBHOOKS_SERVED = r"webhooks served at https://127\.0\.0\.1:(\d+)"
 
@@ -906,7 +906,7 @@ class WholeStack(StartStop, JobApi):
             "--config": str(self.settings), "--prometheus-url": self.prometheus.url,
             "--webhook-host": "127.0.0.1", "--webhook-port": str(self.webhook_port),
             "--webhook-cert": str(self.cert), "--webhook-key": str(self.key),
-            "--metrics-port": str(old.port if old else 0)})
+            "--metrics-host": "127.0.0.1", "--metrics-port": str(old.port if old else 0)})
         argv = [str(STOWAGE), *args, f"--kubeconfig={self.kubeconfigs['operator']}"]
         proc = Proc("operator", argv, self.workdir / "logs" / "operator.log", OPERATOR_METRICS_LOGGED,
                     env={"POD_NAMESPACE": self.release_namespace})
