@@ -10,7 +10,7 @@ Three fake nodes of 7.5 allocatable cores: 21 one-core slots.
   test: the policy allows ±3 % plus one task, 1/21 of the slots, and a sample catches tasks finishing.)
 * **Harvesting and a usage spike.** A regular Job fills every slot; an ``auto`` Job, which the classifier
   has seen finish short, spills onto harvested capacity (opportunistic pods bound). The load model then
-  doubles every pod's usage on every node: sustained contention; the node monitors evict opportunistic
+  triples every pod's usage on every node: sustained contention; the node monitors evict opportunistic
   pods, the operator re-queues them. Every Job succeeds, no regular pod is ever evicted, no task is lost
   or run twice (:class:`TaskLedger`).
 """
@@ -124,7 +124,8 @@ def test_auto_tasks_spill_onto_harvested_capacity_and_a_spike_evicts_only_opport
                                                 opportunistic="auto"))
             wait_for(lambda: (stack.job(ns, "spill-0").get("status") or {}).get("phase") == "Succeeded", 180,
                      "the first auto Job to run (on regular capacity) and succeed")
-            stack.create_job(ns, stack.job_body("hold", [group("r", 21, run_s=70)], queue="share-a"))
+            # Long enough to outlast the waits below on a loaded machine: the spike needs the nodes full.
+            stack.create_job(ns, stack.job_body("hold", [group("r", 21, run_s=180)], queue="share-a"))
             wait_for(lambda: running_cores(stack, ns)["share-a"] >= 21, 240, "every regular slot taken")
             stack.create_job(ns, stack.job_body("spill-1", [group("w", 24, run_s=40)], queue="share-b",
                                                 opportunistic="auto"))
@@ -136,6 +137,7 @@ def test_auto_tasks_spill_onto_harvested_capacity_and_a_spike_evicts_only_opport
 
             # Sustained contention on every node until the monitors have evicted something.
             before = _opportunistic_running(stack, ns, "spill-1")
+            assert running_cores(stack, ns)["share-a"] >= 14, "the regular Job still fills the nodes at the spike"
             for node in stack.nodes:
                 stack.load.spike(node, SPIKE)
             try:
