@@ -451,8 +451,8 @@ class OperatorRuntime:
         for key, plan in plans.items():
             job = self.jobs.job(key)
             if job is not None and not plan.terminal:
-                waiting = sum(g.pending - g.unbound for g in plan.groups)  # neither released nor running
-                pending[tasks.job_queue(job)] = pending.get(tasks.job_queue(job), 0) + max(waiting, 0)
+                waiting = sum(g.unreleased for g in plan.groups)  # neither released nor running
+                pending[tasks.job_queue(job)] = pending.get(tasks.job_queue(job), 0) + waiting
         running: dict[str, int] = {}
         for pod in view.running:
             if pod.queue is not None:

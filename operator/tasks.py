@@ -317,8 +317,10 @@ class GroupPlan:
     node); ``running``: tasks whose pod runs; ``succeeded``: tasks done; ``failed``: failed attempts (each
     spent a retry); ``evicted``: evictions by Stowage so far; ``exhausted``: tasks out of retries;
     ``unbound``: tasks released (pod created, or its create in flight) whose pod is not on a node yet.
-    ``started``: unfinished tasks that had an attempt; ``attempts``: ``(index, next attempt, failed
-    attempts)`` of tasks past their first attempt or with a failure (next 0: the task is done).
+    ``unreleased``: pending tasks with no pod and no create in flight (what waits for the dispatcher; a
+    pod bound but not ``Running`` yet is pending, not unreleased). ``started``: unfinished tasks that had an
+    attempt; ``attempts``: ``(index, next attempt, failed attempts)`` of tasks past their first attempt or with a
+    failure (next 0: the task is done).
     ``releasable``: the next attempt of every task that may be released now, in index order (empty while
     the group waits on a barrier, the Job is suspended or finished).
     """
@@ -337,6 +339,7 @@ class GroupPlan:
     releasable: tuple[TaskRef, ...] = ()
     waiting_on: tuple[str, ...] = ()  # dependencies that have not succeeded yet
     unbound: int = 0
+    unreleased: int = 0
     started: frozenset[int] = frozenset()
     attempts: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
 
@@ -534,7 +537,8 @@ def plan_job(
             name=group, replicas=replicas, depends_on=tuple(str(d) for d in g.get("dependsOn") or ()),
             pending=pending, running=running, succeeded=len(completed), failed=failed, evicted=evicted,
             exhausted=tuple(exhausted), opportunistic_running=opp_running, completed=frozenset(completed),
-            releasable=tuple(next_attempts), unbound=unbound, started=frozenset(now_started),
+            releasable=tuple(next_attempts), unbound=unbound, unreleased=len(next_attempts),
+            started=frozenset(now_started),
             attempts=tuple(now_attempts),
         ))
 

@@ -254,6 +254,14 @@ def test_unreadable_attempt_records_are_skipped() -> None:
     assert plan.releasable == [TaskRef("map", 0, 0), TaskRef("map", 1, 2)]
 
 
+def test_a_bound_pod_not_running_yet_is_pending_but_not_waiting_for_the_dispatcher() -> None:
+    """Queue status pendingTasks counts ``unreleased``: a bound pod the kubelet has not started is released."""
+    plan = tasks.plan_job(job(group("map", 3)), [pod("train", "map", 0, phase="Pending"),
+                                                 pod("train", "map", 1, phase="Pending", node=None)], now=NOW)
+    (g,) = plan.groups
+    assert (g.pending, g.unbound, g.unreleased) == (3, 1, 1)
+
+
 def test_a_succeeded_index_stays_done_when_its_pod_is_deleted() -> None:
     j = job(group("map", 2))
     plan = tasks.plan_job(j, [pod("train", "map", 0, phase="Succeeded")], now=NOW)
