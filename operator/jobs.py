@@ -16,6 +16,8 @@ Job's plan (:func:`stowage.operator.tasks.plan_job`), releases tasks from it, an
 Evictions are counted when a pod of the Job is first seen evicted (``DisruptionTarget`` / deleted while
 opportunistic, :func:`tasks.pod_outcome`); the count reaches ``status.groups[<group>].evicted`` with the
 next status write. Pods already evicted when the operator starts are taken as counted by its predecessor.
+A pod deleted before the status recorded what it says (a failure, its attempt number; ``tasks.attempt_recorded``)
+is still planned with until a status write records it, so its retry and its name are not lost.
 """
 
 from __future__ import annotations
@@ -104,6 +106,9 @@ class _Entry:
     job: dict[str, Any] | None = None
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → pod
     evictions: dict[str, int] = field(default_factory=dict)  # group → evictions not yet in the status
+    # Pods deleted before the status recorded what they say (a failure, their attempt number): planned with
+    # (a failed one as it was, any other as deleted) until the status does, so no retry or name is lost.
+    gone: dict[str, dict[str, Any]] = field(default_factory=dict)
     written: dict[str, Any] | None = None  # the status we last wrote (the cache may lag behind it)
     dirty: bool = True
     plan: tasks.JobPlan | None = None
@@ -184,8 +189,12 @@ class JobBook:
         with self._lock:
             entry = self._entries.setdefault(key, _Entry())
             if deleted:
-                if (entry.pods.get(name) or {}).get("metadata", {}).get("uid") == uid:
+                cached = entry.pods.get(name) or {}
+                if cached.get("metadata", {}).get("uid") == uid:
                     del entry.pods[name]
+                    status = entry.written if entry.written is not None else (entry.job or {}).get("status")
+                    if not tasks.attempt_recorded(status, key[1], cached):
+                        entry.gone[name] = _as_gone(cached, rfc3339(self._clock()))
             else:
                 entry.pods[name] = dict(pod)
             if outcome is tasks.Outcome.EVICTED and uid not in self._counted:
@@ -232,7 +241,8 @@ class JobBook:
                     if entry.written is not None:
                         job["status"] = entry.written
                     try:
-                        entry.plan = tasks.plan_job(job, entry.pods.values(), now=now, in_flight=flying,
+                        pods = [*entry.pods.values(), *entry.gone.values()]
+                        entry.plan = tasks.plan_job(job, pods, now=now, in_flight=flying,
                                                     new_evictions=entry.evictions, mean_capacity=mean_capacity,
                                                     blocked=why)
                     except (InvalidInput, ValueError, TypeError, KeyError) as exc:
@@ -345,6 +355,7 @@ class JobBook:
                 return
             with self._lock:
                 entry.written = plan.status
+                entry.gone = {n: p for n, p in entry.gone.items() if not tasks.attempt_recorded(plan.status, key[1], p)}
                 for group, n in evictions.items():  # now part of status.groups[group].evicted
                     left = entry.evictions.get(group, 0) - n
                     if left > 0:
@@ -429,6 +440,15 @@ def run_span(pod: Mapping[str, Any]) -> tuple[float, float] | None:
 def _progress(plan: tasks.JobPlan) -> float:
     """Finished / total tasks of the Job."""
     return sum(g.succeeded for g in plan.groups) / (sum(g.replicas for g in plan.groups) or 1)
+
+
+def _as_gone(pod: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """A deleted pod's last cached state, marked deleted unless it had finished (then it says how)."""
+    if tasks.pod_outcome(pod) in (tasks.Outcome.FAILED, tasks.Outcome.SUCCEEDED):
+        return dict(pod)
+    meta = {**(pod.get("metadata") or {}), "deletionTimestamp": (pod.get("metadata") or {}).get("deletionTimestamp")
+            or now}
+    return {**pod, "metadata": meta}
 
 
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:

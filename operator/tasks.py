@@ -57,6 +57,7 @@ __all__ = [
     "Outcome",
     "Phase",
     "TaskRef",
+    "attempt_recorded",
     "format_indexes",
     "owner_reference",
     "parse_indexes",
@@ -646,6 +647,25 @@ def plan_job(
         status["completionTime"] = completion
     return JobPlan(phase=phase, groups=tuple(plans), status=status, events=tuple(events), delete=delete,
                    finished=tuple(finished))
+
+
+def attempt_recorded(status: Mapping[str, Any] | None, job: str, pod: Mapping[str, Any]) -> bool:
+    """Whether ``status`` (a Job's) holds what ``pod`` (one of its attempts) says, so the pod may be forgotten:
+    its success (``completedIndexes``), its failure (``attempts``), else its number (the next attempt is past it)."""
+    meta = pod.get("metadata") or {}
+    group = str((meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP))
+    parsed = parse_pod_name(job, group, str(meta.get("name") or ""))
+    group_status = ((status or {}).get("groups") or {}).get(group) or {}
+    if parsed is None or not isinstance(group_status, Mapping):
+        return False
+    index, attempt = parsed
+    if index in parse_indexes(group_status.get("completedIndexes")):
+        return True
+    recorded_next, failed = _attempt_records(group_status.get("attempts"), index + 1).get(index, (0, frozenset()))
+    if pod_outcome(pod) is Outcome.FAILED:
+        return attempt in failed
+    started = index in parse_indexes(group_status.get("startedIndexes"))
+    return attempt < max(recorded_next, 1 if started else 0)
 
 
 def _attempt_records(raw: Any, replicas: int) -> dict[int, tuple[int, frozenset[int]]]:
