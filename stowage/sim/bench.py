@@ -67,9 +67,10 @@ def bench_simulator(workload_spec: str, nodes: int | None, arrivals: str, first_
         r["cpu_vs_kube_default"] = r["cpu_s"] / base if base else None
         s = r["summary"]
         ratio = f"  {r['cpu_vs_kube_default']:.2f}x kube-default" if base else ""
+        outcome = ("stopped at --max-sim-time (a timing slice)" if s["time_cap_reached"]
+                   else f"makespan {s['makespan_s'] / 3600:.2f}h  lost {s['lost_tasks']}")
         click.echo(f"{r['policy']:13s} {r['wall_s']:8.1f}s wall {r['cpu_s']:8.1f}s cpu {r['events']:8d} events "
-                   f"{r['cpu_us_per_event']:7.0f} us/event {r['tasks_per_second']:8.0f} tasks/s{ratio}  "
-                   f"makespan {s['makespan_s'] / 3600:.2f}h  lost {s['lost_tasks']}")
+                   f"{r['cpu_us_per_event']:7.0f} us/event {r['tasks_per_second']:8.0f} tasks/s{ratio}  {outcome}")
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({"workload": workload.name, "tasks": workload.task_count, "runs": rows}, fh, indent=2,

@@ -26,6 +26,13 @@ def test_the_bench_times_a_batch_slice_per_event_and_against_kube_default(tmp_pa
         assert run["summary"]["jobs"] == 30
 
 
+def test_a_timing_slice_says_it_stopped_at_the_cap_instead_of_counting_lost_tasks() -> None:
+    result = CliRunner().invoke(bench, ["simulator", "--workload", "swim", "--nodes", "20", "--first-jobs", "30",
+                                        "--arrivals", "batch", "--max-sim-time", "5", "--policy", "kube-default"])
+    assert result.exit_code == 0, result.output
+    assert "stopped at --max-sim-time" in result.output and "lost" not in result.output
+
+
 def test_the_engine_counts_one_event_per_loop_step() -> None:
     sim = Simulation(contended(seed=1, n_jobs=6), make("kube-default"), SimConfig(), 1)
     steps = 0
