@@ -25,11 +25,77 @@ if TYPE_CHECKING:
 __all__ = ["KubePreset"]
 
 
+def _shape_index(sim: Simulation, groups: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``np.unique(sim.g_shape[groups], return_inverse=True)`` without its sort: shape ids are small ints."""
+    shape = sim.g_shape[groups]
+    present = np.flatnonzero(np.bincount(shape, minlength=len(sim.shapes)))
+    rank = np.empty(len(sim.shapes), dtype=np.int64)
+    rank[present] = np.arange(present.size)
+    return present, rank[shape]
+
+
 def _fits_somewhere(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray, free: NDArray) -> NDArray[np.bool_]:
     """Which of ``groups`` fit at least one node now, checked once per distinct demand shape."""
-    present, which = np.unique(sim.g_shape[groups], return_inverse=True)
+    present, which = _shape_index(sim, groups)
     fits = alignment.feasible(sim.shapes[present][:, fit_res], free[:, fit_res]).any(axis=1)
-    return fits[which.reshape(-1)]
+    return fits[which]
+
+
+class _NodeCache:
+    """Per demand shape: each node's Fit verdict and kube score, recomputed only on nodes that changed.
+
+    A node's verdict and score depend only on its row of the pass's ``free`` and of ``reg_alloc``
+    (elementwise formulas), so recomputing the changed rows gives the very numbers a full rescore
+    would. ``sync`` (each pass) marks the rows that differ from what the cache last saw; ``placed``
+    marks the chosen node after a placement.
+    """
+
+    def __init__(self, n: int, fit_res: NDArray[np.bool_], cm: list[int], to_u: NDArray, cap_u: NDArray,
+                 score: str) -> None:
+        self.fit_res, self.cm, self.to_u, self.cap_u, self.score = fit_res, cm, to_u, cap_u, score
+        self.version = np.zeros(n, dtype=np.int64)
+        self.seen_reg: NDArray[np.float64] | None = None
+        self.seen_free: NDArray[np.float64] | None = None
+        self.by_shape: dict[int, tuple[NDArray[np.bool_], NDArray[np.float64], NDArray[np.int64]]] = {}
+
+    def sync(self, reg: NDArray[np.float64], free: NDArray[np.float64]) -> None:
+        """Start of a pass: ``free`` is the pass's room (mutated in place by the pass)."""
+        if self.seen_reg is not None and self.seen_free is not None:
+            changed = (reg != self.seen_reg).any(axis=1) | (free != self.seen_free).any(axis=1)
+            self.version[changed] += 1
+        self.seen_reg, self.seen_free = reg.copy(), free
+
+    def placed(self, n: int, reg: NDArray[np.float64]) -> None:
+        self.version[n] += 1
+        assert self.seen_reg is not None
+        self.seen_reg[n] = reg[n]
+
+    def lookup(self, shape: int, d: NDArray[np.float64], reg: NDArray[np.float64]
+               ) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
+        """(fits, score) per node for demand ``d`` of ``shape``; score only for the kube strategies."""
+        free = self.seen_free
+        assert free is not None
+        entry = self.by_shape.get(shape)
+        if entry is None:
+            rows: NDArray[np.int64] | slice = slice(None)
+            ok = np.empty(len(self.version), dtype=bool)
+            scores = np.empty(len(self.version))
+            entry = (ok, scores, self.version.copy())
+            self.by_shape[shape] = entry
+        else:
+            rows = np.flatnonzero(entry[2] != self.version)
+            if rows.size == 0:
+                return entry[0], entry[1]
+            entry[2][rows] = self.version[rows]
+        ok, scores, _ = entry
+        fr = self.fit_res
+        ok[rows] = (d[fr] <= free[rows][:, fr] * (1 + 1e-9) + 1e-12).all(axis=1)
+        if self.score in ("least", "most"):
+            # Upstream's int64 milli-CPU and bytes: rounding once per quantity, as the API stores it.
+            req_u = np.rint(reg[rows][:, self.cm] * self.to_u)
+            pod_u = np.rint(d[self.cm] * self.to_u)
+            scores[rows] = scoring.kube_scores(req_u, self.cap_u[rows], pod_u, self.score)
+        return ok, scores
 
 
 def _live_rows(alive: NDArray[np.bool_], shape_of: NDArray[np.int64], start: int) -> list[int]:
@@ -56,14 +122,11 @@ class KubePreset(Preset):
         self._tlp_binds: deque[tuple[float, int, float]] = deque()  # (time, node, predicted cpu)
         self._tlp_missing = np.zeros(sim.cluster.n)  # Σ predicted cpu of the binds above, per node
         self._drf_rank_cache: NDArray[np.int64] | None = None
+        self._nodes = _NodeCache(sim.cluster.n, self.regular_resources(sim), self._cm, self._to_u, self._cap_u,
+                                 self.score)
 
-    def _scores(self, sim: Simulation, g: int) -> NDArray:
+    def _tlp_scores(self, sim: Simulation, g: int) -> NDArray:
         c = sim.cluster
-        if self.score in ("least", "most"):
-            # Upstream's int64 milli-CPU and bytes: rounding once per quantity, as the API stores it.
-            req_u = np.rint(c.reg_alloc[:, self._cm] * self._to_u)
-            pod_u = np.rint(sim.g_demand[g, self._cm] * self._to_u)
-            return scoring.kube_scores(req_u, self._cap_u, pod_u, self.score)
         pod = sim.g_demand[g, self._cm]
         # Trimaran: the load watcher reports every 60 s; pods bound since count at 1.5 × request.
         if sim.now - self._tlp_sample_t >= scoring.TLP_METRICS_INTERVAL_S:
@@ -79,14 +142,16 @@ class KubePreset(Preset):
 
     def _place_regular(self, sim: Simulation, g: int, free: NDArray[np.float64], fit_res: NDArray) -> bool:
         d = sim.g_demand[g]
-        ok = (d[fit_res] <= free[:, fit_res] * (1 + 1e-9) + 1e-12).all(axis=1)
+        reg = sim.cluster.reg_alloc
+        ok, scores = self._nodes.lookup(int(sim.g_shape[g]), d, reg)
         if not ok.any():
             return False
-        n = self._pick(self._scores(sim, g), ok)
+        n = self._pick(self._tlp_scores(sim, g) if self.score == "tlp" else scores, ok)
         if n is None:
             return False
         sim.place(g, n, opp=False)
         free[n] -= d
+        self._nodes.placed(n, reg)
         if self.score == "tlp":
             cpu = float(d[sim.cluster.cpu]) * scoring.TLP_REQUESTS_MULTIPLIER
             self._tlp_binds.append((sim.now, n, cpu))
@@ -106,14 +171,14 @@ class KubePreset(Preset):
             regular = regular[:0]  # only a monitor tick since the last pass: regular room is unchanged
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
+        self._nodes.sync(sim.cluster.reg_alloc, free)
         if regular.size:
             regular = regular[_fits_somewhere(sim, regular, fit_res, free)]
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:
             ordered = self._queue_order(sim, regular)
-            present, shape_of = np.unique(sim.g_shape[ordered], return_inverse=True)
-            shape_of = shape_of.reshape(-1)
+            present, shape_of = _shape_index(sim, ordered)
             shapes = sim.shapes[present]
             # Room only shrinks during a pass: a demand at least as big as one that failed fails too,
             # so a failure kills its shape and every bigger one for the rest of the pass (at most one
@@ -145,8 +210,7 @@ class KubePreset(Preset):
         if groups.size == 0:
             return
         ordered = groups[np.argsort(self._drf_rank(sim)[groups], kind="stable")]
-        present, shape_of = np.unique(sim.g_shape[ordered], return_inverse=True)
-        shape_of = shape_of.reshape(-1)
+        present, shape_of = _shape_index(sim, ordered)
         shapes = sim.shapes[present]
         alive = np.ones(present.size, dtype=bool)
         queues = sim.g_queue[ordered]
@@ -200,8 +264,7 @@ class KubePreset(Preset):
         c = sim.cluster
         inv = np.divide(1.0, c.cap, out=np.zeros_like(c.cap), where=c.cap > 0)
         ordered = self._queue_order(sim, ready)
-        present, shape_of = np.unique(sim.g_shape[ordered], return_inverse=True)
-        shape_of = shape_of.reshape(-1)
+        present, shape_of = _shape_index(sim, ordered)
         shapes = sim.shapes[present]
         alive = np.ones(present.size, dtype=bool)  # as in the regular pass: room only shrinks
         todo = _live_rows(alive, shape_of, 0)

@@ -1,0 +1,68 @@
+"""The kube-like presets' incremental node cache gives the numbers a full rescore gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stowage.sim import scoring
+from stowage.sim.baselines import _NodeCache, _shape_index
+from tests.sim.kit import contended
+
+
+def _full(d: np.ndarray, free: np.ndarray, reg: np.ndarray, cap_u: np.ndarray, fit_res: np.ndarray,
+          score: str) -> tuple[np.ndarray, np.ndarray]:
+    """The plain computation the presets did before the cache: every node, every pod."""
+    ok = (d[fit_res] <= free[:, fit_res] * (1 + 1e-9) + 1e-12).all(axis=1)
+    to_u = np.array([1000.0, 1.0])
+    s = scoring.kube_scores(np.rint(reg[:, :2] * to_u), cap_u, np.rint(d[:2] * to_u), score)
+    return ok, s
+
+
+@pytest.mark.parametrize("score", ["least", "most"])
+def test_cache_matches_full_rescore_on_random_placements_and_releases(score: str) -> None:
+    rng = np.random.default_rng(7)
+    n, r = 40, 4
+    cap = rng.choice([8.0, 16.0, 32.0], size=(n, 1)) * np.array([1.0, 4e9, 1e9, 1e9])
+    shapes = rng.uniform(0.05, 0.3, size=(6, r)) * cap.max(axis=0)
+    fit_res = np.array([True, True, True, False])
+    to_u = np.array([1000.0, 1.0])
+    cap_u = np.rint(cap[:, :2] * to_u)
+    cache = _NodeCache(n, fit_res, [0, 1], to_u, cap_u, score)
+    reg = np.zeros((n, r))
+    checked = placed = 0
+    for _ in range(30):  # passes
+        # between passes: some nodes free part of what they hold (float noise included)
+        gone = rng.random(n) < 0.2
+        reg[gone] *= rng.uniform(0.0, 0.9, size=(int(gone.sum()), 1))
+        free = cap - reg
+        cache.sync(reg, free)
+        for _ in range(20):  # pods in the pass
+            k = int(rng.integers(len(shapes)))
+            d = shapes[k]
+            ok, s = cache.lookup(k, d, reg)
+            ok_full, s_full = _full(d, free, reg, cap_u, fit_res, score)
+            np.testing.assert_array_equal(ok, ok_full)
+            np.testing.assert_array_equal(s, s_full)
+            checked += 1
+            if ok.any():
+                node = int(np.flatnonzero(ok)[np.argmax(s[ok])])
+                reg[node] += d
+                free[node] -= d
+                cache.placed(node, reg)
+                placed += 1
+    assert checked == 600 and placed > 100  # the comparisons ran on a filling, draining cluster
+
+
+def test_shape_index_equals_numpy_unique() -> None:
+    from stowage.sim.engine import SimConfig, Simulation
+    from stowage.sim.presets import make
+
+    sim = Simulation(contended(seed=2, n_jobs=14), make("kube-default"), SimConfig(), 2)
+    rng = np.random.default_rng(1)
+    for size in (1, 5, sim.n_groups):
+        groups = rng.choice(sim.n_groups, size=size, replace=False)
+        present, which = _shape_index(sim, groups)
+        want_present, want_which = np.unique(sim.g_shape[groups], return_inverse=True)
+        np.testing.assert_array_equal(present, want_present)
+        np.testing.assert_array_equal(which, want_which.reshape(-1))
