@@ -121,7 +121,9 @@ class KubePreset(Preset):
         self._tlp_measured = np.zeros(sim.cluster.n)
         self._tlp_binds: deque[tuple[float, int, float]] = deque()  # (time, node, predicted cpu)
         self._tlp_missing = np.zeros(sim.cluster.n)  # Σ predicted cpu of the binds above, per node
-        self._drf_rank_cache: NDArray[np.int64] | None = None
+        self._drf_order_cache: NDArray[np.int64] | None = None
+        self._queue = np.zeros(0, dtype=np.int64)  # open, unfinished groups in queue order
+        self._opened = 0  # how many groups were open when ``_queue`` was sorted
         self._nodes = _NodeCache(sim.cluster.n, self.regular_resources(sim), self._cm, self._to_u, self._cap_u,
                                  self.score)
 
@@ -162,8 +164,21 @@ class KubePreset(Preset):
         key = np.lexsort((groups, sim.g_ready_at[groups], -sim.j_priority[sim.g_job[groups]]))
         return groups[key]
 
+    def _ready_in_order(self, sim: Simulation) -> NDArray[np.int64]:
+        """``_queue_order(sim.ready_groups())`` without a sort per pass.
+
+        A group's key (priority, when its barrier opened, index) never changes once it is open, so
+        the open groups are sorted again only when one opens; between, filtering by waiting tasks
+        keeps the order.
+        """
+        opened = int(np.count_nonzero(sim.g_ready))
+        if opened != self._opened:
+            self._opened = opened
+            self._queue = self._queue_order(sim, np.flatnonzero(sim.g_ready & (sim.g_done < sim.g_tasks)))
+        return self._queue[sim.g_pending[self._queue] > 0]
+
     def schedule(self, sim: Simulation) -> None:
-        ready = sim.ready_groups()
+        ready = self._ready_in_order(sim)
         if ready.size == 0:
             return
         regular = ready[sim.j_opp[sim.g_job[ready]] != OPP_TRUE] if self.harvesting else ready
@@ -177,7 +192,7 @@ class KubePreset(Preset):
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:
-            ordered = self._queue_order(sim, regular)
+            ordered = regular  # filtering kept the queue order
             present, shape_of = _shape_index(sim, ordered)
             shapes = sim.shapes[present]
             # Room only shrinks during a pass: a demand at least as big as one that failed fails too,
@@ -209,7 +224,10 @@ class KubePreset(Preset):
         """
         if groups.size == 0:
             return
-        ordered = groups[np.argsort(self._drf_rank(sim)[groups], kind="stable")]
+        chosen = np.zeros(sim.n_groups, dtype=bool)
+        chosen[groups] = True
+        by_rank = self._drf_order(sim)
+        ordered = by_rank[chosen[by_rank]]  # groups in DRF order, without a sort per pass
         present, shape_of = _shape_index(sim, ordered)
         shapes = sim.shapes[present]
         alive = np.ones(present.size, dtype=bool)
@@ -245,13 +263,11 @@ class KubePreset(Preset):
             else:
                 shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
 
-    def _drf_rank(self, sim: Simulation) -> NDArray[np.int64]:
-        """Each group's place in DRF's order inside a queue: its job's arrival, then the group index."""
-        if self._drf_rank_cache is None:
-            order = np.lexsort((np.arange(sim.n_groups), sim.j_arrival[sim.g_job]))
-            self._drf_rank_cache = np.empty(sim.n_groups, dtype=np.int64)
-            self._drf_rank_cache[order] = np.arange(sim.n_groups)
-        return self._drf_rank_cache
+    def _drf_order(self, sim: Simulation) -> NDArray[np.int64]:
+        """Every group in DRF's order inside a queue: its job's arrival, then the group index."""
+        if self._drf_order_cache is None:
+            self._drf_order_cache = np.lexsort((np.arange(sim.n_groups), sim.j_arrival[sim.g_job]))
+        return self._drf_order_cache
 
     def _schedule_opportunistic(self, sim: Simulation) -> None:
         """UBIS: what did not fit regularly runs on harvested capacity, in queue order."""

@@ -66,3 +66,25 @@ def test_shape_index_equals_numpy_unique() -> None:
         want_present, want_which = np.unique(sim.g_shape[groups], return_inverse=True)
         np.testing.assert_array_equal(present, want_present)
         np.testing.assert_array_equal(which, want_which.reshape(-1))
+
+
+@pytest.mark.parametrize("preset", ["kube-default", "drf", "ubis"])
+def test_kept_queue_order_equals_a_fresh_sort_at_every_pass(preset: str) -> None:
+    from stowage.sim.engine import SimConfig, Simulation
+    from stowage.sim.presets import make
+    from tests.sim.kit import BURSTY
+
+    p = make(preset)
+    sim = Simulation(contended(seed=2, n_jobs=14), p, SimConfig(usage=BURSTY), 2)
+    plain_schedule = p.schedule
+    passes = []
+
+    def checked(s: Simulation) -> None:
+        want = p._queue_order(s, s.ready_groups())  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(p._ready_in_order(s), want)  # type: ignore[attr-defined]
+        passes.append(want.size)
+        plain_schedule(s)
+
+    p.schedule = checked  # type: ignore[method-assign]
+    sim.run()
+    assert len(passes) > 20 and max(passes) > 1  # many passes, some with several groups waiting
