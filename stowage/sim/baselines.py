@@ -41,6 +41,29 @@ def _fits_somewhere(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray
     return fits[which]
 
 
+def _kube_score_one(req: list[float], cap: list[float], pod: list[float], strategy: str) -> float:
+    """``scoring.kube_scores`` for one node on Python floats: the same IEEE operations in the same order.
+
+    A placement changes one node; scoring it through numpy costs more in call overhead than the
+    arithmetic (``tests/sim/test_baselines_incremental.py`` compares the two bit for bit).
+    """
+    top = scoring.MAX_NODE_SCORE
+    non_zero = (pod[0] if pod[0] > 0 else scoring.DEFAULT_MILLI_CPU_REQUEST,
+                pod[1] if pod[1] > 0 else scoring.DEFAULT_MEMORY_REQUEST)
+    per, frac = [0.0, 0.0], [0.0, 0.0]
+    for r in (0, 1):
+        c = cap[r]
+        if c > 0:
+            q = req[r] + non_zero[r]
+            if strategy == "least":
+                per[r] = float(math.floor((c - q) * top / c)) if q <= c else 0.0
+            else:
+                per[r] = float(math.floor(min(q, c) * top / c))
+            frac[r] = min((req[r] + pod[r]) / c, 1.0)
+    fit = math.floor((per[0] + per[1]) / 2.0)
+    return float(fit + math.floor((1.0 - abs(frac[0] - frac[1]) / 2.0) * top))
+
+
 class _NodeCache:
     """Per demand shape: each node's Fit verdict and kube score, recomputed only on nodes that changed.
 
@@ -57,6 +80,8 @@ class _NodeCache:
         self.seen_reg: NDArray[np.float64] | None = None
         self.seen_free: NDArray[np.float64] | None = None
         self.by_shape: dict[int, tuple[NDArray[np.bool_], NDArray[np.float64], NDArray[np.int64]]] = {}
+        self.cap_list: list[list[float]] = cap_u.tolist()
+        self.units: list[float] = to_u.tolist()
 
     def sync(self, reg: NDArray[np.float64], free: NDArray[np.float64]) -> None:
         """Start of a pass: ``free`` is the pass's room (mutated in place by the pass)."""
@@ -89,6 +114,16 @@ class _NodeCache:
             entry[2][rows] = self.version[rows]
         ok, scores, _ = entry
         fr = self.fit_res
+        if not isinstance(rows, slice) and rows.size == 1:  # after a placement: one node, on floats
+            n = int(rows[0])
+            ok[n] = bool((d[fr] <= free[n, fr] * (1 + 1e-9) + 1e-12).all())
+            if self.score in ("least", "most"):
+                c, m = self.cm
+                uc, um = self.units
+                req = [float(round(float(reg[n, c]) * uc)), float(round(float(reg[n, m]) * um))]
+                pod = [float(round(float(d[c]) * uc)), float(round(float(d[m]) * um))]
+                scores[n] = _kube_score_one(req, self.cap_list[n], pod, self.score)
+            return ok, scores
         ok[rows] = (d[fr] <= free[rows][:, fr] * (1 + 1e-9) + 1e-12).all(axis=1)
         if self.score in ("least", "most"):
             # Upstream's int64 milli-CPU and bytes: rounding once per quantity, as the API stores it.

@@ -88,3 +88,20 @@ def test_kept_queue_order_equals_a_fresh_sort_at_every_pass(preset: str) -> None
     p.schedule = checked  # type: ignore[method-assign]
     sim.run()
     assert len(passes) > 20 and max(passes) > 1  # many passes, some with several groups waiting
+
+
+@pytest.mark.parametrize("strategy", ["least", "most"])
+def test_one_node_score_on_floats_equals_numpy_bit_for_bit(strategy: str) -> None:
+    from stowage.sim.baselines import _kube_score_one
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    cap = np.rint(rng.choice([0.0, 1.0, 7.0, 16.0, 96.0], size=(n, 1)) * np.array([1000.0, 2**30]))
+    cap[rng.random(n) < 0.05, 1] = 0.0  # one resource without capacity
+    req = np.rint(cap * rng.uniform(0.0, 1.3, size=(n, 2)))  # some nodes already over capacity
+    pods = np.rint(rng.uniform(0.0, 4.0, size=(n, 2)) * np.array([1000.0, 2**30]))
+    pods[rng.random(n) < 0.1] = 0.0  # pods that request nothing (upstream's non-zero defaults)
+    for i in range(n):
+        want = scoring.kube_scores(req[i:i + 1], cap[i:i + 1], pods[i], strategy)[0]
+        got = _kube_score_one(req[i].tolist(), cap[i].tolist(), pods[i].tolist(), strategy)
+        assert got == want, (req[i], cap[i], pods[i])
