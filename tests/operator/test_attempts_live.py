@@ -68,8 +68,12 @@ def test_a_running_pod_deleted_by_hand_reruns_under_a_fresh_name_without_spendin
                      "the first attempt running")
     assert first.metadata.name == "lost-step-0"
     _delete_now(stack, ns, "lost-step-0")
-    again = wait_for(lambda: next((p for p in stack.pods(ns) if p.metadata.uid != first.metadata.uid), None), 240,
-                     "the task's next attempt")
+    try:
+        again = wait_for(lambda: next((p for p in stack.pods(ns) if p.metadata.uid != first.metadata.uid), None),
+                         120, "the task's next attempt")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; job status: {stack.job(ns, 'lost').get('status')}; "
+                             f"pods: {[(p.metadata.name, p.status.phase) for p in stack.pods(ns)]}") from None
     assert again.metadata.name == "lost-step-0-r1", "a task never gets the same pod name twice"
     job = stack.wait_job_phase(ns, "lost", "Succeeded")
     group = job["status"]["groups"]["step"]
