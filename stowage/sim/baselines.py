@@ -279,13 +279,20 @@ class KubePreset(Preset):
         for q in range(len(by_queue)):
             advance(q, 0)
         total = sim.cluster.total * fit_res
-        shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
+        shares: NDArray[np.float64] | None = None  # None: a placement changed them since they were last needed
         while True:
             eligible = np.array([h < len(rows) for h, rows in zip(head, by_queue, strict=True)])
             if not eligible.any():
                 return
-            # drf_pick's rule (lowest share, ties to the lowest index) on shares kept between placements.
-            q = int(np.flatnonzero(eligible)[np.argmin(shares[eligible])])
+            # drf_pick's rule (lowest share, ties to the lowest index) on shares kept between placements;
+            # with one queue eligible the shares cannot change the pick, so they wait until needed.
+            live = np.flatnonzero(eligible)
+            if live.size == 1:
+                q = int(live[0])
+            else:
+                if shares is None:
+                    shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
+                q = int(live[np.argmin(shares[eligible])])
             i = int(by_queue[q][head[q]])
             g = int(ordered[i])
             if sim.g_pending[g] == 0:
@@ -296,7 +303,7 @@ class KubePreset(Preset):
                     if head[other] < len(rows) and not alive[shape_of[rows[head[other]]]]:
                         advance(other, head[other])
             else:
-                shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
+                shares = None
 
     def _drf_order(self, sim: Simulation) -> NDArray[np.int64]:
         """Every group in DRF's order inside a queue: its job's arrival, then the group index."""
