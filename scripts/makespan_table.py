@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stowage.sim.report import format_duration
+
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- makespan-table:start -->", "<!-- makespan-table:end -->"
 USAGES = (0.5, 0.7, 0.9)
@@ -65,10 +67,6 @@ def run(case: Case, usage: float, out: Path, jobs: int, rerun: bool) -> dict:
     return json.loads(report.read_text())
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.2f}h"
-
-
 def block(case: Case, reports: dict[float, dict], jobs: int) -> list[str]:
     """One workload's table: a row per usage fraction and preset."""
     lines = [f"#### {case.title}", "", "`" + " ".join(command(case, USAGES[0], Path("DIR"), jobs)).replace(
@@ -86,8 +84,8 @@ def block(case: Case, reports: dict[float, dict], jobs: int) -> list[str]:
             jct = p["jct_mean_s"] / kube["jct_mean_s"] if kube["jct_mean_s"] else float("nan")
             bold = "**" if name == "stowage" else ""
             lines.append(
-                f"| {usage} | {bold}{name}{bold} | {_hours(p['makespan_s'])} | {bold}{mk:.3f}{bold} | "
-                f"{p['makespan_to_lower_bound']:.2f} | {p['jct_mean_s'] / 60:.1f}m | {jct:.2f} | "
+                f"| {usage} | {bold}{name}{bold} | {format_duration(p['makespan_s'])} | {bold}{mk:.3f}{bold} | "
+                f"{p['makespan_to_lower_bound']:.2f} | {format_duration(p['jct_mean_s'])} | {jct:.2f} | "
                 f"{p['wasted_work_s']:,.0f} | {p['evictions'] + p['oom_kills']:,} | "
                 f"{100 * p['slowed_jobs_fraction']:.0f} % |")
     return [*lines, ""]
