@@ -9,7 +9,10 @@ The decision core of the simulator's ``tetris``/``stowage`` presets and of the o
 2. **Jobs** (each queue's ``jobOrder``): inside a queue only its first ``max(1, ⌈(1−f)·J_q⌉)`` jobs in the
    caller's ranking (FIFO/SRTF from ``ordering.order_jobs``, FSP from the caller's ``FspTracker``).
 3. **Score** (Tetris §3.3.2, §3.5): the best ``a(t, n) − m·ā·p(job)/p̄`` among the allowed rows, plus
-   ``10⁶`` for groups the barrier knob boosts; if no allowed row fits anywhere, among all rows.
+   ``10⁶`` for groups the barrier knob boosts; if no allowed row fits anywhere, among all rows. End game
+   (Graphene; both off by default, ``PassInput.group_duration_s``): ``packing.bottleneck_weight`` adds
+   ``remaining_work.bottleneck_bonus``; with ``packing.critical_path_fraction`` a row whose chain outlasts the
+   waiting work's drain time (``remaining_work.critical_rows``) gets ``10⁶`` and passes the masks.
 4. **Place** one task; take its demand off the node's free vector and add it to its queue's allocation;
    a row whose pending count reaches 0 leaves the pass.
 
