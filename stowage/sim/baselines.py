@@ -69,7 +69,7 @@ class _NodeCache:
 
     A node's verdict and score depend only on its row of the pass's ``free`` and of ``reg_alloc``
     (elementwise formulas), so recomputing the changed rows gives the very numbers a full rescore
-    would. ``sync`` (each pass) marks the rows that differ from what the cache last saw; ``placed``
+    would. ``sync`` (a pass's first try) marks the rows that differ from what the cache last saw; ``placed``
     marks the chosen node after a placement.
     """
 
@@ -180,6 +180,8 @@ class KubePreset(Preset):
     def _place_regular(self, sim: Simulation, g: int, free: NDArray[np.float64], fit_res: NDArray) -> bool:
         d = sim.g_demand[g]
         reg = sim.cluster.reg_alloc
+        if self._nodes.seen_free is not free:  # the first placement try of a pass (a new ``free``)
+            self._nodes.sync(reg, free)
         ok, scores = self._nodes.lookup(int(sim.g_shape[g]), d, reg)
         if not ok.any():
             return False
@@ -221,7 +223,6 @@ class KubePreset(Preset):
             regular = regular[:0]  # only a monitor tick since the last pass: regular room is unchanged
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
-        self._nodes.sync(sim.cluster.reg_alloc, free)
         if regular.size:
             regular = regular[_fits_somewhere(sim, regular, fit_res, free)]
         if self.order == "drf":
