@@ -162,7 +162,8 @@ class KubePreset(Preset):
         self._nodes = _NodeCache(sim.cluster.n, self.regular_resources(sim), self._cm, self._to_u, self._cap_u,
                                  self.score)
 
-    def _tlp_scores(self, sim: Simulation, g: int) -> NDArray:
+    def _scores(self, sim: Simulation, g: int) -> NDArray:
+        """load-aware's Trimaran scores for ``g`` on every node (the kube strategies' come from ``_nodes``)."""
         c = sim.cluster
         pod = sim.g_demand[g, self._cm]
         # Trimaran: the load watcher reports every 60 s; pods bound since count at 1.5 × request.
@@ -185,7 +186,7 @@ class KubePreset(Preset):
         ok, scores = self._nodes.lookup(int(sim.g_shape[g]), d, reg)
         if not ok.any():
             return False
-        n = self._pick(self._tlp_scores(sim, g) if self.score == "tlp" else scores, ok)
+        n = self._pick(self._scores(sim, g) if self.score == "tlp" else scores, ok)
         if n is None:
             return False
         sim.place(g, n, opp=False)
