@@ -109,6 +109,9 @@ class _Entry:
     # Pods deleted before the status recorded what they say (a failure, their attempt number): planned with
     # (a failed one as it was, any other as deleted) until the status does, so no retry or name is lost.
     gone: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Every task pod name an event has shown, deleted ones too: a release whose pod was created and deleted
+    # between two passes is no longer in flight (else it would hold its task until IN_FLIGHT_TTL_S).
+    seen: set[str] = field(default_factory=set)
     written: dict[str, Any] | None = None  # the status we last wrote (the cache may lag behind it)
     dirty: bool = True
     plan: tasks.JobPlan | None = None
@@ -188,6 +191,7 @@ class JobBook:
         outcome = tasks.pod_outcome(pod, deleted=deleted)
         with self._lock:
             entry = self._entries.setdefault(key, _Entry())
+            entry.seen.add(name)
             if deleted:
                 cached = entry.pods.get(name) or {}
                 if cached.get("metadata", {}).get("uid") == uid:
@@ -217,9 +221,10 @@ class JobBook:
             return entry.job if entry else None
 
     def pod_names(self, key: JobKey) -> set[str]:
+        """Names of the Job's task pods any event has shown, those deleted since included."""
         with self._lock:
             entry = self._entries.get(key)
-            return set(entry.pods) if entry else set()
+            return set(entry.pods) | entry.seen if entry else set()
 
     def plans(self, in_flight: Callable[[JobKey], set[str]], mean_capacity: Mapping[str, float] | None,
               blocked: Callable[[Mapping[str, Any]], dict[str, tuple[str, str]]] | None = None,

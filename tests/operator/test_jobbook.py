@@ -61,3 +61,21 @@ def test_a_running_pod_deleted_before_any_status_write_spends_no_retry_and_frees
     book.apply_pod_event("DELETED", running)
     plan = book.plans(lambda _: set(), None)[("ns", "train")]
     assert plan.releasable == [TaskRef("map", 0, 1)] and plan.status["groups"]["map"]["failed"] == 0
+
+
+def test_a_release_whose_pod_came_and_went_between_two_passes_is_not_in_flight() -> None:
+    """The runtime counts a released name in flight until the book shows it (``pod_names``). A pod created, run
+    and deleted between two passes was never in the book's live pods: it must still end the flight, or the task
+    waits IN_FLIGHT_TTL_S for its next attempt (seen live under load: 120 s with no pod)."""
+    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    j = job(group("map", 1, max_retries=0))
+    book.upsert_job(j)
+    key = ("ns", "train")
+    released = {tasks.pod_name("train", "map", 0, 0)}
+    running = _owned(pod("train", "map", 0), j)
+    book.apply_pod_event("ADDED", running)
+    book.apply_pod_event("DELETED", running)
+    flying = released - book.pod_names(key)
+    assert flying == set()
+    plan = book.plans(lambda _: flying, None)[key]
+    assert plan.releasable == [TaskRef("map", 0, 1)]
