@@ -27,7 +27,6 @@ import pytest
 
 from stowage import labels
 from tests.support.controlplane import ControlPlane
-from tests.support.prometheus import prometheus_binary
 from tests.support.stack import STOWAGE, TaskLedger, WholeStack, metric
 from tests.system.load import (
     bind_delays,
@@ -42,7 +41,7 @@ from tests.system.load import (
     usage_table,
     write_simulator_workload,
 )
-from tests.system.workloads import finished_nothing_lost
+from tests.system.workloads import finished_nothing_lost, wide_stack
 
 NODES = int(os.environ.get("STOWAGE_LOAD_NODES", "200"))
 TASKS = int(os.environ.get("STOWAGE_LOAD_TASKS", "5000"))
@@ -56,11 +55,7 @@ pytestmark = pytest.mark.timeout(int(os.environ.get("STOWAGE_LOAD_TIMEOUT_S", "3
 
 @pytest.fixture(scope="module")
 def loaded(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WholeStack]:
-    if not isinstance(control_plane, ControlPlane):
-        pytest.skip("needs process control")
-    prometheus_binary()
-    with WholeStack(control_plane, tmp_path_factory.mktemp("load"), node_count=NODES,
-                    monitored_nodes=MONITORED) as stack:
+    with wide_stack(control_plane, tmp_path_factory, "load", nodes=NODES, monitored=MONITORED) as stack:
         yield stack
 
 

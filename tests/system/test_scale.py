@@ -16,10 +16,9 @@ import pytest
 
 from stowage import labels
 from tests.support.controlplane import ControlPlane
-from tests.support.prometheus import prometheus_binary
 from tests.support.stack import TaskLedger, WholeStack
 from tests.system.load import load_jobs, makespan_and_jct, submit
-from tests.system.workloads import finished_nothing_lost
+from tests.system.workloads import finished_nothing_lost, wide_stack
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -29,11 +28,7 @@ TASKS = int(os.environ.get("STOWAGE_SCALE_TASKS", "400"))
 
 @pytest.fixture(scope="module")
 def wide(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WholeStack]:
-    if not isinstance(control_plane, ControlPlane):
-        pytest.skip("needs process control (STOWAGE_TEST_KUBECONFIG points at an external cluster)")
-    prometheus_binary()
-    with WholeStack(control_plane, tmp_path_factory.mktemp("scale"), node_count=NODES,
-                    monitored_nodes=MONITORED) as stack:
+    with wide_stack(control_plane, tmp_path_factory, "scale", nodes=NODES, monitored=MONITORED) as stack:
         yield stack
 
 

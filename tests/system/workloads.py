@@ -8,14 +8,29 @@ what :class:`tests.support.stack.TaskLedger` found wrong (empty: every task ran 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from stowage import labels
+from tests.support.controlplane import ControlPlane
 from tests.support.fake_kubelet import ANN_RUN_SECONDS
+from tests.support.prometheus import prometheus_binary
 from tests.support.stack import TaskLedger, WholeStack, wait_for
+
+
+@contextlib.contextmanager
+def wide_stack(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory, folder: str, *, nodes: int,
+               monitored: int) -> Iterator[WholeStack]:
+    """The whole stack on ``nodes`` fake nodes, node monitors on the first ``monitored`` (the 200-node runs)."""
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("needs process control (STOWAGE_TEST_KUBECONFIG points at an external cluster)")
+    prometheus_binary()
+    with WholeStack(control_plane, tmp_path_factory.mktemp(folder), node_count=nodes,
+                    monitored_nodes=monitored) as stack:
+        yield stack
 
 
 def group(name: str, n: int, run_s: float = 5, cpu: str = "1", memory: str = "1Gi", **extra: Any) -> dict[str, Any]:
