@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 from kubernetes import client
 from stowage.operator import crd
 
+from tests.operator.support import OperatorStack, running_operator
+from tests.scheduler.stack import Proc
 from tests.support.controlplane import ControlPlane, ExternalCluster
 from tests.support.controlplane_plugin import control_plane, fake_kubelet, pytest_runtest_makereport  # noqa: F401
 
@@ -85,3 +87,17 @@ def stowage_crds(kube: RawApi) -> list[dict[str, Any]]:
 
 # The live modules' shared stack: fake nodes, extender, kube-scheduler (each module starts its own operator).
 from tests.operator.support import operator_stack  # noqa: E402, F401
+
+
+@pytest.fixture(scope="module")
+def operator(operator_stack: OperatorStack, request: pytest.FixtureRequest) -> Iterator[Proc]:  # noqa: F811
+    """The module's operator process; a module may set ``OPERATOR_KWARGS`` (``OperatorStack.start_operator``)."""
+    with running_operator(operator_stack, **getattr(request.module, "OPERATOR_KWARGS", {})) as proc:
+        yield proc
+
+
+@pytest.fixture
+def ns(operator_stack: OperatorStack, operator: Proc, request: pytest.FixtureRequest) -> Iterator[str]:  # noqa: F811
+    """A namespace for one test (prefix: the module's ``NAMESPACE_PREFIX``), deleted after it."""
+    with operator_stack.namespace(getattr(request.module, "NAMESPACE_PREFIX", "op")) as name:
+        yield name

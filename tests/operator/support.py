@@ -72,7 +72,6 @@ __all__ = [
     "metric",
     "operator_stack",
     "running_operator",
-    "strict_drf_config",
     "wait_for",
 ]
 
@@ -309,14 +308,6 @@ def prometheus_available() -> bool:
     return bool(os.environ.get("PROMETHEUS") or shutil.which("prometheus") or os.path.exists("/usr/bin/prometheus"))
 
 
-def strict_drf_config(stack: OperatorStack) -> tuple[str, str]:
-    """``--config`` with ``packing.fairness_knob: 0.5``: with two queues only the one furthest below its share
-    competes for a slot (the default 0.25 lets ⌈0.75·2⌉ = 2, i.e. both, compete and the packing score decides)."""
-    path = stack.workdir / "strict-drf.yaml"
-    path.write_text("packing:\n  fairness_knob: 0.5\n")
-    return "--config", str(path)
-
-
 @contextlib.contextmanager
 def running_operator(stack: OperatorStack, **kwargs: Any) -> Iterator[Proc]:
     """An operator process for the duration of the block; stopped by PID, its webhook configurations removed."""
@@ -326,3 +317,4 @@ def running_operator(stack: OperatorStack, **kwargs: Any) -> Iterator[Proc]:
     finally:
         proc.stop()
         stack.remove_webhook_configurations()
+

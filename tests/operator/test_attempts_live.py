@@ -9,27 +9,18 @@ as kube-controller-manager's orphan GC does once a node is gone): its failure st
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from tests.operator.support import OperatorStack, job_body, running_operator, wait_for
+from tests.operator.support import OperatorStack, job_body, wait_for
 from tests.scheduler.stack import Proc
 
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def operator(operator_stack: OperatorStack) -> Iterator[Proc]:
-    with running_operator(operator_stack, extra=("--metrics-host", "127.0.0.1")) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(operator_stack: OperatorStack, operator: Proc) -> Iterator[str]:
-    with operator_stack.namespace("attempts") as name:
-        yield name
+NAMESPACE_PREFIX = "attempts"
+OPERATOR_KWARGS = {"extra": ("--metrics-host", "127.0.0.1")}
 
 
 def _delete_now(stack: OperatorStack, namespace: str, name: str) -> None:

@@ -9,29 +9,19 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from stowage import labels
-from tests.operator.support import OperatorStack, job_body, metric, running_operator, wait_for
+from tests.operator.support import OperatorStack, job_body, metric, wait_for
 from tests.scheduler.stack import Proc
 
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def operator(operator_stack: OperatorStack) -> Iterator[Proc]:
-    with running_operator(operator_stack) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(operator_stack: OperatorStack, operator: Proc) -> Iterator[str]:
-    with operator_stack.namespace("life") as name:
-        yield name
+NAMESPACE_PREFIX = "life"
 
 
 def _time(value: object) -> float:

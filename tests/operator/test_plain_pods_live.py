@@ -8,30 +8,20 @@ with the default settings: between queues only the most deprived compete (``fair
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from stowage import labels
-from tests.operator.support import NODE_LABEL, OperatorStack, metric, running_operator, wait_for
+from tests.operator.support import NODE_LABEL, OperatorStack, metric, wait_for
 from tests.scheduler.stack import Proc
 from tests.support.fake_kubelet import ANN_RUN_SECONDS
 
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def operator(operator_stack: OperatorStack) -> Iterator[Proc]:
-    with running_operator(operator_stack) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(operator_stack: OperatorStack, operator: Proc) -> Iterator[str]:
-    with operator_stack.namespace("plain") as name:
-        yield name
+NAMESPACE_PREFIX = "plain"
 
 
 def plain_pod(name: str, stack: OperatorStack, *, cpu: str = "500m", memory: str = "512Mi", queue: str | None = None,
