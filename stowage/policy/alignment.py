@@ -31,6 +31,7 @@ __all__ = [
     "MAX_EXTENDER_PRIORITY",
     "alignment",
     "feasible",
+    "finite_or_zero",
     "to_extender_scores",
 ]
 
@@ -67,6 +68,12 @@ def _check_resources(d: NDArray[np.float64], other: NDArray[np.float64], field: 
         )
 
 
+def finite_or_zero(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``np.nan_to_num(x, nan=0.0, posinf=0.0)``; ``x`` itself when it is all finite (nan_to_num's copies
+    cost more than the arithmetic on the small arrays of a pass)."""
+    return x if np.isfinite(x).all() else np.nan_to_num(x, nan=0.0, posinf=0.0)
+
+
 def _feasible_2d(d: NDArray[np.float64], avail: NDArray[np.float64]) -> NDArray[np.bool_]:
     """(T, N) fit mask for clamped inputs; loops over R so memory stays O(T·N)."""
     limit = avail * (1.0 + FEASIBILITY_RTOL)
@@ -90,7 +97,7 @@ def feasible(demand: ArrayLike, available: ArrayLike) -> NDArray[np.bool_]:
     avail = _as_2d(available, "available")
     _check_resources(d, avail, "available")
     d = np.where(np.isnan(d), np.nan, np.maximum(d, 0.0))
-    avail = np.maximum(np.nan_to_num(avail, nan=0.0, posinf=0.0), 0.0)
+    avail = np.maximum(finite_or_zero(avail), 0.0)
     ok = _feasible_2d(d, avail)
     return ok[0] if single else ok
 
@@ -135,9 +142,9 @@ def alignment(
         )
 
     d = np.where(np.isnan(d), np.nan, np.maximum(d, 0.0))
-    cap = np.maximum(np.nan_to_num(cap, nan=0.0, posinf=0.0), 0.0)
+    cap = np.maximum(finite_or_zero(cap), 0.0)
     # Nothing is available beyond capacity; a zero-capacity resource has nothing available.
-    avail = np.clip(np.nan_to_num(avail, nan=0.0, posinf=0.0), 0.0, cap)
+    avail = np.clip(finite_or_zero(avail), 0.0, cap)
 
     # Per resource, (d/C)·(A/C): A/C ∈ [0, 1], and d/C ≤ 1 + tol wherever the task fits,
     # so no term can overflow for a feasible pair even with tiny capacities.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy.alignment import FEASIBILITY_RTOL
+from stowage.policy.alignment import FEASIBILITY_RTOL, finite_or_zero
 
 __all__ = ["ColumnScorer"]
 
@@ -24,7 +24,7 @@ class ColumnScorer:
         d = np.asarray(shapes, dtype=np.float64)
         # alignment's cleaning: demand < 0 → 0 (NaN kept: never fits); capacity NaN/+inf → 0, < 0 → 0.
         self.d = np.where(np.isnan(d), np.nan, np.maximum(d, 0.0))
-        self.cap = np.maximum(np.nan_to_num(np.asarray(cap, dtype=np.float64), nan=0.0, posinf=0.0), 0.0)
+        self.cap = np.maximum(finite_or_zero(np.asarray(cap, dtype=np.float64)), 0.0)
         self.positive = self.cap > 0
         self.r = self.d.shape[1]
 

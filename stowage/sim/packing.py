@@ -141,8 +141,9 @@ class PackingPreset(Preset):
         return out
 
     def _job_work(self, sim: Simulation) -> NDArray[np.float64]:
-        left = (sim.g_pending + sim.g_running).astype(np.float64)
-        return remaining_work.remaining_work(sim.g_dur * left, sim.g_demand, sim.g_job, sim.n_jobs, self.mean_cap)
+        if not hasattr(self, "_work"):
+            self._work = _JobWork(sim.g_dur, sim.g_demand, sim.g_job, sim.j_groups, self.mean_cap)
+        return self._work.current((sim.g_pending + sim.g_running).astype(np.float64))
 
     def _job_rank(self, sim: Simulation, jobs: NDArray[np.int64], work: _Lazy) -> NDArray[np.float64]:
         """``dispatch.job_ranks`` with this run's queues; FSP trackers are advanced to now when asked."""
@@ -221,6 +222,59 @@ def _chains(duration: NDArray[np.float64], children: list[list[int]]) -> NDArray
             stack.pop()
             out[g] = duration[g] + max((out[c] for c in children[g] if not np.isnan(out[c])), default=0.0)
     return out
+
+
+class _JobWork:
+    """``remaining_work.remaining_work(dur · left, demand, job, J, C̄)`` kept across passes, same bits.
+
+    Only the jobs whose groups' task counts changed since the last call are summed again. A
+    job's groups are contiguous and ascending (``Simulation.j_groups``), and ``np.bincount`` adds
+    in index order from 0.0, so a plain left-to-right sum over the job's groups gives its bits.
+    ``per_task`` is ``dur · (demand @ inv)`` elementwise, with ``demand @ inv`` taken once on the
+    same matrix the plain call uses.
+    """
+
+    _FULL = 0.25  # above this fraction of changed groups, one plain call is cheaper than the loop
+
+    def __init__(self, dur: NDArray[np.float64], demand: NDArray[np.float64], job: NDArray[np.int64],
+                 job_groups: list[list[int]], mean_cap: NDArray[np.float64]) -> None:
+        self.dur, self.demand, self.job, self.job_groups, self.mean_cap = dur, demand, job, job_groups, mean_cap
+        dem = np.maximum(np.nan_to_num(np.asarray(demand, dtype=np.float64), nan=0.0, posinf=0.0), 0.0)
+        cbar = np.nan_to_num(np.asarray(mean_cap, dtype=np.float64), nan=0.0)
+        self.unit = dem @ np.divide(1.0, cbar, out=np.zeros_like(cbar), where=cbar > 0)
+        self.left: NDArray[np.float64] | None = None
+
+    def current(self, left: NDArray[np.float64]) -> NDArray[np.float64]:
+        """(J,) remaining work for ``left`` (G,) tasks pending or running per group (read-only)."""
+        if self.left is not None:
+            changed = np.flatnonzero(left != self.left)
+            if changed.size <= self._FULL * left.size:
+                if changed.size:
+                    self._update(left, changed)
+                return self.work
+        self.left = left
+        self.per_task = self._clean(self.dur * left) * self.unit
+        self.work = remaining_work.remaining_work(self.dur * left, self.demand, self.job, len(self.job_groups),
+                                                  self.mean_cap)
+        self.work.flags.writeable = False
+        return self.work
+
+    @staticmethod
+    def _clean(dur: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.maximum(np.nan_to_num(dur, nan=0.0, posinf=0.0), 0.0)  # remaining_work's own cleaning
+
+    def _update(self, left: NDArray[np.float64], changed: NDArray[np.int64]) -> None:
+        self.left = left
+        self.per_task[changed] = self._clean(self.dur[changed] * left[changed]) * self.unit[changed]
+        work = self.work.copy()
+        for j in np.unique(self.job[changed]).tolist():
+            groups = self.job_groups[j]
+            total = 0.0
+            for x in self.per_task[groups[0] : groups[-1] + 1].tolist():
+                total += x
+            work[j] = total
+        work.flags.writeable = False
+        self.work = work
 
 
 class _Lazy:
