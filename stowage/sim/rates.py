@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
-__all__ = ["RateTracker", "node_factors", "task_rates"]
+__all__ = ["RateTracker", "node_factors", "rate_table", "task_rates"]
 
 _TOLERANCE = 1e-9  # Cluster.rates: usage above capacity × (1 + this) anywhere means contention
 
@@ -63,6 +63,15 @@ def node_factors(
     return f_reg, f_opp
 
 
+def rate_table(
+    factors: tuple[NDArray[np.float64], NDArray[np.float64]], masks: NDArray[np.bool_]
+) -> NDArray[np.float64]:
+    """(2, M, N): the smallest factor of each class over each resource mask on each node, in [0, 1]."""
+    table = np.stack([np.stack([np.where(m, f, 1.0).min(axis=1) for m in masks]) for f in factors])
+    np.clip(table, 0.0, 1.0, out=table)
+    return table
+
+
 def task_rates(
     factors: tuple[NDArray[np.float64], NDArray[np.float64]],
     masks: NDArray[np.bool_],
@@ -75,14 +84,7 @@ def task_rates(
     ``masks`` (M, R) the distinct resource masks, ``mask`` (P,) each task's; one table
     ``[class, mask, node]`` then one gather, instead of an (P, R) gather and minimum.
     """
-    table = np.stack([np.stack([np.where(m, f, 1.0).min(axis=1) for m in masks]) for f in factors])
-    np.clip(table, 0.0, 1.0, out=table)
-    return table[opp.astype(np.int64), mask, node]
-
-
-def _take(values: NDArray[np.float64], rows: slice | NDArray[np.int64]) -> NDArray[np.float64]:
-    """``values[rows]`` for a (P, K) array: ``take`` on axis 0 costs a fraction of fancy indexing there."""
-    return values[rows] if isinstance(rows, slice) else values.take(rows, axis=0)
+    return rate_table(factors, masks)[opp.astype(np.int64), mask, node]
 
 
 class RateTracker:
@@ -93,36 +95,51 @@ class RateTracker:
     It keeps that state only while rates are needed: while no node can contend (the engine then
     calls :meth:`pause`), usage is computed plainly when asked and nothing is kept, so presets that
     never contend pay no bookkeeping; the next :meth:`rates` starts over from every row.
+
+    Per-row numbers are kept resource-major, (R, P): every step is then a handful of numpy calls on
+    contiguous rows of P numbers (a (P, R) layout with R = 4 made numpy's broadcasts cost several
+    times the arithmetic). :meth:`current_use` hands out the (P, R) view.
     """
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         n, r = sim.cluster.n, len(sim.resources)
         self.active = False
-        self.use = np.zeros((0, r))
-        self.demand = np.zeros((0, r))  # each row's group demand (P, R): no gather per event
-        self.base = np.zeros((0, 2))  # each row's [base, io_base] fractions, as UsageModel.fraction takes them
-        self.bin = np.zeros(0, dtype=np.int64)  # each row's first bin in node_sums
+        self.use_t = np.zeros((r, 0))
+        self.demand_t = np.zeros((r, 0))  # each row's group demand: no gather per event
+        self.base_t = np.zeros((2, 0))  # each row's base and I/O base fractions (UsageModel.fraction_t)
+        self.slot = np.zeros(0, dtype=np.int64)  # node + N·class: the row's bin in the per-resource sums
+        self.cell = np.zeros(0, dtype=np.int64)  # the row's flat index in rate_table's (class, mask, node)
         self.final = np.zeros(0, dtype=bool)  # past the ramp-up at the last evaluation: constant since
         self.bursting = np.zeros(0, dtype=bool)  # burst state at the last evaluation
         self.evaluated_at = -np.inf
         self.dirty = np.ones(n, dtype=bool)  # nodes whose sums must be recomputed
         self.reg = np.zeros((n, r))
         self.opp = np.zeros((n, r))
+        # Which fraction (0 base, 1 I/O) each resource reads.
+        self.io = sim.io_resources.astype(np.intp)
         # Rates depend on which resources a task uses: a handful of distinct masks.
         self.masks, mask_of = np.unique(sim.g_uses, axis=0, return_inverse=True)
         self.g_mask = mask_of.reshape(-1).astype(np.int64)
 
+    def _rows_of(self, lo: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64],
+                                         NDArray[np.int64]]:
+        """Demand, fractions, sum slot and rate cell of the running rows from ``lo`` on."""
+        sim = self.sim
+        run, n = sim.running, sim.cluster.n
+        group, node, opp = run.group[lo:], run.node[lo:], run.opp[lo:].astype(np.int64)
+        demand_t = sim.g_demand.T.take(group, axis=1)
+        base_t = np.stack([run.base[lo:], run.io_base[lo:]])
+        cell = (opp * len(self.masks) + self.g_mask[group]) * n + node
+        return demand_t, base_t, node + n * opp, cell
+
     def _start(self) -> None:
         """Track every running row from now on, each to be evaluated afresh."""
-        run = self.sim.running
-        p = len(run)
-        self.use = np.zeros((p, self.use.shape[1]))
-        self.demand = self.sim.g_demand[run.group]
-        self.base = np.stack([run.base, run.io_base], axis=1)
+        p = len(self.sim.running)
+        self.demand_t, self.base_t, self.slot, self.cell = self._rows_of(0)
+        self.use_t = np.zeros((self.demand_t.shape[0], p))
         self.final = np.zeros(p, dtype=bool)
         self.bursting = np.zeros(p, dtype=bool)
-        self.bin = self._bins(run.node, run.opp)
         self.evaluated_at = -np.inf
         self.dirty[:] = True
         self.active = True
@@ -131,8 +148,9 @@ class RateTracker:
         """No node can contend now: stop keeping state until rates are needed again."""
         if self.active:
             self.active = False
-            self.use, self.final, self.bursting = self.use[:0], self.final[:0], self.bursting[:0]
-            self.bin, self.demand, self.base = self.bin[:0], self.demand[:0], self.base[:0]
+            self.use_t, self.demand_t, self.base_t = self.use_t[:, :0], self.demand_t[:, :0], self.base_t[:, :0]
+            self.slot, self.cell, self.final, self.bursting = (
+                self.slot[:0], self.cell[:0], self.final[:0], self.bursting[:0])
 
     # --- rows come and go ----------------------------------------------------------------------
 
@@ -140,13 +158,15 @@ class RateTracker:
         """Called after ``Running.append``: the last ``len(nodes)`` rows are new."""
         if not self.active:
             return
-        run, k = self.sim.running, nodes.shape[0]
-        self.use = np.concatenate([self.use, np.zeros((k, self.use.shape[1]))])
-        self.demand = np.concatenate([self.demand, self.sim.g_demand[run.group[-k:]]])
-        self.base = np.concatenate([self.base, np.stack([run.base[-k:], run.io_base[-k:]], axis=1)])
+        k = nodes.shape[0]
+        demand_t, base_t, slot, cell = self._rows_of(len(self.sim.running) - k)
+        self.use_t = np.concatenate([self.use_t, np.zeros((self.use_t.shape[0], k))], axis=1)
+        self.demand_t = np.concatenate([self.demand_t, demand_t], axis=1)
+        self.base_t = np.concatenate([self.base_t, base_t], axis=1)
+        self.slot = np.concatenate([self.slot, slot])
+        self.cell = np.concatenate([self.cell, cell])
         self.final = np.concatenate([self.final, np.zeros(k, dtype=bool)])
         self.bursting = np.concatenate([self.bursting, np.zeros(k, dtype=bool)])
-        self.bin = np.concatenate([self.bin, self._bins(run.node[-k:], run.opp[-k:])])
         self.dirty[nodes] = True
 
     def keeping(self, mask: NDArray[np.bool_]) -> None:
@@ -154,66 +174,72 @@ class RateTracker:
         if not self.active:
             return
         self.dirty[self.sim.running.node[~mask]] = True
-        # compress: a (P, R) array by a row mask costs a tenth of arr[mask]
-        self.use, self.final, self.bursting, self.bin = (
-            self.use.compress(mask, axis=0), self.final[mask], self.bursting[mask], self.bin[mask])
-        self.demand, self.base = self.demand.compress(mask, axis=0), self.base.compress(mask, axis=0)
-
-    def _bins(self, node: NDArray[np.int64], opp: NDArray[np.bool_]) -> NDArray[np.int64]:
-        """Each row's first bin in the (node, class, resource) sums: ``((class · N) + node) · R``."""
-        c = self.sim.cluster
-        return (node + c.n * opp.astype(np.int64)) * c.r
+        rows = np.flatnonzero(mask)
+        self.use_t, self.demand_t, self.base_t = (
+            self.use_t.take(rows, axis=1), self.demand_t.take(rows, axis=1), self.base_t.take(rows, axis=1))
+        self.slot, self.cell, self.final, self.bursting = (
+            self.slot[rows], self.cell[rows], self.final[rows], self.bursting[rows])
 
     # --- usage ---------------------------------------------------------------------------------
 
     def current_use(self) -> NDArray[np.float64]:
         """(P, R) usage of each running row at ``sim.now`` (a fresh array whenever a value changed)."""
         sim, run = self.sim, self.sim.running
-        now = sim.now
+        now, model = sim.now, sim.usage_model
         if not self.active:
-            both = sim.usage_model.fraction(now, run.start, np.stack([run.base, run.io_base], axis=1),
-                                            run.burst_until)
-            return sim.g_demand[run.group] * np.where(sim.io_resources, both[:, 1:2], both[:, 0:1])
+            demand_t = sim.g_demand.T.take(run.group, axis=1)
+            f = model.fraction_t(now, run.start, np.stack([run.base, run.io_base]), run.burst_until)
+            return (demand_t * f.take(self.io, axis=0)).T
         burst = run.burst_until > now
         # Time going back (never in the engine) would undo "past the ramp": then redo every row.
         redo = np.ones(len(run), dtype=bool) if now < self.evaluated_at else ~self.final | (burst != self.bursting)
         self.evaluated_at = now
-        if not redo.any():
-            return self.use
-        # Every row (short tasks: all still ramping) is a slice: views, no gathers.
-        rows: slice | NDArray[np.int64] = slice(None) if redo.all() else np.flatnonzero(redo)
-        model = sim.usage_model
-        both = model.fraction(now, run.start[rows], _take(self.base, rows), run.burst_until[rows])
-        new = _take(self.demand, rows) * np.where(sim.io_resources, both[:, 1:2], both[:, 0:1])
+        k = int(np.count_nonzero(redo))
+        if k == 0:
+            return self.use_t.T
+        if 4 * k >= len(run):
+            # Most rows moved (short tasks: nearly all still ramping): evaluate every row. A row that
+            # did not move (past its ramp, same burst state) gets the very bits it had, and gathering
+            # the others would cost more than the arithmetic.
+            f = model.fraction_t(now, run.start, self.base_t, run.burst_until)
+            self.use_t = self.demand_t * f.take(self.io, axis=0)
+            self.final = (now - run.start) / model.ramp_s >= 1.0 if model.ramp_s > 0 else np.ones(len(run), bool)
+            self.bursting = burst
+        else:
+            rows = np.flatnonzero(redo)
+            f = model.fraction_t(now, run.start[rows], self.base_t.take(rows, axis=1), run.burst_until[rows])
+            use_t = self.use_t.copy()  # callers may hold the previous array
+            use_t[:, rows] = self.demand_t.take(rows, axis=1) * f.take(self.io, axis=0)
+            self.use_t = use_t
+            self.bursting[rows] = burst[rows]
+            # UsageModel.fraction clips (now − start)/ramp_s at 1: from there on the ramp is constant.
+            self.final[rows] = (now - run.start[rows]) / model.ramp_s >= 1.0 if model.ramp_s > 0 else True
         # A row redone is ramping or changed burst state: its usage moved (marking a node whose
         # sums did not change only recomputes the same sums).
-        self.dirty[run.node[rows]] = True
-        if isinstance(rows, slice):
-            self.use = new
-        else:
-            self.use = self.use.copy()  # callers may hold the previous array
-            self.use[rows] = new
-        self.bursting[rows] = burst[rows]
-        # UsageModel.fraction clips (now − start)/ramp_s at 1: from there on the ramp is constant.
-        self.final[rows] = (now - run.start[rows]) / model.ramp_s >= 1.0 if model.ramp_s > 0 else True
-        return self.use
+        self.dirty[run.node[redo]] = True
+        return self.use_t.T
 
     def node_sums(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(N, R) usage of regular and of opportunistic rows per node, now (tracking from here on)."""
         if not self.active:
             self._start()
-        use = self.current_use()
-        if self.dirty.any():
-            n, r = self.sim.cluster.n, use.shape[1]
-            rows: slice | NDArray[np.int64] = (
-                slice(None) if self.dirty.all() else np.flatnonzero(self.dirty[self.sim.running.node]))
-            # One bin per (node, class, resource); each bin adds its rows in row order, as
+        self.current_use()
+        dirty = int(np.count_nonzero(self.dirty))
+        if dirty:
+            use_t, n = self.use_t, self.sim.cluster.n
+            r = use_t.shape[0]
+            # One bin per (class, node) and resource; each bin adds its rows in row order, as
             # Cluster.node_sums does, so the sums are the same to the last bit.
-            bins = (self.bin[rows][:, None] + np.arange(r)).ravel()
-            both = np.bincount(bins, weights=_take(use, rows).ravel(), minlength=2 * n * r).reshape(2 * n, r)
-            if isinstance(rows, slice):
+            both = np.empty((2 * n, r))
+            if 2 * dirty >= n:  # summing every row gives the same bits for the clean nodes too
+                for j in range(r):
+                    both[:, j] = np.bincount(self.slot, weights=use_t[j], minlength=2 * n)
                 self.reg, self.opp = both[:n], both[n:]
             else:
+                rows = np.flatnonzero(self.dirty[self.sim.running.node])
+                slot = self.slot[rows]
+                for j in range(r):
+                    both[:, j] = np.bincount(slot, weights=use_t[j].take(rows), minlength=2 * n)
                 self.reg[self.dirty] = both[:n][self.dirty]
                 self.opp[self.dirty] = both[n:][self.dirty]
             self.dirty[:] = False
@@ -223,9 +249,9 @@ class RateTracker:
 
     def rates(self) -> NDArray[np.float64]:
         """Progress rate of each running row (fraction of full speed), as :meth:`Cluster.rates` gives it."""
-        run, c = self.sim.running, self.sim.cluster
+        c = self.sim.cluster
         reg, opp = self.node_sums()
         factors = node_factors(reg, opp, c.cap, c.cpu, c.mem)
         if factors is None:
-            return np.ones(len(run))
-        return task_rates(factors, self.masks, self.g_mask[run.group], run.opp, run.node)
+            return np.ones(len(self.sim.running))
+        return rate_table(factors, self.masks).ravel().take(self.cell)
