@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -133,9 +134,18 @@ class _NodeCache:
         return ok, scores
 
 
-def _live_rows(alive: NDArray[np.bool_], shape_of: NDArray[np.int64], start: int) -> list[int]:
-    """Positions from ``start`` on whose demand shape has not failed yet in this pass."""
-    return (np.flatnonzero(alive[shape_of[start:]]) + start).tolist()
+def _live_rows(alive: NDArray[np.bool_], shape_of: NDArray[np.int64], start: int) -> Iterator[int]:
+    """Positions from ``start`` on whose demand shape has not failed yet in this pass, found lazily.
+
+    A pass usually stops at the next failure, a few rows on, while thousands of groups wait: rows are
+    looked at in doubling chunks instead of all at once. The caller starts over after a failure
+    (``alive`` changed); the chunks read ``alive`` as it is when they are taken.
+    """
+    n, chunk = shape_of.shape[0], 32
+    while start < n and alive.any():
+        end = min(start + chunk, n)
+        yield from (np.flatnonzero(alive[shape_of[start:end]]) + start).tolist()
+        start, chunk = end, chunk * 2
 
 
 class KubePreset(Preset):
@@ -159,6 +169,9 @@ class KubePreset(Preset):
         self._drf_order_cache: NDArray[np.int64] | None = None
         self._queue = np.zeros(0, dtype=np.int64)  # open, unfinished groups in queue order
         self._opened = 0  # how many groups were open when ``_queue`` was sorted
+        # Static per group: may it run regular (not opportunistic: true), may it run opportunistically.
+        self._regular_ok = sim.j_opp[sim.g_job] != OPP_TRUE
+        self._opp_ok = self._opp_eligible(sim, np.arange(sim.n_groups))
         self._nodes = _NodeCache(sim.cluster.n, self.regular_resources(sim), self._cm, self._to_u, self._cap_u,
                                  self.score)
 
@@ -219,7 +232,7 @@ class KubePreset(Preset):
         ready = self._ready_in_order(sim)
         if ready.size == 0:
             return
-        regular = ready[sim.j_opp[sim.g_job[ready]] != OPP_TRUE] if self.harvesting else ready
+        regular = ready[self._regular_ok[ready]] if self.harvesting else ready
         if not sim.regular_changed:
             regular = regular[:0]  # only a monitor tick since the last pass: regular room is unchanged
         fit_res = self.regular_resources(sim)
@@ -315,15 +328,15 @@ class KubePreset(Preset):
 
     def _schedule_opportunistic(self, sim: Simulation) -> None:
         """UBIS: what did not fit regularly runs on harvested capacity, in queue order."""
-        ready = sim.ready_groups()
-        ready = ready[self._opp_eligible(sim, ready)]
+        # The kept queue order (``_ready_in_order``, refreshed by this pass's regular part) filtered
+        # by waiting tasks is ``_queue_order(sim.ready_groups())``: no sort per pass.
+        ready = self._queue[(sim.g_pending[self._queue] > 0) & self._opp_ok[self._queue]]
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
-        ready = ready[_fits_somewhere(sim, ready, np.ones(len(sim.resources), dtype=bool), avail)]
+        ordered = ready[_fits_somewhere(sim, ready, np.ones(len(sim.resources), dtype=bool), avail)]
         c = sim.cluster
         inv = np.divide(1.0, c.cap, out=np.zeros_like(c.cap), where=c.cap > 0)
-        ordered = self._queue_order(sim, ready)
         present, shape_of = _shape_index(sim, ordered)
         shapes = sim.shapes[present]
         alive = np.ones(present.size, dtype=bool)  # as in the regular pass: room only shrinks

@@ -105,7 +105,7 @@ class RateTracker:
         self.sim = sim
         n, r = sim.cluster.n, len(sim.resources)
         self.active = False
-        self.use_t = np.zeros((r, 0))
+        self.use_t: NDArray[np.float64] | None = np.zeros((r, 0))  # None: rows dropped, re-evaluate all
         self.demand_t = np.zeros((r, 0))  # each row's group demand: no gather per event
         self.base_t = np.zeros((2, 0))  # each row's base and I/O base fractions (UsageModel.fraction_t)
         self.slot = np.zeros(0, dtype=np.int64)  # node + N·class: the row's bin in the per-resource sums
@@ -148,7 +148,7 @@ class RateTracker:
         """No node can contend now: stop keeping state until rates are needed again."""
         if self.active:
             self.active = False
-            self.use_t, self.demand_t, self.base_t = self.use_t[:, :0], self.demand_t[:, :0], self.base_t[:, :0]
+            self.use_t, self.demand_t, self.base_t = None, self.demand_t[:, :0], self.base_t[:, :0]
             self.slot, self.cell, self.final, self.bursting = (
                 self.slot[:0], self.cell[:0], self.final[:0], self.bursting[:0])
 
@@ -160,7 +160,8 @@ class RateTracker:
             return
         k = nodes.shape[0]
         demand_t, base_t, slot, cell = self._rows_of(len(self.sim.running) - k)
-        self.use_t = np.concatenate([self.use_t, np.zeros((self.use_t.shape[0], k))], axis=1)
+        if self.use_t is not None:
+            self.use_t = np.concatenate([self.use_t, np.zeros((self.use_t.shape[0], k))], axis=1)
         self.demand_t = np.concatenate([self.demand_t, demand_t], axis=1)
         self.base_t = np.concatenate([self.base_t, base_t], axis=1)
         self.slot = np.concatenate([self.slot, slot])
@@ -175,8 +176,10 @@ class RateTracker:
             return
         self.dirty[self.sim.running.node[~mask]] = True
         rows = np.flatnonzero(mask)
-        self.use_t, self.demand_t, self.base_t = (
-            self.use_t.take(rows, axis=1), self.demand_t.take(rows, axis=1), self.base_t.take(rows, axis=1))
+        # The kept rows' usage is not carried over: the next evaluation recomputes every row, which
+        # gives the same bits for the rows that did not move and costs about what the gather would.
+        self.use_t = None
+        self.demand_t, self.base_t = self.demand_t.take(rows, axis=1), self.base_t.take(rows, axis=1)
         self.slot, self.cell, self.final, self.bursting = (
             self.slot[rows], self.cell[rows], self.final[rows], self.bursting[rows])
 
@@ -195,12 +198,12 @@ class RateTracker:
         redo = np.ones(len(run), dtype=bool) if now < self.evaluated_at else ~self.final | (burst != self.bursting)
         self.evaluated_at = now
         k = int(np.count_nonzero(redo))
-        if k == 0:
+        if k == 0 and self.use_t is not None:
             return self.use_t.T
-        if 4 * k >= len(run):
-            # Most rows moved (short tasks: nearly all still ramping): evaluate every row. A row that
-            # did not move (past its ramp, same burst state) gets the very bits it had, and gathering
-            # the others would cost more than the arithmetic.
+        if self.use_t is None or 4 * k >= len(run):
+            # Most rows moved (short tasks: nearly all still ramping), or rows were dropped: evaluate
+            # every row. A row that did not move (past its ramp, same burst state) gets the very bits
+            # it had, and gathering the others would cost more than the arithmetic.
             f = model.fraction_t(now, run.start, self.base_t, run.burst_until)
             self.use_t = self.demand_t * f.take(self.io, axis=0)
             self.final = (now - run.start) / model.ramp_s >= 1.0 if model.ramp_s > 0 else np.ones(len(run), bool)
@@ -208,6 +211,7 @@ class RateTracker:
         else:
             rows = np.flatnonzero(redo)
             f = model.fraction_t(now, run.start[rows], self.base_t.take(rows, axis=1), run.burst_until[rows])
+            assert self.use_t is not None
             use_t = self.use_t.copy()  # callers may hold the previous array
             use_t[:, rows] = self.demand_t.take(rows, axis=1) * f.take(self.io, axis=0)
             self.use_t = use_t
@@ -227,6 +231,7 @@ class RateTracker:
         dirty = int(np.count_nonzero(self.dirty))
         if dirty:
             use_t, n = self.use_t, self.sim.cluster.n
+            assert use_t is not None  # current_use just evaluated it
             r = use_t.shape[0]
             # One bin per (class, node) and resource; each bin adds its rows in row order, as
             # Cluster.node_sums does, so the sums are the same to the last bit.
