@@ -66,8 +66,22 @@ def node_factors(
 def rate_table(
     factors: tuple[NDArray[np.float64], NDArray[np.float64]], masks: NDArray[np.bool_]
 ) -> NDArray[np.float64]:
-    """(2, M, N): the smallest factor of each class over each resource mask on each node, in [0, 1]."""
-    table = np.stack([np.stack([np.where(m, f, 1.0).min(axis=1) for m in masks]) for f in factors])
+    """(2, M, N): the smallest factor of each class over each resource mask on each node, in [0, 1].
+
+    ``np.where(m, f, 1.0).min(axis=1)`` then clipped at 1, computed one column at a time: a minimum
+    along a 4-wide axis costs numpy ten times the column-wise ``np.minimum`` (min is exact, and a
+    column outside the mask only adds the 1.0 that the clip applies anyway).
+    """
+    n = factors[0].shape[0]
+    table = np.ones((len(factors), len(masks), n))
+    for c, f in enumerate(factors):
+        for k, m in enumerate(masks):
+            cols = np.flatnonzero(m).tolist()
+            if cols:
+                out = table[c, k]
+                np.copyto(out, f[:, cols[0]])
+                for r in cols[1:]:
+                    np.minimum(out, f[:, r], out=out)
     np.clip(table, 0.0, 1.0, out=table)
     return table
 
