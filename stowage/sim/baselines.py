@@ -35,8 +35,27 @@ def _shape_index(sim: Simulation, groups: NDArray[np.int64]) -> tuple[NDArray[np
     return present, rank[shape]
 
 
+_FEW_SHAPES = 32  # up to this many demand shapes in the workload, a pass works on all of them
+
+
+def _pass_shapes(sim: Simulation, groups: NDArray[np.int64]
+                 ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.bool_]]:
+    """(shapes, each group's row in shapes, shapes alive at the start of a pass: those present).
+
+    With few shapes in the workload (FB-2009: 2) the workload's own shape ids serve; otherwise only
+    the shapes present, renumbered, so that work per failure stays proportional to them.
+    """
+    if len(sim.shapes) <= _FEW_SHAPES:
+        shape_of = sim.g_shape[groups]
+        return sim.shapes, shape_of, np.bincount(shape_of, minlength=len(sim.shapes)) > 0
+    present, shape_of = _shape_index(sim, groups)
+    return sim.shapes[present], shape_of, np.ones(present.size, dtype=bool)
+
+
 def _fits_somewhere(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray, free: NDArray) -> NDArray[np.bool_]:
     """Which of ``groups`` fit at least one node now, checked once per distinct demand shape."""
+    if len(sim.shapes) <= _FEW_SHAPES:  # every shape's verdict: cheaper than finding those present
+        return alignment.feasible(sim.shapes[:, fit_res], free[:, fit_res]).any(axis=1)[sim.g_shape[groups]]
     present, which = _shape_index(sim, groups)
     fits = alignment.feasible(sim.shapes[present][:, fit_res], free[:, fit_res]).any(axis=1)
     return fits[which]
@@ -260,12 +279,10 @@ class KubePreset(Preset):
             self._schedule_drf(sim, regular, free, fit_res)
         else:
             ordered = regular  # filtering kept the queue order
-            present, shape_of = _shape_index(sim, ordered)
-            shapes = sim.shapes[present]
             # Room only shrinks during a pass: a demand at least as big as one that failed fails too,
             # so a failure kills its shape and every bigger one for the rest of the pass (at most one
             # failure per distinct shape); the pass ends when no live shape is left.
-            alive = np.ones(present.size, dtype=bool)
+            shapes, shape_of, alive = _pass_shapes(sim, ordered)
             todo = _live_rows(alive, shape_of, 0)
             while todo:
                 for i in todo:
@@ -354,9 +371,7 @@ class KubePreset(Preset):
         ordered = ready[_fits_somewhere(sim, ready, np.ones(len(sim.resources), dtype=bool), avail)]
         c = sim.cluster
         inv = np.divide(1.0, c.cap, out=np.zeros_like(c.cap), where=c.cap > 0)
-        present, shape_of = _shape_index(sim, ordered)
-        shapes = sim.shapes[present]
-        alive = np.ones(present.size, dtype=bool)  # as in the regular pass: room only shrinks
+        shapes, shape_of, alive = _pass_shapes(sim, ordered)  # as in the regular pass: room only shrinks
         todo = _live_rows(alive, shape_of, 0)
         while todo:
             for i in todo:
