@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RateTracker", "node_factors", "rate_table", "task_rates"]
 
+#: Re-evaluate every row when at least this fraction moved (cheaper than gathering the ones that did).
+_REDO_ALL_FRACTION = 0.25
 _TOLERANCE = 1e-9  # Cluster.rates: usage above capacity × (1 + this) anywhere means contention
 
 
@@ -214,7 +216,7 @@ class RateTracker:
         k = int(np.count_nonzero(redo))
         if k == 0 and self.use_t is not None:
             return self.use_t.T
-        if self.use_t is None or 4 * k >= len(run):
+        if self.use_t is None or k >= _REDO_ALL_FRACTION * len(run):
             # Most rows moved (short tasks: nearly all still ramping), or rows were dropped: evaluate
             # every row. A row that did not move (past its ramp, same burst state) gets the very bits
             # it had, and gathering the others would cost more than the arithmetic.

@@ -1,0 +1,91 @@
+"""The per-event shortcuts (#12 speed) take each of their paths and give the same runs as the other path.
+
+Each shortcut has a cheap path and a general one chosen by a threshold; forcing the threshold one way
+then the other must leave every placement, finish and eviction where it was (the pinned digests of
+``test_speed_pins`` cover only the path the default thresholds take on those runs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stowage.sim import baselines, rates
+from stowage.sim.engine import SimConfig
+from stowage.sim.usage import UsageModel
+from tests.sim.kit import BURSTY, contended
+from tests.sim.test_speed_pins import digest
+
+
+@pytest.mark.parametrize("preset", ["kube-default", "drf", "ubis"])
+def test_a_pass_over_renumbered_shapes_places_as_one_over_the_workloads_shapes(monkeypatch, preset: str) -> None:
+    workload, config = contended(seed=5, n_jobs=16), SimConfig(usage=BURSTY, trace=True)
+    few = digest(workload, preset, config, 5)
+    monkeypatch.setattr(baselines, "_FEW_SHAPES", 0)  # every pass renumbers the shapes present
+    assert digest(workload, preset, config, 5) == few
+
+
+@pytest.mark.parametrize("preset", ["ubis", "stowage"])
+def test_the_tracker_gives_the_same_runs_whether_it_redoes_every_row_or_only_those_that_moved(
+        monkeypatch, preset: str) -> None:
+    workload, config = contended(seed=6, n_jobs=16), SimConfig(usage=BURSTY, trace=True)
+    default = digest(workload, preset, config, 6)
+    rows: list[tuple[int, int]] = []  # (rows evaluated, rows running) per tracked evaluation
+    running = [0]
+    current_use, fraction_t = rates.RateTracker.current_use, UsageModel.fraction_t
+
+    def tracked(self: rates.RateTracker) -> np.ndarray:
+        running[0] = len(self.sim.running) if self.active else -1
+        return current_use(self)
+
+    def counted(self: UsageModel, now_s, started_s, base_t, burst_until_s) -> np.ndarray:
+        if running[0] >= 0:
+            rows.append((started_s.shape[0], running[0]))
+        return fraction_t(self, now_s, started_s, base_t, burst_until_s)
+
+    monkeypatch.setattr(rates.RateTracker, "current_use", tracked)
+    monkeypatch.setattr(UsageModel, "fraction_t", counted)
+    monkeypatch.setattr(rates, "_REDO_ALL_FRACTION", 2.0)  # every row only after rows were dropped
+    assert digest(workload, preset, config, 6) == default
+    assert any(k < p for k, p in rows)  # the partial path ran
+    rows.clear()
+    monkeypatch.setattr(rates, "_REDO_ALL_FRACTION", 0.0)  # every row, every time
+    assert digest(workload, preset, config, 6) == default
+    assert rows and all(k == p for k, p in rows)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_row_wise_any_and_all_equal_numpys_including_nan(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0, 2, (500, 4))
+    a[rng.random(a.shape) < 0.05] = np.nan
+    b = rng.uniform(0, 2, 4)
+    for mask in (a <= b, a > b, a != a[::-1]):
+        np.testing.assert_array_equal(baselines._any_per_row(mask), mask.any(axis=1))
+        np.testing.assert_array_equal(baselines._all_per_row(mask), mask.all(axis=1))
+    empty = np.zeros((3, 0), dtype=bool)
+    np.testing.assert_array_equal(baselines._any_per_row(empty), empty.any(axis=1))
+    np.testing.assert_array_equal(baselines._all_per_row(empty), empty.all(axis=1))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rate_table_equals_the_masked_minimum_bit_for_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    factors = tuple(rng.choice([0.0, 0.25, 0.5, 1.0, 1.5, -0.5, np.nan], size=(40, 4)) for _ in range(2))
+    masks = np.array([[True, True, True, True], [True, False, True, False], [False] * 4, [False, False, False, True]])
+    want = np.stack([np.stack([np.where(m, f, 1.0).min(axis=1) for m in masks]) for f in factors])
+    np.clip(want, 0.0, 1.0, out=want)
+    assert rates.rate_table(factors, masks).tobytes() == want.tobytes()
+
+
+def test_resource_major_usage_equals_the_row_major_model() -> None:
+    """UsageModel.fraction_t on (K, P) gives fraction's bits on (P, K), bursts and the ramp included."""
+    rng = np.random.default_rng(3)
+    model = BURSTY
+    p = 300
+    start = rng.uniform(0, 20, p)
+    base = rng.uniform(0.05, 1.0, (p, 2))
+    burst = np.where(rng.random(p) < 0.3, rng.uniform(5, 30, p), -np.inf)
+    for now in (0.0, 7.5, 12.0, 40.0):
+        assert model.fraction_t(now, start, np.ascontiguousarray(base.T), burst).T.tobytes() == \
+            model.fraction(now, start, base, burst).tobytes()
