@@ -123,7 +123,6 @@ class RateTracker:
         self.active = False
         self.use_t: NDArray[np.float64] | None = np.zeros((r, 0))  # None: rows dropped, re-evaluate all
         self.demand_t = np.zeros((r, 0))  # each row's group demand: no gather per event
-        self.base_t = np.zeros((2, 0))  # each row's base and I/O base fractions (UsageModel.fraction_t)
         self.slot = np.zeros(0, dtype=np.int64)  # node + N·class: the row's bin in the per-resource sums
         self.cell = np.zeros(0, dtype=np.int64)  # the row's flat index in rate_table's (class, mask, node)
         self.final = np.zeros(0, dtype=bool)  # past the ramp-up at the last evaluation: constant since
@@ -133,26 +132,24 @@ class RateTracker:
         self.reg = np.zeros((n, r))
         self.opp = np.zeros((n, r))
         # Which fraction (0 base, 1 I/O) each resource reads.
-        self.io = sim.io_resources.astype(np.intp)
+        self.io: list[int] = sim.io_resources.astype(int).tolist()
         # Rates depend on which resources a task uses: a handful of distinct masks.
         self.masks, mask_of = np.unique(sim.g_uses, axis=0, return_inverse=True)
         self.g_mask = mask_of.reshape(-1).astype(np.int64)
 
-    def _rows_of(self, lo: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64],
-                                         NDArray[np.int64]]:
-        """Demand, fractions, sum slot and rate cell of the running rows from ``lo`` on."""
+    def _rows_of(self, lo: int) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
+        """Demand, sum slot and rate cell of the running rows from ``lo`` on."""
         sim = self.sim
         run, n = sim.running, sim.cluster.n
         group, node, opp = run.group[lo:], run.node[lo:], run.opp[lo:].astype(np.int64)
         demand_t = sim.g_demand.T.take(group, axis=1)
-        base_t = np.stack([run.base[lo:], run.io_base[lo:]])
         cell = (opp * len(self.masks) + self.g_mask[group]) * n + node
-        return demand_t, base_t, node + n * opp, cell
+        return demand_t, node + n * opp, cell
 
     def _start(self) -> None:
         """Track every running row from now on, each to be evaluated afresh."""
         p = len(self.sim.running)
-        self.demand_t, self.base_t, self.slot, self.cell = self._rows_of(0)
+        self.demand_t, self.slot, self.cell = self._rows_of(0)
         self.use_t = np.zeros((self.demand_t.shape[0], p))
         self.final = np.zeros(p, dtype=bool)
         self.bursting = np.zeros(p, dtype=bool)
@@ -164,7 +161,7 @@ class RateTracker:
         """No node can contend now: stop keeping state until rates are needed again."""
         if self.active:
             self.active = False
-            self.use_t, self.demand_t, self.base_t = None, self.demand_t[:, :0], self.base_t[:, :0]
+            self.use_t, self.demand_t = None, self.demand_t[:, :0]
             self.slot, self.cell, self.final, self.bursting = (
                 self.slot[:0], self.cell[:0], self.final[:0], self.bursting[:0])
 
@@ -175,11 +172,10 @@ class RateTracker:
         if not self.active:
             return
         k = nodes.shape[0]
-        demand_t, base_t, slot, cell = self._rows_of(len(self.sim.running) - k)
+        demand_t, slot, cell = self._rows_of(len(self.sim.running) - k)
         if self.use_t is not None:
             self.use_t = np.concatenate([self.use_t, np.zeros((self.use_t.shape[0], k))], axis=1)
         self.demand_t = np.concatenate([self.demand_t, demand_t], axis=1)
-        self.base_t = np.concatenate([self.base_t, base_t], axis=1)
         self.slot = np.concatenate([self.slot, slot])
         self.cell = np.concatenate([self.cell, cell])
         self.final = np.concatenate([self.final, np.zeros(k, dtype=bool)])
@@ -195,7 +191,7 @@ class RateTracker:
         # The kept rows' usage is not carried over: the next evaluation recomputes every row, which
         # gives the same bits for the rows that did not move and costs about what the gather would.
         self.use_t = None
-        self.demand_t, self.base_t = self.demand_t.take(rows, axis=1), self.base_t.take(rows, axis=1)
+        self.demand_t = self.demand_t.take(rows, axis=1)
         self.slot, self.cell, self.final, self.bursting = (
             self.slot[rows], self.cell[rows], self.final[rows], self.bursting[rows])
 
@@ -207,8 +203,7 @@ class RateTracker:
         now, model = sim.now, sim.usage_model
         if not self.active:
             demand_t = sim.g_demand.T.take(run.group, axis=1)
-            f = model.fraction_t(now, run.start, np.stack([run.base, run.io_base]), run.burst_until)
-            return (demand_t * f.take(self.io, axis=0)).T
+            return self._usage(demand_t, model.fraction_t(now, run.start, (run.base, run.io_base), run.burst_until)).T
         burst = run.burst_until > now
         # Time going back (never in the engine) would undo "past the ramp": then redo every row.
         redo = np.ones(len(run), dtype=bool) if now < self.evaluated_at else ~self.final | (burst != self.bursting)
@@ -220,16 +215,16 @@ class RateTracker:
             # Most rows moved (short tasks: nearly all still ramping), or rows were dropped: evaluate
             # every row. A row that did not move (past its ramp, same burst state) gets the very bits
             # it had, and gathering the others would cost more than the arithmetic.
-            f = model.fraction_t(now, run.start, self.base_t, run.burst_until)
-            self.use_t = self.demand_t * f.take(self.io, axis=0)
+            self.use_t = self._usage(self.demand_t, model.fraction_t(now, run.start, (run.base, run.io_base),
+                                                                     run.burst_until))
             self.final = (now - run.start) / model.ramp_s >= 1.0 if model.ramp_s > 0 else np.ones(len(run), bool)
             self.bursting = burst
         else:
             rows = np.flatnonzero(redo)
-            f = model.fraction_t(now, run.start[rows], self.base_t.take(rows, axis=1), run.burst_until[rows])
+            f = model.fraction_t(now, run.start[rows], (run.base[rows], run.io_base[rows]), run.burst_until[rows])
             assert self.use_t is not None
             use_t = self.use_t.copy()  # callers may hold the previous array
-            use_t[:, rows] = self.demand_t.take(rows, axis=1) * f.take(self.io, axis=0)
+            use_t[:, rows] = self._usage(self.demand_t.take(rows, axis=1), f)
             self.use_t = use_t
             self.bursting[rows] = burst[rows]
             # UsageModel.fraction clips (now − start)/ramp_s at 1: from there on the ramp is constant.
@@ -238,6 +233,13 @@ class RateTracker:
         # sums did not change only recomputes the same sums).
         self.dirty[run.node[redo]] = True
         return self.use_t.T
+
+    def _usage(self, demand_t: NDArray[np.float64], fractions: list[NDArray[np.float64]]) -> NDArray[np.float64]:
+        """(R, P) demand × fraction, each resource reading the base or the I/O fraction."""
+        out = np.empty(demand_t.shape)
+        for j, which in enumerate(self.io):
+            np.multiply(demand_t[j], fractions[which], out=out[j])
+        return out
 
     def node_sums(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(N, R) usage of regular and of opportunistic rows per node, now (tracking from here on)."""

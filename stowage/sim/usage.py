@@ -27,6 +27,7 @@ exceeds the request: the peak is what the request was sized for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -119,10 +120,11 @@ class UsageModel:
         self,
         now_s: float,
         started_s: NDArray[np.float64],
-        base_t: NDArray[np.float64],
+        bases: Sequence[NDArray[np.float64]],
         burst_until_s: NDArray[np.float64],
-    ) -> NDArray[np.float64]:
-        """:meth:`fraction` for ``base_t`` (K, P), resource-major: the same operations, so the same bits.
+    ) -> list[NDArray[np.float64]]:
+        """:meth:`fraction` for each of ``bases`` ((P,) each), resource-major: the same operations, so
+        the same bits.
 
         Rows of P contiguous numbers instead of P rows of K: numpy's loops over a (P, K) broadcast
         with K = 2 cost several times the arithmetic (the simulator's hot path, ``sim.rates``).
@@ -132,11 +134,12 @@ class UsageModel:
             ramp = self.ramp_start + (1.0 - self.ramp_start) * progress
         else:
             ramp = 1.0
-        f = base_t * ramp
+        out = [b * ramp for b in bases]
         burst = burst_until_s > now_s
         if burst.any():
-            f[:, burst] = 1.0
-        return f
+            for f in out:
+                f[burst] = 1.0
+        return out
 
     def new_bursts(
         self, rng: np.random.Generator, now_s: float, dt_s: float, burst_until_s: NDArray[np.float64]

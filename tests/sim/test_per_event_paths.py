@@ -38,10 +38,10 @@ def test_the_tracker_gives_the_same_runs_whether_it_redoes_every_row_or_only_tho
         running[0] = len(self.sim.running) if self.active else -1
         return current_use(self)
 
-    def counted(self: UsageModel, now_s, started_s, base_t, burst_until_s) -> np.ndarray:
+    def counted(self: UsageModel, now_s, started_s, bases, burst_until_s) -> list[np.ndarray]:
         if running[0] >= 0:
             rows.append((started_s.shape[0], running[0]))
-        return fraction_t(self, now_s, started_s, base_t, burst_until_s)
+        return fraction_t(self, now_s, started_s, bases, burst_until_s)
 
     monkeypatch.setattr(rates.RateTracker, "current_use", tracked)
     monkeypatch.setattr(UsageModel, "fraction_t", counted)
@@ -79,7 +79,7 @@ def test_rate_table_equals_the_masked_minimum_bit_for_bit(seed: int) -> None:
 
 
 def test_resource_major_usage_equals_the_row_major_model() -> None:
-    """UsageModel.fraction_t on (K, P) gives fraction's bits on (P, K), bursts and the ramp included."""
+    """UsageModel.fraction_t on K rows of P gives fraction's bits on (P, K), bursts and the ramp included."""
     rng = np.random.default_rng(3)
     model = BURSTY
     p = 300
@@ -87,5 +87,5 @@ def test_resource_major_usage_equals_the_row_major_model() -> None:
     base = rng.uniform(0.05, 1.0, (p, 2))
     burst = np.where(rng.random(p) < 0.3, rng.uniform(5, 30, p), -np.inf)
     for now in (0.0, 7.5, 12.0, 40.0):
-        assert model.fraction_t(now, start, np.ascontiguousarray(base.T), burst).T.tobytes() == \
+        assert np.stack(model.fraction_t(now, start, tuple(base.T), burst), axis=1).tobytes() == \
             model.fraction(now, start, base, burst).tobytes()
