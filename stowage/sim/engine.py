@@ -234,9 +234,9 @@ class Simulation:
     def _flush(self) -> None:
         if not self._buffer:
             return
-        gs = np.repeat([b[0] for b in self._buffer], [b[2] for b in self._buffer]).astype(np.int64)
-        ns = np.repeat([b[1] for b in self._buffer], [b[2] for b in self._buffer]).astype(np.int64)
-        os_ = np.repeat([b[3] for b in self._buffer], [b[2] for b in self._buffer]).astype(bool)
+        placed = np.array(self._buffer, dtype=np.int64).reshape(-1, 4)  # (group, node, k, opp) per place()
+        gs, ns, os_ = np.repeat(placed[:, [0, 1, 3]], placed[:, 2], axis=0).T
+        os_ = os_.astype(bool)
         override = self.g_usage[gs]
         base = self.usage_model.draw_base(self.rng, override)
         io = self.usage_model.io_base(base, override)
@@ -299,9 +299,10 @@ class Simulation:
         self.preset.on_finished(gs, self.now - run.start[rows])
         self._tracker.keeping(~done)
         run.keep(~done)
-        for g in np.unique(gs):
-            if self.g_done[g] == self.g_tasks[g]:
-                self._group_complete(int(g))
+        groups = np.unique(gs)
+        # Completing a group never changes another group's done count: the complete ones are known now.
+        for g in groups[self.g_done[groups] == self.g_tasks[groups]].tolist():
+            self._group_complete(g)
 
     def _group_complete(self, g: int) -> None:
         for child in self.g_children[g]:
