@@ -9,10 +9,14 @@ floating-point operations are alignment's own, in the same order, so every score
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import NDArray
 
 from stowage.policy.alignment import FEASIBILITY_RTOL, finite_or_zero
+
+_FLOAT_PATH_MAX = 64  # shapes × resources up to which the float path is the cheaper one
 
 __all__ = ["ColumnScorer"]
 
@@ -27,9 +31,17 @@ class ColumnScorer:
         self.cap = np.maximum(finite_or_zero(np.asarray(cap, dtype=np.float64)), 0.0)
         self.positive = self.cap > 0
         self.r = self.d.shape[1]
+        # Few shapes (a simulator pass has two or three): plain floats, the same IEEE operations in the
+        # same order, cost a fraction of numpy's per-call overhead.
+        self._floats = self.d.size <= _FLOAT_PATH_MAX
+        if self._floats:
+            self._d_rows = self.d.tolist()
+            self._tol = 1.0 + FEASIBILITY_RTOL
 
     def __call__(self, n: int, available: NDArray[np.float64]) -> NDArray[np.float64]:
         """(S,) alignment of every shape on node ``n`` given its available vector (R,)."""
+        if self._floats:
+            return self._on_floats(n, available)
         c = self.cap[n]
         a = np.asarray(available, dtype=np.float64)
         if not np.isfinite(a).all():  # nan_to_num(nan=0, posinf=0); −inf becomes the lowest float, then 0
@@ -45,3 +57,24 @@ class ColumnScorer:
                 a_frac = a[r] / c[r]
                 score += np.where(fits, (self.d[:, r] / c[r]) * a_frac, 0.0)
         return np.where(fits, score, -np.inf)
+
+    def _on_floats(self, n: int, available: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``__call__`` on Python floats: clip, fit test and the sum over resources as numpy does them."""
+        cap = self.cap[n].tolist()
+        a = []
+        for x, c in zip(np.asarray(available, dtype=np.float64).tolist(), cap, strict=True):
+            if x != x or x == math.inf:  # nan_to_num(nan=0, posinf=0); −inf is clipped to 0 below
+                x = 0.0
+            a.append(min(max(x, 0.0), c))  # np.clip(a, 0, c)
+        limit = [x * self._tol for x in a]
+        out = []
+        for d in self._d_rows:
+            if not all(dr <= lr for dr, lr in zip(d, limit, strict=True)):
+                out.append(-math.inf)
+                continue
+            score = 0.0
+            for dr, ar, c in zip(d, a, cap, strict=True):
+                if c > 0:
+                    score += (dr / c) * (ar / c)
+            out.append(score)
+        return np.array(out, dtype=np.float64)

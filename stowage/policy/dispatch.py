@@ -218,6 +218,11 @@ def _place_all(
     rescore = column.ColumnScorer(shapes, cap)  # alignment of one node's column, cleaned once per pass
     every_queue = _every_queue_competes(queues, weight.shape[0], f)
     while rows.size and (limit is None or len(placements) < limit):
+        # Rows whose shape fits some node now. A search over rows none of which fits returns None
+        # whatever the masks say, so such searches are skipped, and the pass ends when no row fits.
+        fits = shaped.count[shape_of] > 0
+        if not fits.any():
+            return
         best = None
         tried = np.zeros(weight.shape[0], dtype=bool)
         # Shares and active queues change only with a placement: once per placement, not per widening.
@@ -228,7 +233,8 @@ def _place_all(
             allowed = jobs_ok if picked is None else jobs_ok & picked[queues]
             if any_urgent:
                 allowed |= urgent  # the reservation, the critical path: these compete whatever the masks say
-            best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
+            if (allowed & fits).any():
+                best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
             if picked is None or not picked.any():
                 break
             tried |= picked

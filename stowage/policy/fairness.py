@@ -82,6 +82,20 @@ def dominant_shares(allocated: ArrayLike, total: ArrayLike, weights: ArrayLike) 
         raise InvalidInput("allocated.shape", alloc.shape, f"must be (Q, {tot.shape[0]}) like total")
     if w.shape != (alloc.shape[0],):
         raise InvalidInput("weights.shape", w.shape, f"must be ({alloc.shape[0]},), one per queue")
+    tot_list = tot.tolist()
+    if alloc.size <= 64 and all(0.0 < t < math.inf for t in tot_list):
+        # A pass's few queues, the usual pool: plain floats do the same IEEE operations for a fraction of
+        # numpy's per-call overhead (a share of zero may differ in sign only, which no comparison sees).
+        top = np.finfo(np.float64).max
+        shares = []
+        for row, wq in zip(alloc.tolist(), w.tolist(), strict=True):
+            fracs = []
+            for a, t in zip(row, tot_list, strict=True):
+                a = 0.0 if a != a else (top if a == math.inf else a)  # nan_to_num
+                fracs.append((a if a >= 0.0 else 0.0) / t)
+            dom = max(fracs, default=0.0)
+            shares.append(dom / wq if 0.0 < wq < math.inf else math.inf)
+        return np.array(shares, dtype=np.float64)
     # nan_to_num only when needed: on finite inputs it copies and changes nothing (and costs more than the rest).
     alloc = np.maximum(alloc if np.isfinite(alloc).all() else
                        np.nan_to_num(alloc, nan=0.0, posinf=np.finfo(np.float64).max), 0.0)

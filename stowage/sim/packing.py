@@ -41,6 +41,7 @@ class PackingPreset(Preset):
         self._static_id = np.full(sim.n_groups, -1, dtype=np.int64)  # index into _static_ids, -1 = not yet
         self._job_tasks = np.bincount(sim.g_job, weights=sim.g_tasks, minlength=sim.n_jobs)
         self.fsp = [ordering.FspTracker(1.0) for _ in sim.queue_names]
+        self._ranks_kept: dict[int, tuple[bytes, NDArray[np.float64]]] = {}  # queue → (its jobs' key, ranks)
         self.classifier = None
         if self.use_classifier:
             from stowage.policy import classifier
@@ -152,7 +153,26 @@ class PackingPreset(Preset):
             self.fsp[q].advance(sim.now)
             return self.fsp[q].order()  # type: ignore[return-value]
 
-        return dispatch.job_ranks(jobs, sim.j_queue, sim.q_order, sim.j_arrival, work(), fsp_order)
+        # job_ranks ranks each queue's jobs on their own, so it is asked per queue, and a FIFO or SRTF
+        # queue whose jobs (and, for SRTF, their work) are those of the last pass gets the same ranks
+        # again. FSP queues are always asked: asking advances their tracker.
+        p = work()
+        queues = sim.j_queue[jobs]
+        rank = np.empty(jobs.size, dtype=np.float64)
+        for q in np.unique(queues).tolist():
+            sel = np.flatnonzero(queues == q)
+            js = jobs[sel]
+            order = sim.q_order[q]
+            if order is JobOrder.FSP:
+                rank[sel] = dispatch.job_ranks(js, sim.j_queue, sim.q_order, sim.j_arrival, p, fsp_order)
+                continue
+            key = js.tobytes() + (p[js].tobytes() if order is JobOrder.SRTF else b"")
+            kept = self._ranks_kept.get(q)
+            if kept is None or kept[0] != key:
+                kept = self._ranks_kept[q] = (key, dispatch.job_ranks(js, sim.j_queue, sim.q_order, sim.j_arrival,
+                                                                      p, fsp_order))
+            rank[sel] = kept[1]
+        return rank
 
     # --- the pass ---------------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 * ``packing._JobWork``: the remaining work of every job, summed again only for the jobs whose
   groups changed, against ``remaining_work.remaining_work`` on every group at every pass;
+* the job ranks kept per FIFO/SRTF queue: a run gives every placement a run asking
+  ``dispatch.job_ranks`` for every queue at every pass gives;
 * ``harvest.assumed`` (bincount per resource) against ``np.add.at``, the plain accumulation.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stowage.policy import harvest, remaining_work
+from stowage.policy import dispatch, harvest, remaining_work
 from stowage.sim import packing, presets
 from stowage.sim.engine import SimConfig, Simulation
 from tests.sim.kit import BURSTY, contended
@@ -39,6 +41,37 @@ def test_kept_remaining_work_has_the_bits_of_a_plain_sum_at_every_pass(monkeypat
     sim.run()
     assert len(seen) > 10 and sim.tasks_done == int(sim.g_tasks.sum())
     assert max(seen) > min(seen)  # work did change between passes, so the kept path was exercised
+
+
+class _PlainRanks(packing.PackingPreset):
+    """The ranks asked of ``dispatch.job_ranks`` for every queue at every pass (nothing kept)."""
+
+    def _job_rank(self, sim: Simulation, jobs: np.ndarray, work) -> np.ndarray:
+        def fsp_order(q: int) -> list[int]:
+            self.fsp[q].advance(sim.now)
+            return self.fsp[q].order()
+
+        return dispatch.job_ranks(jobs, sim.j_queue, sim.q_order, sim.j_arrival, work(), fsp_order)
+
+
+@pytest.mark.parametrize("seed", [2, 3, 5])
+def test_kept_job_ranks_place_every_task_where_plain_ranks_do(monkeypatch, seed: int) -> None:
+    ranked: list[int] = []  # jobs ranked by dispatch.job_ranks, per run
+    plain_ranks = dispatch.job_ranks
+
+    def counted(jobs, *rest):
+        ranked[-1] += len(jobs)
+        return plain_ranks(jobs, *rest)
+
+    monkeypatch.setattr(dispatch, "job_ranks", counted)
+    runs = []
+    for preset in (presets.make("stowage"), _PlainRanks("stowage", harvesting=True, job_order=True, classifier=True)):
+        ranked.append(0)
+        sim = Simulation(_mixed(seed), preset, SimConfig(usage=BURSTY, trace=True), seed)
+        result = sim.run()
+        runs.append((sim.log, result.summary, result.jct.tobytes()))
+    assert runs[0][0] and runs[0] == runs[1]
+    assert 0 < ranked[0] < ranked[1]  # the kept run ranked fewer jobs: some ranks were kept
 
 
 def test_the_kept_work_follows_single_group_changes_and_falls_back_on_many() -> None:
