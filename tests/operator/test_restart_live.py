@@ -98,7 +98,13 @@ def test_an_operator_killed_mid_job_and_restarted_duplicates_nothing(operator_st
             return sum(1 for p in stack.pods(ns) if p.status.phase == "Succeeded")
 
         done_at_kill = succeeded()
-        wait_for(lambda: succeeded() > done_at_kill, 60, "tasks finishing while no operator runs")
+        # A generous bound (a CI run on a loaded 2-core machine once needed more than 60 s); on a timeout the
+        # message says what the pods were doing.
+        try:
+            wait_for(lambda: succeeded() > done_at_kill, 180, "tasks finishing while no operator runs")
+        except AssertionError as exc:
+            phases = {p.metadata.name: (p.status.phase, p.spec.node_name) for p in stack.pods(ns)}
+            raise AssertionError(f"{exc}; {done_at_kill} succeeded at the kill; pods now: {phases}") from None
         second = stack.start_operator(webhooks=False)
         job = stack.wait_job_phase(ns, "wave", "Succeeded")
     finally:
