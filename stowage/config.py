@@ -124,6 +124,11 @@ class PackingSettings:
 
     fairness_knob: float = 0.25
     """``f``: only the ⌈(1−f)·|J|⌉ jobs furthest below fair share compete (Tetris §5.3: 0.25)."""
+    queue_share_slack: float = 0.01
+    """``δ``: between queues, only those whose weighted dominant share is within ``δ`` of the lowest compete
+    (``fairness.deprived_queues``; ``f = 0`` lifts it). 1 % of the pool keeps two saturated queues of weights
+    2:1 within 1.94–2.06; larger values leave more to packing and remaining-work order (shorter mean JCT)
+    at the price of looser shares (0.1: 1.5–2.75; measured in docs/simulator.md) (ours)."""
     barrier_knob: float = 0.9
     """``b``: once this fraction of a group before a barrier finished, its stragglers go first."""
     remaining_work_weight: float = 1.0
@@ -292,6 +297,7 @@ def validate(settings: StowageSettings) -> list[str]:
             f"({c.block_time_max_s}), got {c.block_time_initial_s}"
         )
     _check_range(p, "packing.fairness_knob", k.fairness_knob, 0.0, 1.0, False, False)
+    _check_range(p, "packing.queue_share_slack", k.queue_share_slack, 0.0, 1.0, False, False)
     _check_range(p, "packing.barrier_knob", k.barrier_knob, 0.0, 1.0, False, False)
     _check_range(p, "packing.remaining_work_weight", k.remaining_work_weight, 0.0, 1000.0, False, False)
     _check_range(p, "packing.remote_penalty", k.remote_penalty, 0.0, 1.0, False, True)

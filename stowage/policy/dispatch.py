@@ -4,7 +4,7 @@ The decision core of the simulator's ``tetris``/``stowage`` presets and of the o
 (Tetris §3.2–3.5 on DRF queues, UBIS §IV-E, OPERA §III-E). Per placement:
 
 1. **Queues** (weighted DRF, Tetris §3.4): only the active queues whose weighted dominant share is within
-   ``fairness.QUEUE_SHARE_SLACK`` of the lowest compete (``fairness.deprived_queues``; ``f = 0``: all). If
+   ``packing.queue_share_slack`` of the lowest compete (``fairness.deprived_queues``; ``f = 0``: all). If
    none of their rows fits, the next most deprived get the step, and so on (work-conserving).
 2. **Jobs** (each queue's ``jobOrder``): inside a queue only its first ``max(1, ⌈(1−f)·J_q⌉)`` jobs in the
    caller's ranking (FIFO/SRTF from ``ordering.order_jobs``, FSP from the caller's ``FspTracker``).
@@ -229,7 +229,8 @@ def _place_all(
         shares = None if every_queue else (fairness.dominant_shares(qa, total, weight),
                                            np.bincount(queues, minlength=weight.shape[0]) > 0)
         while best is None:  # deprived queues first; widen to the next ones while none of theirs fits
-            picked = _queue_mask(qa, queues, total, weight, tried, shares) if shares is not None else None
+            picked = (_queue_mask(qa, queues, total, weight, tried, knobs.queue_share_slack, shares)
+                      if shares is not None else None)
             allowed = jobs_ok if picked is None else jobs_ok & picked[queues]
             if any_urgent:
                 allowed |= urgent  # the reservation, the critical path: these compete whatever the masks say
@@ -300,6 +301,7 @@ def _queue_mask(
     total: NDArray[np.float64],
     weight: NDArray[np.float64],
     tried: NDArray[np.bool_],
+    slack: float,
     known: tuple[NDArray[np.float64], NDArray[np.bool_]] | None = None,
 ) -> NDArray[np.bool_]:
     """(Q,) queues that compete now: the most deprived of the active queues not ``tried`` yet (all False if none).
@@ -308,7 +310,7 @@ def _queue_mask(
     """
     shares, present = known if known is not None else (
         fairness.dominant_shares(qa, total, weight), np.bincount(queues, minlength=weight.shape[0]) > 0)
-    return fairness.deprived_queues(shares, present & ~tried)
+    return fairness.deprived_queues(shares, present & ~tried, slack)
 
 
 class _Ranks:

@@ -14,8 +14,9 @@
   furthest below their fair share compete for a freed slot; ``f = 0`` all of
   them (most efficient), ``f → 1`` only the most deprived (most fair).
 - **Between queues** (``deprived_queues``): only the most deprived queues
-  compete, those whose weighted dominant share is within ``QUEUE_SHARE_SLACK``
-  of the lowest; ``f = 0`` lifts this too. A count like ⌈(1−f)·Q⌉ is vacuous
+  compete, those whose weighted dominant share is within a slack δ
+  (``packing.queue_share_slack``, 1 % of the pool) of the lowest; ``f = 0``
+  lifts this too. A count like ⌈(1−f)·Q⌉ is vacuous
   for the few queues a cluster has (⌈0.75·2⌉ = 2 holds nobody back), so
   weighted DRF between queues does not depend on how many there are.
 - **Barrier knob** ``b`` (Tetris §3.5): once a fraction ``b`` of a task group
@@ -34,7 +35,6 @@ from numpy.typing import ArrayLike, NDArray
 from stowage.errors import InvalidInput
 
 __all__ = [
-    "QUEUE_SHARE_SLACK",
     "barrier_boost",
     "deprived_queues",
     "dominant_shares",
@@ -46,13 +46,6 @@ __all__ = [
 # ⌈(1−f)·J⌉ and fraction ≥ b are computed in floats; this absorbs their rounding
 # (e.g. (1 − 0.7)·10 = 3.0000000000000004 must give 3 jobs, not 4).
 _KNOB_TOL = 1e-9
-
-QUEUE_SHARE_SLACK = 0.01
-"""How far above the most deprived queue's weighted dominant share a queue may be and still compete.
-
-One percent of the pool: near-ties between queues are left to packing (Tetris §3.4: pick the best task
-among the deprived), yet two queues of weights 2:1 that share a full pool settle within ±3 % of 2:1
-(``a₁/2 ≤ a₂ + δ`` with ``a₁ + a₂ = 1`` gives ``a₁/a₂ ≤ 2.06``), plus at most one task's share."""
 
 
 def _vec(value: ArrayLike, field: str, dtype: type = np.float64) -> NDArray:
@@ -170,7 +163,7 @@ def fairness_candidates(share_deficit: ArrayLike, f: float) -> NDArray[np.int64]
     return order[:k].astype(np.int64)
 
 
-def deprived_queues(shares: ArrayLike, active: ArrayLike, slack: float = QUEUE_SHARE_SLACK) -> NDArray[np.bool_]:
+def deprived_queues(shares: ArrayLike, active: ArrayLike, slack: float) -> NDArray[np.bool_]:
     """Queues that may compete for the next slot: the most deprived by weighted DRF, within ``slack``.
 
     ``active_q ∧ s_q ≤ min_{active} s + slack`` with ``s = dominant_shares(...)`` (weighted). The queue with

@@ -80,6 +80,14 @@ def test_bad_values_are_reported_with_path_value_and_allowed_range(overrides: di
     assert any(p.startswith(message) for p in err.value.problems), err.value.problems
 
 
+def test_queue_share_slack_from_the_environment_and_its_range(tmp_path: Path) -> None:
+    env = {"STOWAGE_PACKING__QUEUE_SHARE_SLACK": "0.1"}
+    assert load_settings(None, environ=env).packing.queue_share_slack == 0.1
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, overrides={"packing": {"queue_share_slack": 1.5}}, environ={})
+    assert "packing.queue_share_slack: must be within [0.0, 1.0], got 1.5" in err.value.problems
+
+
 def test_every_problem_is_reported_not_just_the_first(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("packing: {fairness_knob: 2, barrier_knob: -1}\ncontention: {sustained_count: 0}\n")

@@ -7,7 +7,7 @@ DRF gives each queue a dominant share proportional to its weight: a → 14 cores
 
 The operator runs with the DEFAULT settings (``packing.fairness_knob`` 0.25). Between queues only the
 most deprived compete for a slot: a queue whose weighted dominant share is more than
-``fairness.QUEUE_SHARE_SLACK`` (1 % of the pool) above the lowest is held back while the lowest has work
+``packing.queue_share_slack`` (default 1 % of the pool) above the lowest is held back while the lowest has work
 that fits (``fairness.deprived_queues``). Before issue #9's fix the knob counted queues, ⌈0.75·2⌉ = 2, so
 both competed for every slot, the packing score alone decided, and one queue took all 21 slots.
 

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from stowage.config import PackingSettings
 from stowage.errors import InvalidInput
 from stowage.policy import dispatch, fairness
-from stowage.policy.fairness import QUEUE_SHARE_SLACK, deprived_queues
+from stowage.policy.fairness import deprived_queues
 
 DEFAULTS = PackingSettings()
+QUEUE_SHARE_SLACK = DEFAULTS.queue_share_slack
 
 
 def _pass(nodes: int, shape: list[float], pending: list[int], weight: list[float], *, shapes=None, group_shape=None,
@@ -85,19 +86,31 @@ def test_f_zero_lifts_the_queue_mask_most_efficient() -> None:
     assert alloc[:, 0].tolist() == [16.0, 0.0]
 
 
+def test_a_slack_as_large_as_the_pool_lets_every_queue_compete() -> None:
+    # packing.queue_share_slack = 1: no queue is held back while the knob f still applies to jobs; with equal
+    # scores the first row then takes every slot, as with f = 0 (the default slack gives 8 : 8).
+    knobs = dataclasses.replace(DEFAULTS, queue_share_slack=1.0, remaining_work_weight=0.0)
+    _, alloc = _pass(2, [1.0, 1.0], [500, 500], [1.0, 1.0], knobs=knobs)
+    assert alloc[:, 0].tolist() == [16.0, 0.0]
+    _, alloc = _pass(2, [1.0, 1.0], [500, 500], [1.0, 1.0], knobs=dataclasses.replace(knobs, queue_share_slack=0.01))
+    assert alloc[:, 0].tolist() == [8.0, 8.0]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     weights=st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0, 5.0]), min_size=2, max_size=5),
     nodes=st.integers(1, 12),
     task=st.sampled_from([[1.0, 1.0], [2.0, 1.0], [1.0, 6.0], [0.5, 3.0]]),
     f=st.sampled_from([0.25, 0.5, 0.9]),
+    slack=st.sampled_from([0.0, QUEUE_SHARE_SLACK, 0.1]),
     data=st.data(),
 )
-def test_queues_with_work_left_end_within_slack_plus_one_task(weights, nodes, task, f, data) -> None:
+def test_queues_with_work_left_end_within_slack_plus_one_task(weights, nodes, task, f, slack, data) -> None:
     # One task shape for all: a queue that got a task while another had fitting work was within the slack of the
     # most deprived, so at the end any two queues with work left differ by at most slack + one task's share.
     pending = data.draw(st.lists(st.integers(0, 200), min_size=len(weights), max_size=len(weights)))
-    result, alloc = _pass(nodes, task, pending, weights, knobs=dataclasses.replace(DEFAULTS, fairness_knob=f))
+    knobs = dataclasses.replace(DEFAULTS, fairness_knob=f, queue_share_slack=slack)
+    result, alloc = _pass(nodes, task, pending, weights, knobs=knobs)
     total = np.array([8.0, 32.0]) * nodes
     w = np.asarray(weights)
     shares = fairness.dominant_shares(alloc, total, w)
@@ -106,7 +119,7 @@ def test_queues_with_work_left_end_within_slack_plus_one_task(weights, nodes, ta
     one_task = (np.asarray(task) / total).max() / w
     for i in np.flatnonzero(left > 0):
         for j in np.flatnonzero(left > 0):
-            assert shares[i] <= shares[j] + QUEUE_SHARE_SLACK + one_task[i] + 1e-12
+            assert shares[i] <= shares[j] + slack + one_task[i] + 1e-12
 
 
 # --- deprived_queues ----------------------------------------------------------------------------------------
@@ -133,11 +146,11 @@ def test_deprived_queues_properties(shares, data, slack) -> None:
 
 
 def test_deprived_queues_default_slack_and_zero_weight() -> None:
-    assert deprived_queues([0.10, 0.105, 0.2], [True, True, True]).tolist() == [True, True, False]
-    assert deprived_queues([np.inf, 0.5], [True, True]).tolist() == [False, True]
-    assert deprived_queues([np.inf, np.inf], [True, True]).tolist() == [True, True]
+    assert deprived_queues([0.10, 0.105, 0.2], [True, True, True], QUEUE_SHARE_SLACK).tolist() == [True, True, False]
+    assert deprived_queues([np.inf, 0.5], [True, True], QUEUE_SHARE_SLACK).tolist() == [False, True]
+    assert deprived_queues([np.inf, np.inf], [True, True], QUEUE_SHARE_SLACK).tolist() == [True, True]
 
 
 def test_deprived_queues_checks_shapes() -> None:
     with pytest.raises(InvalidInput, match=r"active\.shape"):
-        deprived_queues([0.1, 0.2], [True])
+        deprived_queues([0.1, 0.2], [True], QUEUE_SHARE_SLACK)
