@@ -153,8 +153,11 @@ def alignment(
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for r in range(d.shape[1]):
             c = cap[:, r]
-            a_frac = np.divide(avail[:, r], c, out=np.zeros_like(c), where=c > 0)
-            d_frac = np.divide(d[:, r, None], c[None, :], out=np.zeros(fits.shape), where=c[None, :] > 0)
+            if c.min(initial=1.0) > 0:  # every node has some: plain division (the masked one costs 5× more)
+                a_frac, d_frac = avail[:, r] / c, d[:, r, None] / c[None, :]
+            else:
+                a_frac = np.divide(avail[:, r], c, out=np.zeros_like(c), where=c > 0)
+                d_frac = np.divide(d[:, r, None], c[None, :], out=np.zeros(fits.shape), where=c[None, :] > 0)
             score += np.where(fits, d_frac * a_frac[None, :], 0.0)
 
     if remote is not None:
