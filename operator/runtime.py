@@ -57,6 +57,7 @@ from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import BOUND_PODS, Informer
 from stowage.kube.records import parse_timestamp
 from stowage.model import QueueOpportunistic
+from stowage.policy import dispatch
 from stowage.prom import PrometheusReader, Utilization
 from stowage.resources import CPU, MEMORY, ResourceVector, pod_demand
 
@@ -154,7 +155,7 @@ class OperatorRuntime:
         dry_run: bool = False,
         node_hint: bool = False,
         interval_s: float = 1.0,
-        debounce_s: float = 0.2,
+        debounce_s: float = dispatch.PASS_DELAY_S,
         status_interval_s: float = 5.0,
         state_interval_s: float = 30.0,
         clock: Callable[[], float] = time.time,

@@ -56,6 +56,10 @@ __all__ = [
     "task_features",
 ]
 
+PASS_DELAY_S: Final = 0.2
+"""The operator's dispatcher runs its pass this long after the first event that needs one, so a burst of events
+shares one pass (``operator.runtime``'s debounce); the simulator's ``--pass-delay`` models it."""
+
 BOOST: Final = 1e6
 """Barrier-boosted rows outrank any combined score (alignments are in [0, R]); starved rows get twice this."""
 

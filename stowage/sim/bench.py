@@ -16,6 +16,7 @@ import time
 
 import click
 
+from stowage.sim.cli import pass_delay_option
 from stowage.sim.presets import PRESETS
 
 __all__ = ["bench_simulator"]
@@ -35,8 +36,10 @@ __all__ = ["bench_simulator"]
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the timings and each run's summary as JSON.")
+@pass_delay_option
 def bench_simulator(workload_spec: str, nodes: int | None, arrivals: str, first_jobs: int | None,
-                    max_sim_s: float | None, policies: tuple[str, ...], seed: int, json_path: str | None) -> None:
+                    max_sim_s: float | None, policies: tuple[str, ...], seed: int, json_path: str | None,
+                    pass_delay_s: float) -> None:
     """Time the simulator on a large trace: wall and CPU seconds, events and tasks per second, per preset."""
     from stowage.sim import presets
     from stowage.sim.engine import SimConfig, Simulation
@@ -50,7 +53,7 @@ def bench_simulator(workload_spec: str, nodes: int | None, arrivals: str, first_
     load_s = time.perf_counter() - t0
     click.echo(f"{workload.name}: {len(workload.nodes)} nodes, {len(workload.jobs)} jobs, "
                f"{workload.task_count} tasks (loaded in {load_s:.1f}s)")
-    config = SimConfig() if max_sim_s is None else SimConfig(max_sim_s=max_sim_s)
+    config = SimConfig(pass_delay_s=pass_delay_s, **({} if max_sim_s is None else {"max_sim_s": max_sim_s}))
     rows = []
     for name in policies or PRESETS:
         start, cpu = time.perf_counter(), time.process_time()

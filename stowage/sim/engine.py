@@ -65,6 +65,10 @@ class SimConfig:
     max_sim_s: float = MAX_SIM_S
     """Stop this many simulated seconds after the first arrival; the result says so (``time_cap_reached``),
     counts the unfinished tasks as lost, and ``stowage simulate`` exits non-zero (``--max-sim-time``)."""
+    pass_delay_s: float = 0.0
+    """Presets whose passes are the operator's dispatcher's (``Preset.operator_paced``: tetris, stowage) run
+    their pass this long after the first change that needs one; changes in between share it, as the
+    operator's debounce (``dispatch.PASS_DELAY_S``) makes them. 0: a pass at every event (``--pass-delay``)."""
 
 
 def resource_axis(workload: Workload) -> tuple[str, ...]:
@@ -408,6 +412,9 @@ class Simulation:
         """Replay to the end (or to ``max_sim_s``); ``progress(tasks_done, simulated_s)`` every ~0.5 s of wall."""
         interval = self.settings.contention.sample_interval_s
         next_tick = math.inf
+        # An operator-paced preset's pass waits pass_delay after the first change; pass_at is when (inf: none due).
+        delay = self.config.pass_delay_s if self.preset.operator_paced else 0.0
+        pass_at = math.inf
         n_jobs = self.n_jobs
         next_report = time.monotonic() + _PROGRESS_EVERY_S if progress is not None else math.inf
         while True:
@@ -418,7 +425,7 @@ class Simulation:
                 next_tick = (math.floor(self.now / interval) + 1) * interval
             elif not ticking:
                 next_tick = math.inf
-            t = min(ta, tf, next_tick)
+            t = min(ta, tf, next_tick, pass_at)
             if t == math.inf:
                 break
             if t - self.t0 > self.config.max_sim_s:
@@ -435,10 +442,14 @@ class Simulation:
                 self.monitor.tick()
                 next_tick = self.now + interval
             if self._changed:
-                self.preset.schedule(self)
-                self._flush()
-                self._changed = False
-                self.regular_changed = False
+                if pass_at == math.inf:
+                    pass_at = self.now + delay
+                if self.now >= pass_at:
+                    self.preset.schedule(self)
+                    self._flush()
+                    self._changed = False
+                    self.regular_changed = False
+                    pass_at = math.inf
                 self.update_rates()
             if self.config.check:
                 self._check_all()
