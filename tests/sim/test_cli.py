@@ -47,11 +47,13 @@ def tiny(tmp_path: Path) -> Path:
 def test_simulate_writes_the_json_contract_for_every_preset(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     report_dir = tmp_path / "report"
+    # --pass-delay 0: the hand-checked times below hold for every preset (the default adds 0.2 s per pass).
     result = CliRunner().invoke(main, ["simulate", "--workload", str(tiny), "--json", str(out),
-                                       "--report", str(report_dir), "--no-plots", "--check"])
+                                       "--report", str(report_dir), "--no-plots", "--check", "--pass-delay", "0"])
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert doc == json.loads((report_dir / "report.json").read_text())
+    assert doc["engine"] == {"pass_delay_s": 0.0}
     assert doc["workload"]["jobs"] == 2 and doc["workload"]["tasks"] == 7
     assert doc["workload"]["usage_model"]["mean_fraction"] == 0.5
     assert list(doc["policies"]) == list(PRESETS)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from stowage.policy.dispatch import PASS_DELAY_S
 from stowage.sim import presets
 from stowage.sim.bench import bench_simulator
+from stowage.sim.cli import simulate
 from stowage.sim.engine import SimConfig, Simulation
 from tests.sim.kit import BURSTY, contended
 
@@ -39,6 +43,18 @@ def test_event_driven_presets_ignore_the_delay() -> None:
         a, b = _run(name, 0.0), _run(name, 2.0)
         assert a.log == b.log
         assert a.result.summary == b.result.summary  # type: ignore[attr-defined]
+
+
+def test_simulate_models_the_operators_delay_by_default_and_says_so(tmp_path) -> None:
+    out = tmp_path / "r.json"
+    args = ["--first-jobs", "8", "--policy", "stowage", "--no-plots", "--report", str(tmp_path / "r"), "--json",
+            str(out)]
+    done = CliRunner().invoke(simulate, args)
+    assert done.exit_code == 0, done.output
+    assert json.loads(out.read_text())["engine"] == {"pass_delay_s": PASS_DELAY_S} and PASS_DELAY_S > 0
+    done = CliRunner().invoke(simulate, [*args, "--pass-delay", "0", "--force"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(out.read_text())["engine"] == {"pass_delay_s": 0.0}
 
 
 def test_bench_and_simulate_take_the_flag() -> None:
