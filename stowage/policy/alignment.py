@@ -32,6 +32,7 @@ __all__ = [
     "alignment",
     "feasible",
     "finite_or_zero",
+    "nan_to_num_if_needed",
     "to_extender_scores",
 ]
 
@@ -68,10 +69,15 @@ def _check_resources(d: NDArray[np.float64], other: NDArray[np.float64], field: 
         )
 
 
+def nan_to_num_if_needed(x: NDArray[np.float64], nan: float = 0.0, posinf: float = 0.0) -> NDArray[np.float64]:
+    """``np.nan_to_num(x, nan=nan, posinf=posinf)``; ``x`` itself when it is all finite (nan_to_num's copies
+    cost more than the arithmetic on the small arrays of a pass). −inf becomes the lowest float."""
+    return x if np.isfinite(x).all() else np.nan_to_num(x, nan=nan, posinf=posinf)
+
+
 def finite_or_zero(x: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``np.nan_to_num(x, nan=0.0, posinf=0.0)``; ``x`` itself when it is all finite (nan_to_num's copies
-    cost more than the arithmetic on the small arrays of a pass)."""
-    return x if np.isfinite(x).all() else np.nan_to_num(x, nan=0.0, posinf=0.0)
+    """NaN and +inf → 0 (capacities and availabilities): :func:`nan_to_num_if_needed` with its defaults."""
+    return nan_to_num_if_needed(x)
 
 
 def _feasible_2d(d: NDArray[np.float64], avail: NDArray[np.float64]) -> NDArray[np.bool_]:

@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
+from stowage.policy.alignment import nan_to_num_if_needed
 
 __all__ = [
     "barrier_boost",
@@ -89,10 +90,8 @@ def dominant_shares(allocated: ArrayLike, total: ArrayLike, weights: ArrayLike) 
             dom = max(fracs, default=0.0)
             shares.append(dom / wq if 0.0 < wq < math.inf else math.inf)
         return np.array(shares, dtype=np.float64)
-    # nan_to_num only when needed: on finite inputs it copies and changes nothing (and costs more than the rest).
-    alloc = np.maximum(alloc if np.isfinite(alloc).all() else
-                       np.nan_to_num(alloc, nan=0.0, posinf=np.finfo(np.float64).max), 0.0)
-    tot = tot if np.isfinite(tot).all() else np.nan_to_num(tot, nan=0.0)
+    alloc = np.maximum(nan_to_num_if_needed(alloc, posinf=np.finfo(np.float64).max), 0.0)
+    tot = nan_to_num_if_needed(tot, posinf=np.finfo(np.float64).max)  # nan_to_num's default for +inf
     with np.errstate(over="ignore"):
         # (Q, R); ignored resources contribute 0. Dividing directly (not by 1/total)
         # keeps 0/tiny = 0 instead of 0·inf = NaN.

@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
+from stowage.policy.alignment import nan_to_num_if_needed
 
 __all__ = [
     "NOT_PLACED",
@@ -55,9 +56,8 @@ def _arr(value: ArrayLike, field: str, ndim: int) -> NDArray[np.float64]:
 
 def _amount(arr: NDArray[np.float64], nan: float = 0.0) -> NDArray[np.float64]:
     """Non-negative finite amounts; NaN → ``nan``; +inf → treat as huge but finite."""
-    if np.isfinite(arr).all():  # the usual case: nan_to_num's copies cost more than the check on small arrays
-        return np.maximum(arr, 0.0)
-    return np.maximum(np.nan_to_num(arr, nan=nan, posinf=np.finfo(np.float64).max, neginf=0.0), 0.0)
+    # −inf: nan_to_num's lowest float, then 0 by the maximum.
+    return np.maximum(nan_to_num_if_needed(arr, nan=nan, posinf=np.finfo(np.float64).max), 0.0)
 
 
 def harvestable(

@@ -19,7 +19,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
 
-__all__ = ["bottleneck_bonus", "combined_score", "critical_rows", "drain_times", "remaining_work", "work_penalty"]
+__all__ = ["bottleneck_bonus", "clean_durations", "combined_score", "critical_rows", "drain_times", "remaining_work",
+           "work_penalty", "work_rate"]
 
 
 def remaining_work(
@@ -59,14 +60,23 @@ def remaining_work(
     if n_jobs < 0:
         raise InvalidInput("n_jobs", n_jobs, "must be ≥ 0")
 
-    dur = np.maximum(np.nan_to_num(dur, nan=0.0, posinf=0.0), 0.0)
-    dem = np.maximum(np.nan_to_num(dem, nan=0.0, posinf=0.0), 0.0)
-    cbar = np.nan_to_num(cbar, nan=0.0)
-    inv = np.divide(1.0, cbar, out=np.zeros_like(cbar), where=cbar > 0)
-    per_task = dur * (dem @ inv)
+    per_task = clean_durations(dur) * work_rate(dem, cbar)
     job_int = np.asarray(np.nan_to_num(job.astype(np.float64), nan=-1.0), dtype=np.int64)
     ok = (job_int >= 0) & (job_int < n_jobs)
     return np.bincount(job_int[ok], weights=per_task[ok], minlength=n_jobs).astype(np.float64)
+
+
+def clean_durations(duration_s: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Durations as :func:`remaining_work` counts them: NaN, +inf and negative → 0."""
+    return np.maximum(np.nan_to_num(duration_s, nan=0.0, posinf=0.0), 0.0)
+
+
+def work_rate(task_demand: NDArray[np.float64], mean_capacity: NDArray[np.float64]) -> NDArray[np.float64]:
+    """(T,) ``Σ_r d_{t,r}/C̄_r``: a task's remaining work per second (demand cleaned, resources with
+    ``C̄_r ≤ 0`` or NaN left out), as :func:`remaining_work` multiplies it by the duration."""
+    dem = np.maximum(np.nan_to_num(task_demand, nan=0.0, posinf=0.0), 0.0)
+    cbar = np.nan_to_num(mean_capacity, nan=0.0)
+    return dem @ np.divide(1.0, cbar, out=np.zeros_like(cbar), where=cbar > 0)
 
 
 def combined_score(align: ArrayLike, job_work: ArrayLike, m: float) -> NDArray[np.float64]:

@@ -42,7 +42,7 @@ def bench_simulator(workload_spec: str, nodes: int | None, arrivals: str, first_
                     pass_delay_s: float) -> None:
     """Time the simulator on a large trace: wall and CPU seconds, events and tasks per second, per preset."""
     from stowage.sim import presets
-    from stowage.sim.engine import SimConfig, Simulation
+    from stowage.sim.engine import MAX_SIM_S, SimConfig, Simulation
     from stowage.sim.traces import resolve_workload
 
     t0 = time.perf_counter()
@@ -53,7 +53,7 @@ def bench_simulator(workload_spec: str, nodes: int | None, arrivals: str, first_
     load_s = time.perf_counter() - t0
     click.echo(f"{workload.name}: {len(workload.nodes)} nodes, {len(workload.jobs)} jobs, "
                f"{workload.task_count} tasks (loaded in {load_s:.1f}s)")
-    config = SimConfig(pass_delay_s=pass_delay_s, **({} if max_sim_s is None else {"max_sim_s": max_sim_s}))
+    config = SimConfig(pass_delay_s=pass_delay_s, max_sim_s=MAX_SIM_S if max_sim_s is None else max_sim_s)
     rows = []
     for name in policies or PRESETS:
         start, cpu = time.perf_counter(), time.process_time()

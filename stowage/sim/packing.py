@@ -261,9 +261,8 @@ class _JobWork:
     def __init__(self, dur: NDArray[np.float64], demand: NDArray[np.float64], job: NDArray[np.int64],
                  job_groups: list[list[int]], mean_cap: NDArray[np.float64]) -> None:
         self.dur, self.demand, self.job, self.job_groups, self.mean_cap = dur, demand, job, job_groups, mean_cap
-        dem = np.maximum(np.nan_to_num(np.asarray(demand, dtype=np.float64), nan=0.0, posinf=0.0), 0.0)
-        cbar = np.nan_to_num(np.asarray(mean_cap, dtype=np.float64), nan=0.0)
-        self.unit = dem @ np.divide(1.0, cbar, out=np.zeros_like(cbar), where=cbar > 0)
+        self.unit = remaining_work.work_rate(np.asarray(demand, dtype=np.float64),
+                                             np.asarray(mean_cap, dtype=np.float64))
         self.left: NDArray[np.float64] | None = None
 
     def current(self, left: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -275,19 +274,15 @@ class _JobWork:
                     self._update(left, changed)
                 return self.work
         self.left = left
-        self.per_task = self._clean(self.dur * left) * self.unit
+        self.per_task = remaining_work.clean_durations(self.dur * left) * self.unit
         self.work = remaining_work.remaining_work(self.dur * left, self.demand, self.job, len(self.job_groups),
                                                   self.mean_cap)
         self.work.flags.writeable = False
         return self.work
 
-    @staticmethod
-    def _clean(dur: NDArray[np.float64]) -> NDArray[np.float64]:
-        return np.maximum(np.nan_to_num(dur, nan=0.0, posinf=0.0), 0.0)  # remaining_work's own cleaning
-
     def _update(self, left: NDArray[np.float64], changed: NDArray[np.int64]) -> None:
         self.left = left
-        self.per_task[changed] = self._clean(self.dur[changed] * left[changed]) * self.unit[changed]
+        self.per_task[changed] = remaining_work.clean_durations(self.dur[changed] * left[changed]) * self.unit[changed]
         work = self.work.copy()
         for j in np.unique(self.job[changed]).tolist():
             groups = self.job_groups[j]

@@ -217,7 +217,7 @@ class RateTracker:
             # it had, and gathering the others would cost more than the arithmetic.
             self.use_t = self._usage(self.demand_t, model.fraction_t(now, run.start, (run.base, run.io_base),
                                                                      run.burst_until))
-            self.final = (now - run.start) / model.ramp_s >= 1.0 if model.ramp_s > 0 else np.ones(len(run), bool)
+            self.final = np.broadcast_to(model.past_ramp(now, run.start), len(run)).copy()
             self.bursting = burst
         else:
             rows = np.flatnonzero(redo)
@@ -227,8 +227,7 @@ class RateTracker:
             use_t[:, rows] = self._usage(self.demand_t.take(rows, axis=1), f)
             self.use_t = use_t
             self.bursting[rows] = burst[rows]
-            # UsageModel.fraction clips (now − start)/ramp_s at 1: from there on the ramp is constant.
-            self.final[rows] = (now - run.start[rows]) / model.ramp_s >= 1.0 if model.ramp_s > 0 else True
+            self.final[rows] = model.past_ramp(now, run.start[rows])
         # A row redone is ramping or changed burst state: its usage moved (marking a node whose
         # sums did not change only recomputes the same sums).
         self.dirty[run.node[redo]] = True

@@ -99,6 +99,17 @@ class UsageModel:
         io = drawn if self.io_fraction is None else np.full_like(drawn, self.io_fraction)
         return np.where(np.isnan(override), io, np.clip(override, 0.0, 1.0))
 
+    def _ramp(self, now_s: float, started_s: NDArray[np.float64]) -> NDArray[np.float64] | float:
+        """The ramp-up factor per task: ``ramp_start`` at its start, linear to 1 at ``ramp_s``."""
+        if self.ramp_s <= 0:
+            return 1.0
+        progress = np.clip((now_s - started_s) / self.ramp_s, 0.0, 1.0)
+        return self.ramp_start + (1.0 - self.ramp_start) * progress
+
+    def past_ramp(self, now_s: float, started_s: NDArray[np.float64]) -> NDArray[np.bool_] | bool:
+        """Tasks whose ramp factor is 1 from now on (``_ramp`` clips its progress at 1)."""
+        return (now_s - started_s) / self.ramp_s >= 1.0 if self.ramp_s > 0 else True
+
     def fraction(
         self,
         now_s: float,
@@ -107,11 +118,7 @@ class UsageModel:
         burst_until_s: NDArray[np.float64],
     ) -> NDArray[np.float64]:
         """``f(t)`` per task: 1 inside a burst, else ``u·ramp(t − start)``; ``base`` (P,) or (P, K)."""
-        if self.ramp_s > 0:
-            progress = np.clip((now_s - started_s) / self.ramp_s, 0.0, 1.0)
-            ramp = self.ramp_start + (1.0 - self.ramp_start) * progress
-        else:
-            ramp = 1.0
+        ramp = self._ramp(now_s, started_s)
         if base.ndim == 2:
             return np.where((burst_until_s > now_s)[:, None], 1.0, base * np.reshape(ramp, (-1, 1)))
         return np.where(burst_until_s > now_s, 1.0, base * ramp)
@@ -129,11 +136,7 @@ class UsageModel:
         Rows of P contiguous numbers instead of P rows of K: numpy's loops over a (P, K) broadcast
         with K = 2 cost several times the arithmetic (the simulator's hot path, ``sim.rates``).
         """
-        if self.ramp_s > 0:
-            progress = np.clip((now_s - started_s) / self.ramp_s, 0.0, 1.0)
-            ramp = self.ramp_start + (1.0 - self.ramp_start) * progress
-        else:
-            ramp = 1.0
+        ramp = self._ramp(now_s, started_s)
         out = [b * ramp for b in bases]
         burst = burst_until_s > now_s
         if burst.any():
