@@ -9,7 +9,7 @@ What runs (one :class:`OperatorRuntime` per operator process)::
       unbound pods ──────┴─► gated plain pods (gate stowage.io/admission)
     Prometheus ──────────► Utilization (stowage.prom)
 
-    loop (every interval_s, and soon after any event: debounced):
+    loop (every interval_s, and soon after any event: at most one pass per pass_delay_s):
       1. peering: act only while no other operator of the same peering outranks this one (cli.Peering)
       2. Job plans (tasks.plan_job) → status, Events, deletions (JobBook.apply); finished tasks → classifier
       3. view = DispatchView(nodes, running pods, queues, pending groups of Jobs, gated plain pods, utilization)
@@ -155,7 +155,7 @@ class OperatorRuntime:
         dry_run: bool = False,
         node_hint: bool = False,
         interval_s: float = 1.0,
-        debounce_s: float = dispatch.PASS_DELAY_S,
+        pass_delay_s: float = dispatch.PASS_DELAY_S,
         status_interval_s: float = 5.0,
         state_interval_s: float = 30.0,
         clock: Callable[[], float] = time.time,
@@ -169,7 +169,7 @@ class OperatorRuntime:
         self.state_namespace = state_namespace or operator_namespace()
         self.dry_run = dry_run
         self.node_hint = node_hint  # released pods prefer the node the dispatcher placed them on (off: it spreads)
-        self.interval_s, self.debounce_s = interval_s, debounce_s
+        self.interval_s, self.pass_delay_s = interval_s, pass_delay_s
         self.status_interval_s, self.state_interval_s = status_interval_s, state_interval_s
         self.clock = clock
         self.cluster = ClusterModel(recent_window_s=settings.harvest.ramp_up_s, clock=clock)
@@ -188,6 +188,7 @@ class OperatorRuntime:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._informers: list[Informer] = []
+        self._last_pass = -math.inf  # time.monotonic() of the last pass's start (the throttle's reference)
         self._last_status = -1e18
         self._last_state = -1e18
         self._saved_state: str | None = None
@@ -244,7 +245,7 @@ class OperatorRuntime:
         return bool(self._informers) and all(i.synced.is_set() for i in self._informers)
 
     def poke(self) -> None:
-        """Something changed: run a pass soon (debounced: a burst of events makes one pass)."""
+        """Something changed: run a pass soon (throttled: a burst of events shares one pass)."""
         self._wake.set()
 
     # --- bound pods: the cluster model + release-to-bind latency ---------------------------------
@@ -278,8 +279,11 @@ class OperatorRuntime:
             self._wake.wait(self.interval_s)
             if self._stop.is_set():
                 break
-            self._stop.wait(self.debounce_s)  # let a burst of events land: one pass for all of them
+            # Throttle: at most one pass per pass_delay_s. After a quiet spell the pass runs at once; the events
+            # of a burst within pass_delay_s of the last pass land meanwhile and share the next one.
+            self._stop.wait(max(0.0, self._last_pass + self.pass_delay_s - time.monotonic()))
             self._wake.clear()
+            self._last_pass = time.monotonic()
             try:
                 self.pass_once()
                 self.last_error = None

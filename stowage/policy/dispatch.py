@@ -5,7 +5,10 @@ The decision core of the simulator's ``tetris``/``stowage`` presets and of the o
 
 1. **Queues** (weighted DRF, Tetris §3.4): only the active queues whose weighted dominant share is within
    ``packing.queue_share_slack`` of the lowest compete (``fairness.deprived_queues``; ``f = 0``: all). If
-   none of their rows fits, the next most deprived get the step, and so on (work-conserving).
+   none of their rows fits, the next most deprived get the step, and so on (work-conserving). With
+   ``PassInput.queue_overdue`` (fairness over time, ``packing.queue_share_deficit_s``) the overdue queues
+   compete first instead, widening to every other queue when none of their rows fits; none overdue: every
+   queue competes.
 2. **Jobs** (each queue's ``jobOrder``): inside a queue only its first ``max(1, ⌈(1−f)·J_q⌉)`` jobs in the
    caller's ranking (FIFO/SRTF from ``ordering.order_jobs``, FSP from the caller's ``FspTracker``).
 3. **Score** (Tetris §3.3.2, §3.5): the best ``a(t, n) − m·ā·p(job)/p̄`` among the allowed rows, plus
@@ -57,8 +60,9 @@ __all__ = [
 ]
 
 PASS_DELAY_S: Final = 0.2
-"""The operator's dispatcher runs its pass this long after the first event that needs one, so a burst of events
-shares one pass (``operator.runtime``'s debounce); the simulator's ``--pass-delay`` models it."""
+"""The operator's dispatcher passes at most once per this many seconds (``operator.runtime``'s throttle): an event
+after a quiet spell gets its pass at once, a burst within the delay of a pass shares the next one; the simulator's
+``--pass-delay`` models it."""
 
 BOOST: Final = 1e6
 """Barrier-boosted rows outrank any combined score (alignments are in [0, R]); starved rows get twice this."""
@@ -114,6 +118,10 @@ class PassInput:
     """(G,) node held for each row by the previous pass, −1 for none."""
     queue_quota: NDArray[np.float64] | None = None
     """(Q, R) the most each queue may hold in this pool (``+inf`` where unlimited); None: no quotas."""
+    queue_overdue: NDArray[np.bool_] | None = None
+    """(Q,) queues owed more than ``packing.queue_share_deficit_s`` (``fairness.QueueDeficits.overdue``): they
+    compete first in this pass, the others only for what they cannot use; none overdue: every queue competes.
+    None: weighted DRF's rule at every slot (``fairness.deprived_queues``). Shorter than Q: the rest are not."""
     group_duration_s: NDArray[np.float64] | None = None
     """(G,) expected task duration per row: the waiting work's drain time per resource
     (``remaining_work.drain_times``) for ``packing.bottleneck_weight`` and ``critical_path_fraction``; None:
@@ -220,7 +228,9 @@ def _place_all(
     total, weight = inp.pool_total, np.asarray(inp.queue_weight, dtype=np.float64)
     shaped = candidates.ShapeScores(score)
     rescore = column.ColumnScorer(shapes, cap)  # alignment of one node's column, cleaned once per pass
-    every_queue = _every_queue_competes(queues, weight.shape[0], f)
+    # Fairness over time: the caller's deficits say which queues go first, not this pass's shares.
+    owed = None if inp.queue_overdue is None else _padded(inp.queue_overdue, weight.shape[0])
+    every_queue = owed is not None or _every_queue_competes(queues, weight.shape[0], f)
     while rows.size and (limit is None or len(placements) < limit):
         # Rows whose shape fits some node now. A search over rows none of which fits returns None
         # whatever the masks say, so such searches are skipped, and the pass ends when no row fits.
@@ -233,8 +243,12 @@ def _place_all(
         shares = None if every_queue else (fairness.dominant_shares(qa, total, weight),
                                            np.bincount(queues, minlength=weight.shape[0]) > 0)
         while best is None:  # deprived queues first; widen to the next ones while none of theirs fits
-            picked = (_queue_mask(qa, queues, total, weight, tried, knobs.queue_share_slack, shares)
-                      if shares is not None else None)
+            if owed is not None:  # the overdue queues with rows, then everyone
+                first = owed & (np.bincount(queues, minlength=owed.shape[0]) > 0) & ~tried
+                picked = first if f > 0 and first.any() else None
+            else:
+                picked = (_queue_mask(qa, queues, total, weight, tried, knobs.queue_share_slack, shares)
+                          if shares is not None else None)
             allowed = jobs_ok if picked is None else jobs_ok & picked[queues]
             if any_urgent:
                 allowed |= urgent  # the reservation, the critical path: these compete whatever the masks say
@@ -262,7 +276,7 @@ def _place_all(
             rows, shape_of, p, boost, queues = rows[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
             jobs, pending, starved, urgent = jobs[keep], pending[keep], starved[keep], urgent[keep]
             jobs_ok = ranks.mask(jobs, queues, f)
-            every_queue = _every_queue_competes(queues, weight.shape[0], f)
+            every_queue = owed is not None or _every_queue_competes(queues, weight.shape[0], f)
 
 
 def _end_game(
@@ -279,6 +293,14 @@ def _end_game(
     if inp.group_path_s is not None:
         critical = remaining_work.critical_rows(np.asarray(inp.group_path_s)[rows], drain, knobs.critical_path_fraction)
     return bonus, critical
+
+
+def _padded(mask: NDArray[np.bool_], n: int) -> NDArray[np.bool_]:
+    """``mask`` as (n,) bool: cut, or extended with False."""
+    out = np.zeros(n, dtype=bool)
+    m = np.asarray(mask, dtype=bool).reshape(-1)[:n]
+    out[: m.size] = m
+    return out
 
 
 def _within_quota(inp: PassInput, rows: NDArray[np.int64], qa: NDArray[np.float64]) -> NDArray[np.bool_]:

@@ -66,9 +66,10 @@ class SimConfig:
     """Stop this many simulated seconds after the first arrival; the result says so (``time_cap_reached``),
     counts the unfinished tasks as lost, and ``stowage simulate`` exits non-zero (``--max-sim-time``)."""
     pass_delay_s: float = 0.0
-    """Presets whose passes are the operator's dispatcher's (``Preset.operator_paced``: tetris, stowage) run
-    their pass this long after the first change that needs one; changes in between share it, as the
-    operator's debounce (``dispatch.PASS_DELAY_S``) makes them. 0: a pass at every event (``--pass-delay``)."""
+    """Presets whose passes are the operator's dispatcher's (``Preset.operator_paced``: tetris, stowage) pass
+    at most once per this many seconds, as the operator's throttle (``dispatch.PASS_DELAY_S``) does: a change
+    after a quiet spell gets its pass at once, changes within the delay of a pass share the next one.
+    0: a pass at every event (``--pass-delay``)."""
 
 
 def resource_axis(workload: Workload) -> tuple[str, ...]:
@@ -412,9 +413,11 @@ class Simulation:
         """Replay to the end (or to ``max_sim_s``); ``progress(tasks_done, simulated_s)`` every ~0.5 s of wall."""
         interval = self.settings.contention.sample_interval_s
         next_tick = math.inf
-        # An operator-paced preset's pass waits pass_delay after the first change; pass_at is when (inf: none due).
+        # An operator-paced preset passes at most once per pass_delay, as the operator's throttle does: a change
+        # right away when the last pass is at least pass_delay old, else at last pass + pass_delay (one pass for
+        # everything that happened meanwhile). pass_at is when the next pass is due (inf: none).
         delay = self.config.pass_delay_s if self.preset.operator_paced else 0.0
-        pass_at = math.inf
+        pass_at, last_pass = math.inf, -math.inf
         n_jobs = self.n_jobs
         next_report = time.monotonic() + _PROGRESS_EVERY_S if progress is not None else math.inf
         while True:
@@ -443,13 +446,13 @@ class Simulation:
                 next_tick = self.now + interval
             if self._changed:
                 if pass_at == math.inf:
-                    pass_at = self.now + delay
+                    pass_at = max(self.now, last_pass + delay)
                 if self.now >= pass_at:
                     self.preset.schedule(self)
                     self._flush()
                     self._changed = False
                     self.regular_changed = False
-                    pass_at = math.inf
+                    pass_at, last_pass = math.inf, self.now
                 self.update_rates()
             if self.config.check:
                 self._check_all()

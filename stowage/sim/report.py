@@ -7,7 +7,8 @@ JSON shape (every number deterministic for a seed; no wall-clock values)::
      "reference": {"ratios": "kube-default", "slowdown": "drf"},
      "status": {"complete": true, "problems": []},
      "policies": {"<preset>": {"makespan_s", "jct_mean_s", "jct_p50_s", "jct_p95_s",
-                               "makespan_lower_bound_s", "utilization": {"<resource>": {"allocated", "used"}},
+                               "makespan_lower_bound_s", "jct_mean_lower_bound_s",
+                               "utilization": {"<resource>": {"allocated", "used"}},
                                "opportunistic_fraction", "evictions", "lost_tasks", "time_cap_reached",
                                "slowed_jobs_fraction", "tasks", "jobs", ...more}},
      "reference_runs": {"<reference preset not asked for>": {...the same keys...}}}

@@ -32,7 +32,8 @@ jobs:
 """
 
 CONTRACT_KEYS = {
-    "makespan_s", "jct_mean_s", "jct_p50_s", "jct_p95_s", "makespan_lower_bound_s", "utilization",
+    "makespan_s", "jct_mean_s", "jct_p50_s", "jct_p95_s", "makespan_lower_bound_s", "jct_mean_lower_bound_s",
+    "utilization",
     "opportunistic_fraction", "evictions", "lost_tasks", "slowed_jobs_fraction", "tasks", "jobs",
 }
 
@@ -65,6 +66,7 @@ def test_simulate_writes_the_json_contract_for_every_preset(tiny: Path, tmp_path
         assert p["jct_mean_s"] == pytest.approx(17.5), name
         assert p["makespan_s"] == pytest.approx(50.0), name
         assert p["makespan_lower_bound_s"] == pytest.approx(50.0)
+        assert p["jct_mean_lower_bound_s"] == pytest.approx(17.5)  # critical paths 15 s and 20 s: met here
         assert p["slowed_jobs_fraction"] == 0.0
         for resource in ("cpu", "memory", "disk", "network"):
             assert set(p["utilization"][resource]) == {"allocated", "used"}

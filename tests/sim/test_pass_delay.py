@@ -13,7 +13,7 @@ from stowage.sim import presets
 from stowage.sim.bench import bench_simulator
 from stowage.sim.cli import simulate
 from stowage.sim.engine import SimConfig, Simulation
-from tests.sim.kit import BURSTY, contended
+from tests.sim.kit import BURSTY, FLAT, contended, group, job, nodes, workload
 
 
 def _run(name: str, delay: float, seed: int = 3) -> Simulation:
@@ -36,6 +36,19 @@ def test_an_operator_paced_preset_places_at_most_once_per_delay_and_loses_nothin
     assert np.diff(_pass_times(paced)).min() >= 2.0 - 1e-9
     assert paced.result.summary["lost_tasks"] == 0  # type: ignore[attr-defined]
     assert paced.result.summary["jobs_finished"] == paced.result.summary["jobs"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["stowage", "tetris"])
+def test_a_change_after_a_quiet_spell_is_passed_at_once_and_one_within_the_delay_waits(name: str) -> None:
+    # Job a at t=0 (empty cluster: passed at once), job b 1 s later (within the 2 s delay: waits for t=2),
+    # job c at t=50 (a quiet spell since the pass at t=2: passed at once); each has room on arrival.
+    jobs = [job("a", 0.0, group("m", 2, 30.0)), job("b", 1.0, group("m", 2, 30.0)), job("c", 50.0, group("m", 2, 5.0))]
+    sim = Simulation(workload(nodes(2), jobs), presets.make(name), SimConfig(usage=FLAT, trace=True, check=True,
+                                                                             pass_delay_s=2.0), 0)
+    result = sim.run()
+    started = {entry[1]: entry[0] for entry in reversed(sim.log or [])}  # each job's first placement
+    assert started == {"a": 0.0, "b": 2.0, "c": 50.0}
+    assert result.summary["jobs_finished"] == 3
 
 
 def test_event_driven_presets_ignore_the_delay() -> None:
