@@ -129,6 +129,12 @@ class PackingSettings:
     (``fairness.deprived_queues``; ``f = 0`` lifts it). 1 % of the pool keeps two saturated queues of weights
     2:1 within 1.94–2.06; larger values leave more to packing and remaining-work order (shorter mean JCT)
     at the price of looser shares (0.1: 1.5–2.75; measured in docs/simulator.md) (ours)."""
+    queue_share_deficit_s: float = 0.0
+    """``D`` (pool fraction × seconds): fairness over time instead of at every slot. Each queue's shortfall below
+    its weighted fair share is integrated while it has work waiting (``fairness.update_deficits``, a deficit
+    counter); while none is owed more than ``D`` every queue competes (packing and job order decide), a queue
+    owed more goes first until repaid. Time-averaged shares stay weighted DRF's within about ``D / span``.
+    0: weighted DRF at every slot (``queue_share_slack``) (ours)."""
     barrier_knob: float = 0.9
     """``b``: once this fraction of a group before a barrier finished, its stragglers go first."""
     remaining_work_weight: float = 1.0
@@ -298,6 +304,7 @@ def validate(settings: StowageSettings) -> list[str]:
         )
     _check_range(p, "packing.fairness_knob", k.fairness_knob, 0.0, 1.0, False, False)
     _check_range(p, "packing.queue_share_slack", k.queue_share_slack, 0.0, 1.0, False, False)
+    _check_range(p, "packing.queue_share_deficit_s", k.queue_share_deficit_s, 0.0, 86400.0, False, False)
     _check_range(p, "packing.barrier_knob", k.barrier_knob, 0.0, 1.0, False, False)
     _check_range(p, "packing.remaining_work_weight", k.remaining_work_weight, 0.0, 1000.0, False, False)
     _check_range(p, "packing.remote_penalty", k.remote_penalty, 0.0, 1.0, False, True)

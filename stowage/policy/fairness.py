@@ -19,6 +19,12 @@
   lifts this too. A count like ⌈(1−f)·Q⌉ is vacuous
   for the few queues a cluster has (⌈0.75·2⌉ = 2 holds nobody back), so
   weighted DRF between queues does not depend on how many there are.
+- **Fairness over time** (``QueueDeficits``, ``update_deficits``; ``packing.queue_share_deficit_s`` D): each
+  queue's shortfall below its weighted fair share, integrated over time while it has work waiting (a
+  deficit counter, as deficit round robin and stride scheduling keep). While no queue is owed more than D
+  every queue competes and packing and job order decide; a queue owed more goes first until it is repaid
+  below D, so shares deviate for a while but not on average: over a span T the time-averaged shares are
+  weighted DRF's within about D/T. D = 0: strict weighted DRF at every slot (``deprived_queues``).
 - **Barrier knob** ``b`` (Tetris §3.5): once a fraction ``b`` of a task group
   has finished and another group waits on it, its remaining tasks go first.
 
@@ -28,6 +34,7 @@ Shapes: Q queues, R resources, J jobs, G task groups.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -36,12 +43,14 @@ from stowage.errors import InvalidInput
 from stowage.policy.alignment import nan_to_num_if_needed
 
 __all__ = [
+    "QueueDeficits",
     "barrier_boost",
     "deprived_queues",
     "dominant_shares",
     "drf_pick",
     "fair_share",
     "fairness_candidates",
+    "update_deficits",
 ]
 
 # ⌈(1−f)·J⌉ and fraction ≥ b are computed in floats; this absorbs their rounding
@@ -183,6 +192,66 @@ def deprived_queues(shares: ArrayLike, active: ArrayLike, slack: float) -> NDArr
     with np.errstate(invalid="ignore"):
         near = key <= floor + max(float(np.nan_to_num(slack, nan=0.0)), 0.0)
     return act & (near | (key == floor))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeficits:
+    """Each queue's time-integrated shortfall below its weighted fair share; the caller keeps it between passes.
+
+    One per pool, carried from pass to pass by whoever runs the passes (the simulator's packing preset, the
+    operator's dispatcher); ``update_deficits`` makes the next one from the shares a pass left. Empty:
+    nothing seen yet. ``deficit`` is in pool-fraction × seconds (0.1 of the pool for 100 s = 10).
+    """
+
+    deficit: tuple[float, ...] = ()
+    """(Q,) owed (> 0) or ahead (< 0); over the active queues they sum to 0."""
+    dominant: tuple[float, ...] = ()
+    """(Q,) the unweighted dominant shares that hold since ``at``."""
+    active: tuple[bool, ...] = ()
+    """(Q,) which queues had work waiting since ``at``."""
+    at: float = math.nan
+    """When the last update was (NaN: never)."""
+
+    def overdue(self, threshold: float) -> NDArray[np.bool_]:
+        """(Q,) queues owed more than ``threshold`` (pool-fraction × seconds): they go first in the next pass."""
+        return np.array(self.deficit, dtype=np.float64) > threshold
+
+
+def update_deficits(
+    state: QueueDeficits, dominant: ArrayLike, weights: ArrayLike, active: ArrayLike, now: float
+) -> QueueDeficits:
+    """The state after a pass at ``now``: ``state``'s shares held since ``state.at``; ``dominant`` holds from now.
+
+    Over ``[at, now]`` each queue active then gains ``(w_q·L − dom_q)·Δt``, ``L = Σ dom / Σ w`` over those
+    queues (weighted DRF's common level: at it every queue holds ``w_q·L``), so the deficits of the active
+    queues sum to 0. A queue without waiting work forfeits what it was owed or ahead (its deficit restarts
+    at 0, as a queue that comes back starts with nothing owed). Weights ≤ 0 or NaN and NaN shares take no
+    part (deficit 0). dominant (unweighted ``max_r alloc/total``), weights, active: (Q,); the queue count
+    may change between passes (a queue first seen starts at 0).
+    """
+    dom = _vec(dominant, "dominant")
+    w = _vec(weights, "weights")
+    act = _vec(active, "active", bool)
+    if w.shape != dom.shape or act.shape != dom.shape:
+        raise InvalidInput("weights.shape", (w.shape, act.shape), f"must be {dom.shape}, one per queue")
+    q = dom.shape[0]
+
+    def padded(values: tuple, fill: float) -> NDArray[np.float64]:
+        out = np.full(q, fill)
+        k = min(len(values), q)
+        out[:k] = values[:k]
+        return out
+
+    deficit = padded(state.deficit, 0.0)
+    before, was = padded(state.dominant, math.nan), padded(state.active, 0.0) > 0
+    takes_part = was & np.isfinite(before) & np.isfinite(w) & (w > 0)
+    dt = float(now) - state.at
+    if takes_part.any() and dt > 0:  # NaN ``at`` (never updated) compares False
+        level = before[takes_part].sum() / w[takes_part].sum()
+        deficit[takes_part] += (w[takes_part] * level - before[takes_part]) * dt
+    keep = act & np.isfinite(dom) & np.isfinite(w) & (w > 0)
+    deficit = np.where(keep, deficit, 0.0)
+    return QueueDeficits(tuple(deficit.tolist()), tuple(dom.tolist()), tuple(keep.tolist()), float(now))
 
 
 def barrier_boost(finished_fraction: ArrayLike, has_waiters: ArrayLike, b: float) -> NDArray[np.bool_]:

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.model import JobOrder
-from stowage.policy import alignment, dispatch, ordering, remaining_work
+from stowage.policy import alignment, dispatch, fairness, ordering, remaining_work
 from stowage.sim.presets import OPP_AUTO, OPP_TRUE, Preset
 
 if TYPE_CHECKING:
@@ -44,6 +44,9 @@ class PackingPreset(Preset):
         self._job_tasks = np.bincount(sim.g_job, weights=sim.g_tasks, minlength=sim.n_jobs)
         self.fsp = [ordering.FspTracker(1.0) for _ in sim.queue_names]
         self._ranks_kept: dict[int, tuple[bytes, NDArray[np.float64]]] = {}  # queue → (its jobs' key, ranks)
+        # Fairness over time (packing.queue_share_deficit_s): each queue's deficit, per pool.
+        self._deficits = [fairness.QueueDeficits(), fairness.QueueDeficits()]
+        self._unit_weights = np.ones(len(sim.queue_names))
         self.classifier = None
         if self.use_classifier:
             from stowage.policy import classifier
@@ -221,11 +224,29 @@ class PackingPreset(Preset):
             pool_total=sim.cluster.total,
             queue_weight=sim.q_weight,
             job_rank=(lambda jobs: self._job_rank(sim, jobs, work)) if self.job_order else None,
+            queue_overdue=self._overdue(pool),
             group_duration_s=sim.g_dur[groups],
             group_path_s=self._path[groups],
         )
         for placed in dispatch.pack(passed, self.knobs).placements:
             sim.place(int(groups[placed.group]), placed.node, opp=opp)
+        self._note_shares(sim, groups, pool)
+
+
+    def _overdue(self, pool: int) -> NDArray[np.bool_] | None:
+        """``PassInput.queue_overdue`` for a pass now: None (weighted DRF at every slot) when the threshold is 0."""
+        threshold = self.knobs.queue_share_deficit_s
+        return self._deficits[pool].overdue(threshold) if threshold > 0 else None
+
+    def _note_shares(self, sim: Simulation, groups: NDArray[np.int64], pool: int) -> None:
+        """Carry the pool's deficits past a pass: the shares it left hold until the next pass."""
+        if self.knobs.queue_share_deficit_s <= 0:
+            return
+        waiting = groups[sim.g_pending[groups] > 0]
+        active = np.bincount(sim.g_queue[waiting], minlength=sim.q_weight.shape[0]) > 0
+        dominant = fairness.dominant_shares(sim.queue_alloc[pool], sim.cluster.total, self._unit_weights)
+        self._deficits[pool] = fairness.update_deficits(self._deficits[pool], dominant, sim.q_weight, active,
+                                                        sim.now)
 
 
 def _chains(duration: NDArray[np.float64], children: list[list[int]]) -> NDArray[np.float64]:

@@ -1,0 +1,89 @@
+"""Fairness over time between queues: ``fairness.QueueDeficits`` / ``update_deficits`` and ``dispatch.pack``'s
+``queue_overdue`` (``packing.queue_share_deficit_s``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stowage.config import PackingSettings
+from stowage.errors import InvalidInput
+from stowage.policy import dispatch
+from stowage.policy.fairness import QueueDeficits, update_deficits
+
+ON = [True, True]
+
+
+def test_a_queue_held_below_its_weighted_share_accrues_what_it_is_owed() -> None:
+    # Weights 2:1; b holds the whole pool for 10 s while a waits: level L = 1/3, a is owed 2/3 of the pool.
+    s = update_deficits(QueueDeficits(), [0.0, 1.0], [2.0, 1.0], ON, now=0.0)
+    assert s.deficit == (0.0, 0.0)
+    s = update_deficits(s, [0.0, 1.0], [2.0, 1.0], ON, now=10.0)
+    assert s.deficit == pytest.approx((20 / 3, -20 / 3))
+    assert s.overdue(5.0).tolist() == [True, False]
+    assert s.overdue(7.0).tolist() == [False, False]
+
+
+def test_at_the_weighted_share_nothing_accrues() -> None:
+    s = update_deficits(QueueDeficits(), [2 / 3, 1 / 3], [2.0, 1.0], ON, now=0.0)
+    s = update_deficits(s, [2 / 3, 1 / 3], [2.0, 1.0], ON, now=100.0)
+    assert s.deficit == pytest.approx((0.0, 0.0), abs=1e-12)
+
+
+def test_the_shares_of_a_pass_count_from_that_pass_until_the_next() -> None:
+    # Each update integrates the PREVIOUS shares over the elapsed time, then keeps the new ones.
+    s = update_deficits(QueueDeficits(), [0.0, 0.5], [1.0, 1.0], ON, now=0.0)
+    s = update_deficits(s, [0.5, 0.0], [1.0, 1.0], ON, now=4.0)  # [0, 0.5] held 4 s: a owed 1
+    assert s.deficit == pytest.approx((1.0, -1.0))
+    s = update_deficits(s, [0.5, 0.0], [1.0, 1.0], ON, now=8.0)  # [0.5, 0] held 4 s: repaid
+    assert s.deficit == pytest.approx((0.0, 0.0))
+
+
+def test_a_queue_without_waiting_work_forfeits_its_deficit_and_does_not_count() -> None:
+    s = update_deficits(QueueDeficits(), [0.0, 1.0, 0.0], [1.0, 1.0, 1.0], [True, True, False], now=0.0)
+    s = update_deficits(s, [0.0, 1.0, 0.0], [1.0, 1.0, 1.0], [True, True, False], now=2.0)
+    assert s.deficit == pytest.approx((1.0, -1.0, 0.0))  # the idle third queue is owed nothing
+    s = update_deficits(s, [0.0, 1.0, 0.0], [1.0, 1.0, 1.0], [False, True, False], now=3.0)
+    assert s.deficit[0] == 0.0
+
+
+def test_zero_weight_nan_and_a_growing_queue_count_take_no_part() -> None:
+    s = update_deficits(QueueDeficits(), [0.0, 1.0], [0.0, 1.0], ON, now=0.0)
+    s = update_deficits(s, [math.nan, 1.0, 0.0], [1.0, 1.0, 1.0], [True, True, True], now=5.0)
+    assert s.deficit == (0.0, 0.0, 0.0)  # alone, queue 1 holds its share; the new queue starts at 0
+    with pytest.raises(InvalidInput):
+        update_deficits(s, [0.0], [1.0, 1.0], ON, now=6.0)
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.floats(0, 50)), min_size=1,
+                max_size=20))
+def test_deficits_of_the_queues_with_work_sum_to_zero(steps) -> None:
+    s, now = QueueDeficits(), 0.0
+    for a, b, c, dt in steps:
+        now += dt
+        s = update_deficits(s, [a, b, c], [4.0, 2.0, 1.0], [True, True, True], now)
+        assert sum(s.deficit) == pytest.approx(0.0, abs=1e-6 * max(1.0, now))
+
+
+def _pass(overdue: list[bool] | None) -> list[int]:
+    """One pass, 4 one-core slots; queue 0's job is large, queue 1's small (the remaining-work score favours it)."""
+    cap = np.array([[4.0, 16.0]])
+    inp = dispatch.PassInput(
+        capacity=cap, available=cap.copy(), shapes=np.array([[1.0, 1.0]]), group_shape=np.zeros(2, np.int64),
+        group_job=np.arange(2), group_queue=np.arange(2), pending=np.array([10, 10]),
+        finished_fraction=np.zeros(2), job_work=np.array([1000.0, 1.0]),
+        queue_alloc=np.zeros((2, 2)), pool_total=cap.sum(axis=0), queue_weight=np.array([1.0, 1.0]),
+        queue_overdue=None if overdue is None else np.array(overdue),
+    )
+    return [p.group for p in dispatch.pack(inp, PackingSettings()).placements]
+
+
+def test_nobody_overdue_every_queue_competes_and_an_overdue_queue_goes_first() -> None:
+    assert _pass(None) == [1, 0, 1, 0]  # strict weighted DRF alternates
+    assert _pass([False, False]) == [1, 1, 1, 1]  # the small job takes every slot
+    assert _pass([True, False]) == [0, 0, 0, 0]  # queue 0 is owed: it goes first
+    assert _pass([]) == [1, 1, 1, 1]  # an empty state (nothing seen yet): nobody owed
