@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy import alignment, fairness
+from stowage.policy import alignment, fairness, harvest
 from stowage.sim import scoring
+from stowage.sim.assumed import AssumedTracker
 from stowage.sim.presets import OPP_TRUE, Preset
 
 if TYPE_CHECKING:
@@ -210,6 +211,28 @@ class KubePreset(Preset):
         self._opp_ok = self._opp_eligible(sim, np.arange(sim.n_groups))
         self._nodes = _NodeCache(sim.cluster.n, self.regular_resources(sim), self._cm, self._to_u, self._cap_u,
                                  self.score)
+        # Harvestable room: S kept per node, T·C − U − B kept while the sample and blocks are the same.
+        self._assumed = AssumedTracker(sim) if self.harvesting else None
+        self._t_alloc = sim.settings.harvest.t_alloc.array(sim.resources)
+        self._head_of: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None  # (usage, blocked) seen
+        self._head = (np.zeros(0), np.zeros(0))
+
+    def _harvestable(self, sim: Simulation) -> NDArray[np.float64]:
+        """``Preset._harvestable`` with ``S`` kept across events and ``T·C − U − B`` kept between samples:
+        the same operations on the same numbers, so the same bits (``tests/sim/test_assumed_incremental.py``)."""
+        if self._assumed is None:
+            return super()._harvestable(sim)
+        c = sim.cluster
+        if sim.now - sim.monitor.last_sample >= sim.settings.contention.sample_interval_s:
+            sim.monitor.sample()
+        seen = self._head_of
+        # A sample replaces cluster.usage (holding the old array keeps `is` meaningful); blocks change in place.
+        if seen is None or seen[0] is not c.usage or not np.array_equal(seen[1], c.blocked):
+            self._head = harvest.harvest_headroom(c.cap, c.usage, c.blocked, self._t_alloc)
+            self._head_of = (c.usage, c.blocked.copy())
+        a = harvest.harvestable_after(*self._head, self._assumed.current(sim.now))
+        a[~c.harvest] = 0.0
+        return a
 
     def _scores(self, sim: Simulation, g: int) -> NDArray:
         """load-aware's Trimaran scores for ``g`` on every node (the kube strategies' come from ``_nodes``)."""

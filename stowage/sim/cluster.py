@@ -22,15 +22,24 @@ network at all, so those nodes really do get over-allocated):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from stowage.resources import CPU, MEMORY
 
-__all__ = ["Cluster", "Running"]
+__all__ = ["Cluster", "RowObserver", "Running"]
 
 _F = np.float64
+
+
+class RowObserver(Protocol):
+    def appended(self, run: Running, lo: int) -> None:
+        """Rows ``lo:`` were just appended."""
+
+    def dropping(self, run: Running, mask: NDArray[np.bool_]) -> None:
+        """The rows outside ``mask`` are about to be dropped (row numbers as they are now)."""
 
 
 @dataclass
@@ -46,10 +55,15 @@ class Running:
     io_base: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
     burst_until: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
     opp: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
+    uid: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Each row's number, in start order and never reused: names a row across compactions."""
     version: int = 0
     """Bumped on every change of the rows or their bursts (keys caches of derived arrays)."""
+    observers: list[RowObserver] = field(default_factory=list)
+    """Told about rows appended and dropped (state kept per row elsewhere, e.g. ``sim.assumed``)."""
+    next_uid: int = 0
 
-    _FIELDS = ("group", "node", "start", "work_left", "rate", "base", "io_base", "burst_until", "opp")
+    _FIELDS = ("group", "node", "start", "work_left", "rate", "base", "io_base", "burst_until", "opp", "uid")
 
     def __len__(self) -> int:
         return int(self.group.shape[0])
@@ -74,9 +88,15 @@ class Running:
         self.io_base = np.concatenate([self.io_base, io_base])
         self.burst_until = np.concatenate([self.burst_until, np.full(n, -np.inf)])
         self.opp = np.concatenate([self.opp, opp])
+        self.uid = np.concatenate([self.uid, np.arange(self.next_uid, self.next_uid + n, dtype=np.int64)])
+        self.next_uid += n
         self.version += 1
+        for obs in self.observers:
+            obs.appended(self, len(self) - n)
 
     def keep(self, mask: NDArray[np.bool_]) -> None:
+        for obs in self.observers:
+            obs.dropping(self, mask)
         for name in self._FIELDS:
             setattr(self, name, getattr(self, name)[mask])
         self.version += 1
