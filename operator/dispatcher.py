@@ -96,6 +96,8 @@ class Dispatcher:
         self._skips: dict[str, int] = {}  # group key → passes skipped (starvation guard)
         self._held: dict[tuple[str, str], str] = {}  # (group key, pool) → node held for it
         self._released: dict[str, list[tuple[str, str]]] = {}  # group key → (node, pool) of recent releases
+        # packing.queue_share_deficit_s: per pool, the queue names the deficits are listed by, and the deficits
+        self._deficits: dict[Pool, tuple[tuple[str, ...], fairness.QueueDeficits]] = {}
 
     # --- learning and state ----------------------------------------------------------------------
 
@@ -177,11 +179,14 @@ class Dispatcher:
         def run(pool: Pool, pending: NDArray[np.int64], avail: NDArray[np.float64]) -> None:
             p = 0 if pool is Pool.REGULAR else 1
             held = np.array([node_index.get(self._held.get((g.key, pool.value), ""), -1) for g in a.groups])
+            deficits = self._queue_deficits(pool, queues)
             passed = dispatch.PassInput(
                 capacity=a.alloc, available=avail, shapes=shapes, group_shape=group_shape, group_job=a.job,
                 group_queue=a.queue, pending=pending, finished_fraction=finished, job_work=work,
                 queue_alloc=a.queue_alloc[p].copy(), pool_total=total, queue_weight=weights, job_rank=rank,
-                skips=skips, held=held, queue_quota=quota)
+                skips=skips, held=held, queue_quota=quota,
+                queue_overdue=None if deficits is None else deficits.overdue(knobs.queue_share_deficit_s, weights,
+                                                                                now))
             result = dispatch.pack(passed, knobs)
             if self.on_pass is not None:
                 self.on_pass(pool, passed, result)
@@ -193,6 +198,12 @@ class Dispatcher:
                 a.queue_alloc[p, a.queue[g]] += a.demand[g]
                 placed.append((g, n, cls))
             skipped[:] |= result.skipped
+            if deficits is not None:  # the shares this pass leaves hold until the next one
+                left = pending - np.bincount([pl.group for pl in result.placements], minlength=n_groups)
+                active = np.bincount(a.queue[left > 0], minlength=len(queues)) > 0
+                dominant = fairness.dominant_shares(a.queue_alloc[p], total, np.ones(len(queues)))
+                self._deficits[pool] = (tuple(q.name for q in queues),
+                                        fairness.update_deficits(deficits, dominant, weights, active, now))
             for g, group in enumerate(a.groups):
                 node = int(result.held[g])
                 if node >= 0:
@@ -213,6 +224,16 @@ class Dispatcher:
             if eligible.any():
                 run(Pool.OPPORTUNISTIC, np.where(eligible, releasable, 0), avail)
         return self._releases(a, placed, skipped)
+
+    def _queue_deficits(self, pool: Pool, queues: Sequence[QueueRecord]) -> fairness.QueueDeficits | None:
+        """The pool's deficits listed by ``queues`` (fairness over time); None when it is off (deficit 0).
+
+        Not in ``state_dict``: after a restart every queue starts owed nothing.
+        """
+        if self.settings.packing.queue_share_deficit_s <= 0:
+            return None
+        before, state = self._deficits.get(pool, ((), fairness.QueueDeficits()))
+        return state.reordered(before, [q.name for q in queues])
 
     def _releases(self, a: ViewArrays, placed: list[tuple[int, int, PodClass]], skipped: NDArray[np.bool_]) -> list[
             Release]:

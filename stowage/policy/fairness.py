@@ -34,7 +34,9 @@ Shapes: Q queues, R resources, J jobs, G task groups.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -212,9 +214,22 @@ class QueueDeficits:
     at: float = math.nan
     """When the last update was (NaN: never)."""
 
-    def overdue(self, threshold: float) -> NDArray[np.bool_]:
-        """(Q,) queues owed more than ``threshold`` (pool-fraction × seconds): they go first in the next pass."""
-        return np.array(self.deficit, dtype=np.float64) > threshold
+    def overdue(self, threshold: float, weights: ArrayLike, now: float) -> NDArray[np.bool_]:
+        """(Q,) queues owed more than ``threshold`` (pool-fraction × seconds) by ``now``, the shares of the last
+        update held until then: they go first in a pass at ``now``. weights: (Q,) as for ``update_deficits``."""
+        w = _vec(weights, "weights")
+        return _accrued(self, w, w.shape[0], now) > threshold
+
+    def reordered(self, before: Sequence[str], names: Sequence[str]) -> QueueDeficits:
+        """The same state for queues listed as ``names``, kept under ``before``: a queue new to it starts at 0."""
+        if tuple(before) == tuple(names):
+            return self
+        at = {n: i for i, n in enumerate(before)}
+
+        def pick(values: tuple, fill: Any) -> tuple:
+            return tuple(values[at[n]] if at.get(n, len(values)) < len(values) else fill for n in names)
+
+        return QueueDeficits(pick(self.deficit, 0.0), pick(self.dominant, math.nan), pick(self.active, False), self.at)
 
 
 def update_deficits(
@@ -234,7 +249,14 @@ def update_deficits(
     act = _vec(active, "active", bool)
     if w.shape != dom.shape or act.shape != dom.shape:
         raise InvalidInput("weights.shape", (w.shape, act.shape), f"must be {dom.shape}, one per queue")
-    q = dom.shape[0]
+    deficit = _accrued(state, w, dom.shape[0], now)
+    keep = act & np.isfinite(dom) & np.isfinite(w) & (w > 0)
+    deficit = np.where(keep, deficit, 0.0)
+    return QueueDeficits(tuple(deficit.tolist()), tuple(dom.tolist()), tuple(keep.tolist()), float(now))
+
+
+def _accrued(state: QueueDeficits, w: NDArray[np.float64], q: int, now: float) -> NDArray[np.float64]:
+    """(Q,) ``state``'s deficits plus what its shares accrued from ``state.at`` to ``now`` (``update_deficits``)."""
 
     def padded(values: tuple, fill: float) -> NDArray[np.float64]:
         out = np.full(q, fill)
@@ -249,9 +271,7 @@ def update_deficits(
     if takes_part.any() and dt > 0:  # NaN ``at`` (never updated) compares False
         level = before[takes_part].sum() / w[takes_part].sum()
         deficit[takes_part] += (w[takes_part] * level - before[takes_part]) * dt
-    keep = act & np.isfinite(dom) & np.isfinite(w) & (w > 0)
-    deficit = np.where(keep, deficit, 0.0)
-    return QueueDeficits(tuple(deficit.tolist()), tuple(dom.tolist()), tuple(keep.tolist()), float(now))
+    return deficit
 
 
 def barrier_boost(finished_fraction: ArrayLike, has_waiters: ArrayLike, b: float) -> NDArray[np.bool_]:

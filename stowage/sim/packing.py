@@ -224,7 +224,7 @@ class PackingPreset(Preset):
             pool_total=sim.cluster.total,
             queue_weight=sim.q_weight,
             job_rank=(lambda jobs: self._job_rank(sim, jobs, work)) if self.job_order else None,
-            queue_overdue=self._overdue(pool),
+            queue_overdue=self._overdue(sim, pool),
             group_duration_s=sim.g_dur[groups],
             group_path_s=self._path[groups],
         )
@@ -233,10 +233,10 @@ class PackingPreset(Preset):
         self._note_shares(sim, groups, pool)
 
 
-    def _overdue(self, pool: int) -> NDArray[np.bool_] | None:
+    def _overdue(self, sim: Simulation, pool: int) -> NDArray[np.bool_] | None:
         """``PassInput.queue_overdue`` for a pass now: None (weighted DRF at every slot) when the threshold is 0."""
         threshold = self.knobs.queue_share_deficit_s
-        return self._deficits[pool].overdue(threshold) if threshold > 0 else None
+        return self._deficits[pool].overdue(threshold, sim.q_weight, sim.now) if threshold > 0 else None
 
     def _note_shares(self, sim: Simulation, groups: NDArray[np.int64], pool: int) -> None:
         """Carry the pool's deficits past a pass: the shares it left hold until the next pass."""

@@ -24,8 +24,10 @@ def test_a_queue_held_below_its_weighted_share_accrues_what_it_is_owed() -> None
     assert s.deficit == (0.0, 0.0)
     s = update_deficits(s, [0.0, 1.0], [2.0, 1.0], ON, now=10.0)
     assert s.deficit == pytest.approx((20 / 3, -20 / 3))
-    assert s.overdue(5.0).tolist() == [True, False]
-    assert s.overdue(7.0).tolist() == [False, False]
+    assert s.overdue(5.0, [2.0, 1.0], 10.0).tolist() == [True, False]
+    assert s.overdue(7.0, [2.0, 1.0], 10.0).tolist() == [False, False]
+    # By a later time the shares of the last update count until then: 5 s more, 10/3 more owed.
+    assert s.overdue(9.0, [2.0, 1.0], 15.0).tolist() == [True, False]
 
 
 def test_at_the_weighted_share_nothing_accrues() -> None:
@@ -49,6 +51,15 @@ def test_a_queue_without_waiting_work_forfeits_its_deficit_and_does_not_count() 
     assert s.deficit == pytest.approx((1.0, -1.0, 0.0))  # the idle third queue is owed nothing
     s = update_deficits(s, [0.0, 1.0, 0.0], [1.0, 1.0, 1.0], [False, True, False], now=3.0)
     assert s.deficit[0] == 0.0
+
+
+def test_reordered_follows_the_queues_by_name() -> None:
+    s = update_deficits(QueueDeficits(), [0.0, 1.0], [1.0, 1.0], ON, now=0.0)
+    s = update_deficits(s, [0.0, 1.0], [1.0, 1.0], ON, now=2.0)
+    r = s.reordered(["a", "b"], ["c", "b", "a"])
+    assert r.deficit == (0.0, -1.0, 1.0) and r.active == (False, True, True) and r.at == 2.0
+    assert math.isnan(r.dominant[0]) and r.dominant[1:] == (1.0, 0.0)
+    assert s.reordered(["a", "b"], ["a", "b"]) is s
 
 
 def test_zero_weight_nan_and_a_growing_queue_count_take_no_part() -> None:
