@@ -26,6 +26,10 @@ arrays, the pools' free vectors), ``fsp_queues`` (FSP order), this one (the deci
 Starvation guard (``packing.starvation_skip_limit`` ε_s, OPERA multi-chance reservation): see
 ``stowage.policy.dispatch``; the skip counts and held nodes live here, by group key, and survive a restart
 through ``state_dict``.
+
+Fairness over time (``packing.queue_share_deficit_s`` > 0): each pool's ``fairness.QueueDeficits`` lives here,
+listed by queue name, brought up to each pass's time and updated with the shares the pass leaves; a restart
+starts every queue owed nothing.
 """
 
 from __future__ import annotations
