@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from stowage.sim.cluster import kept, kept_parts
+
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
@@ -34,6 +36,8 @@ __all__ = ["RateTracker", "node_factors", "rate_table", "task_rates"]
 #: Re-evaluate every row when at least this fraction moved (cheaper than gathering the ones that did).
 _REDO_ALL_FRACTION = 0.25
 _TOLERANCE = 1e-9  # Cluster.rates: usage above capacity × (1 + this) anywhere means contention
+_COLD_MARGIN = 2e-6  # a node is cold below capacity × (1 − this): far above the bound's rounding drift
+_BOUND_REFRESH = 4096  # row updates of the usage bound before it is summed afresh
 
 
 def node_factors(
@@ -131,6 +135,17 @@ class RateTracker:
         self.dirty = np.ones(n, dtype=bool)  # nodes whose sums must be recomputed
         self.reg = np.zeros((n, r))
         self.opp = np.zeros((n, r))
+        # Upper bound of each node's usage (Σ demand × base, or × 1 while bursting): where it stays
+        # below capacity on every resource but memory, every factor is exactly 1 (see _cold).
+        self.bound: NDArray[np.float64] | None = None  # None: compute afresh
+        self.bound_at = -np.inf  # the time the bursts were read (they change only at monitor ticks)
+        self.bound_updates = 0  # increments since; afresh past _BOUND_REFRESH (keeps rounding drift tiny)
+        self.hot: NDArray[np.bool_] | None = None  # nodes that may contend; None: recompute from bound
+        cap = sim.cluster.cap
+        limited = np.ones(r, dtype=bool)
+        limited[sim.cluster.mem] = False  # memory over capacity is an OOM kill, never a slowdown
+        self.limited = limited
+        self.cold_limit = np.where(cap > 0, cap * (1 - _COLD_MARGIN), -np.inf)[:, limited]
         # Which fraction (0 base, 1 I/O) each resource reads.
         self.io: list[int] = sim.io_resources.astype(int).tolist()
         # Rates depend on which resources a task uses: a handful of distinct masks.
@@ -155,12 +170,14 @@ class RateTracker:
         self.bursting = np.zeros(p, dtype=bool)
         self.evaluated_at = -np.inf
         self.dirty[:] = True
+        self.bound = None
         self.active = True
 
     def pause(self) -> None:
         """No node can contend now: stop keeping state until rates are needed again."""
         if self.active:
             self.active = False
+            self.bound, self.hot = None, None
             self.use_t, self.demand_t = None, self.demand_t[:, :0]
             self.slot, self.cell, self.final, self.bursting = (
                 self.slot[:0], self.cell[:0], self.final[:0], self.bursting[:0])
@@ -181,19 +198,23 @@ class RateTracker:
         self.final = np.concatenate([self.final, np.zeros(k, dtype=bool)])
         self.bursting = np.concatenate([self.bursting, np.zeros(k, dtype=bool)])
         self.dirty[nodes] = True
+        self._bound_add(np.arange(len(self.sim.running) - k, len(self.sim.running)), demand_t, 1.0)
 
     def keeping(self, mask: NDArray[np.bool_]) -> None:
         """Called before ``Running.keep(mask)``: drop the same rows and mark their nodes."""
         if not self.active:
             return
-        self.dirty[self.sim.running.node[~mask]] = True
-        rows = np.flatnonzero(mask)
+        gone = np.flatnonzero(~mask)
+        self.dirty[self.sim.running.node.take(gone)] = True
+        self._bound_add(gone, self.demand_t.take(gone, axis=1), -1.0)
+        parts = kept_parts(mask)
         # The kept rows' usage is not carried over: the next evaluation recomputes every row, which
         # gives the same bits for the rows that did not move and costs about what the gather would.
         self.use_t = None
-        self.demand_t = self.demand_t.take(rows, axis=1)
+        self.demand_t = kept(self.demand_t, mask, parts)
         self.slot, self.cell, self.final, self.bursting = (
-            self.slot[rows], self.cell[rows], self.final[rows], self.bursting[rows])
+            kept(self.slot, mask, parts), kept(self.cell, mask, parts), kept(self.final, mask, parts),
+            kept(self.bursting, mask, parts))
 
     # --- usage ---------------------------------------------------------------------------------
 
@@ -270,10 +291,80 @@ class RateTracker:
     # --- rates ---------------------------------------------------------------------------------
 
     def rates(self) -> NDArray[np.float64]:
-        """Progress rate of each running row (fraction of full speed), as :meth:`Cluster.rates` gives it."""
-        c = self.sim.cluster
-        reg, opp = self.node_sums()
-        factors = node_factors(reg, opp, c.cap, c.cpu, c.mem)
+        """Progress rate of each running row (fraction of full speed), as :meth:`Cluster.rates` gives it.
+
+        Only the rows on nodes that may contend (:meth:`_cold`) are evaluated and summed: a node's sums
+        add its own rows in row order, as over every row, and the other nodes' factors are exactly 1
+        whatever their sums, so zeros stand in for them.
+        """
+        sim = self.sim
+        run, c = sim.running, sim.cluster
+        if not self.active:
+            self._start()
+        hot = self._hot()
+        n = c.n
+        if hot is None:  # every node may contend: every row
+            rows = None
+            demand_t, slot, start, base, io, burst = (self.demand_t, self.slot, run.start, run.base, run.io_base,
+                                                      run.burst_until)
+        else:
+            rows = np.flatnonzero(hot[run.node])
+            if rows.size == 0:
+                return np.ones(len(run))
+            demand_t, slot = self.demand_t.take(rows, axis=1), self.slot.take(rows)
+            start, base, io, burst = run.start.take(rows), run.base.take(rows), run.io_base.take(rows), \
+                run.burst_until.take(rows)
+        use_t = self._usage(demand_t, sim.usage_model.fraction_t(sim.now, start, (base, io), burst))
+        both = np.empty((2 * n, use_t.shape[0]))
+        for j in range(use_t.shape[0]):
+            both[:, j] = np.bincount(slot, weights=use_t[j], minlength=2 * n)
+        factors = node_factors(both[:n], both[n:], c.cap, c.cpu, c.mem)
         if factors is None:
-            return np.ones(len(self.sim.running))
+            return np.ones(len(run))
         return rate_table(factors, self.masks).ravel().take(self.cell)
+
+    # --- nodes that cannot contend -------------------------------------------------------------
+
+    def _row_bound(self, rows: NDArray[np.int64], demand_t: NDArray[np.float64]) -> NDArray[np.float64]:
+        """(R, k) the most each row can use until the next monitor tick: its demand × its base (I/O base
+        on I/O resources), × 1 if it was bursting at ``bound_at`` (a burst only starts at a tick)."""
+        run = self.sim.running
+        bursting = run.burst_until.take(rows) > self.bound_at
+        fmax = (np.where(bursting, 1.0, run.base.take(rows)), np.where(bursting, 1.0, run.io_base.take(rows)))
+        return self._usage(demand_t, list(fmax))
+
+    def _bound_add(self, rows: NDArray[np.int64], demand_t: NDArray[np.float64], sign: float) -> None:
+        if self.bound is None or rows.size == 0:
+            return
+        b = self._row_bound(rows, demand_t)
+        node = self.sim.running.node.take(rows)
+        for j in range(b.shape[0]):
+            np.add.at(self.bound[:, j], node, sign * b[j])
+        self.bound_updates += rows.size
+        self.hot = None
+
+    def _hot(self) -> NDArray[np.bool_] | None:
+        """Nodes that may contend now (None: all of them); the rest have every factor exactly 1.
+
+        A node is cold when, on every resource but memory, the bound of its usage is below
+        capacity × (1 − 2e-6): its summed usage (each row at most its bound, and rounding far below the
+        margin) then stays under capacity, so ``node_factors`` gives 1 on every resource (cpu too:
+        opportunistic use ≤ capacity − regular use) and the node never triggers the any-node check.
+        """
+        sim = self.sim
+        tick = sim.monitor.last_tick
+        if self.bound is None or self.bound_at != tick or self.bound_updates > _BOUND_REFRESH:
+            run = sim.running
+            self.bound_at, self.bound_updates = tick, 0
+            b = self._row_bound(np.arange(len(run)), self.demand_t)
+            self.bound = np.empty((sim.cluster.n, b.shape[0]))
+            for j in range(b.shape[0]):
+                self.bound[:, j] = np.bincount(run.node, weights=b[j], minlength=sim.cluster.n)
+            self.hot = None
+        if self.hot is None:
+            cold = np.ones(sim.cluster.n, dtype=bool)
+            bound = self.bound[:, self.limited]
+            for j in range(bound.shape[1]):
+                cold &= bound[:, j] < self.cold_limit[:, j]
+            self.hot = ~cold
+        return None if self.hot.all() else self.hot
