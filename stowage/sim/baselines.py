@@ -214,6 +214,8 @@ class KubePreset(Preset):
         # Harvestable room: S kept per node, T·C − U − B kept while the sample and blocks are the same.
         self._assumed = AssumedTracker(sim) if self.harvesting else None
         self._t_alloc = sim.settings.harvest.t_alloc.array(sim.resources)
+        cap = sim.cluster.cap
+        self._inv_cap = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)  # capacity never changes
         self._head_of: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None  # (usage, blocked) seen
         self._head = (np.zeros(0), np.zeros(0))
 
@@ -392,8 +394,7 @@ class KubePreset(Preset):
             return
         avail = self._harvestable(sim)
         ordered = ready[_fits_somewhere(sim, ready, np.ones(len(sim.resources), dtype=bool), avail)]
-        c = sim.cluster
-        inv = np.divide(1.0, c.cap, out=np.zeros_like(c.cap), where=c.cap > 0)
+        inv = self._inv_cap
         shapes, shape_of, alive = _pass_shapes(sim, ordered)  # as in the regular pass: room only shrinks
         todo = _live_rows(alive, shape_of, 0)
         while todo:

@@ -337,9 +337,7 @@ class RateTracker:
         if self.bound is None or rows.size == 0:
             return
         b = self._row_bound(rows, demand_t)
-        node = self.sim.running.node.take(rows)
-        for j in range(b.shape[0]):
-            np.add.at(self.bound[:, j], node, sign * b[j])
+        np.add.at(self.bound, self.sim.running.node.take(rows), sign * b.T)  # one call: a few rows, R columns
         self.bound_updates += rows.size
         self.hot = None
 
