@@ -278,7 +278,7 @@ def choose_victims(
     newest = candidates[np.lexsort((candidates, -weight[candidates], -started[candidates], lost[candidates]))]
     if not (on_relieved[candidates].sum(axis=0) >= need - tol).all():
         return [int(i) for i in newest]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a tiny weight: a huge key, as meant
         per_relief = np.where(weight > 0, lost / weight, np.inf)
     cheap = candidates[np.lexsort((candidates, lost[candidates], per_relief[candidates]))]
     plans = [_cover(order, on_relieved, need - tol, lost) for order in (newest, cheap)]
