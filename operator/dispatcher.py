@@ -204,10 +204,8 @@ class Dispatcher:
             skipped[:] |= result.skipped
             if deficits is not None:  # the shares this pass leaves hold until the next one
                 left = pending - np.bincount([pl.group for pl in result.placements], minlength=n_groups)
-                active = np.bincount(a.queue[left > 0], minlength=len(queues)) > 0
-                dominant = fairness.dominant_shares(a.queue_alloc[p], total, np.ones(len(queues)))
-                self._deficits[pool] = (tuple(q.name for q in queues),
-                                        fairness.update_deficits(deficits, dominant, weights, active, now))
+                self._deficits[pool] = (tuple(q.name for q in queues), fairness.after_pass(
+                    deficits, a.queue_alloc[p], total, weights, a.queue[left > 0], now))
             for g, group in enumerate(a.groups):
                 node = int(result.held[g])
                 if node >= 0:

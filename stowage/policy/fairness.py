@@ -46,6 +46,7 @@ from stowage.policy.alignment import nan_to_num_if_needed
 
 __all__ = [
     "QueueDeficits",
+    "after_pass",
     "barrier_boost",
     "deprived_queues",
     "dominant_shares",
@@ -253,6 +254,15 @@ def update_deficits(
     keep = act & np.isfinite(dom) & np.isfinite(w) & (w > 0)
     deficit = np.where(keep, deficit, 0.0)
     return QueueDeficits(tuple(deficit.tolist()), tuple(dom.tolist()), tuple(keep.tolist()), float(now))
+
+
+def after_pass(state: QueueDeficits, allocated: ArrayLike, total: ArrayLike, weights: ArrayLike,
+               waiting: ArrayLike, now: float) -> QueueDeficits:
+    """``update_deficits`` from what a pass left: allocated (Q, R) per queue, the pool's total (R,), and the
+    queue index of every row that still has tasks waiting (those queues are the active ones)."""
+    w = _vec(weights, "weights")
+    active = np.bincount(np.asarray(waiting, dtype=np.int64).reshape(-1), minlength=w.shape[0])[: w.shape[0]] > 0
+    return update_deficits(state, dominant_shares(allocated, total, np.ones(w.shape[0])), w, active, now)
 
 
 def _accrued(state: QueueDeficits, w: NDArray[np.float64], q: int, now: float) -> NDArray[np.float64]:

@@ -46,7 +46,6 @@ class PackingPreset(Preset):
         self._ranks_kept: dict[int, tuple[bytes, NDArray[np.float64]]] = {}  # queue → (its jobs' key, ranks)
         # Fairness over time (packing.queue_share_deficit_s): each queue's deficit, per pool.
         self._deficits = [fairness.QueueDeficits(), fairness.QueueDeficits()]
-        self._unit_weights = np.ones(len(sim.queue_names))
         self.classifier = None
         if self.use_classifier:
             from stowage.policy import classifier
@@ -232,7 +231,6 @@ class PackingPreset(Preset):
             sim.place(int(groups[placed.group]), placed.node, opp=opp)
         self._note_shares(sim, groups, pool)
 
-
     def _overdue(self, sim: Simulation, pool: int) -> NDArray[np.bool_] | None:
         """``PassInput.queue_overdue`` for a pass now: None (weighted DRF at every slot) when the threshold is 0."""
         threshold = self.knobs.queue_share_deficit_s
@@ -243,10 +241,8 @@ class PackingPreset(Preset):
         if self.knobs.queue_share_deficit_s <= 0:
             return
         waiting = groups[sim.g_pending[groups] > 0]
-        active = np.bincount(sim.g_queue[waiting], minlength=sim.q_weight.shape[0]) > 0
-        dominant = fairness.dominant_shares(sim.queue_alloc[pool], sim.cluster.total, self._unit_weights)
-        self._deficits[pool] = fairness.update_deficits(self._deficits[pool], dominant, sim.q_weight, active,
-                                                        sim.now)
+        self._deficits[pool] = fairness.after_pass(self._deficits[pool], sim.queue_alloc[pool], sim.cluster.total,
+                                                   sim.q_weight, sim.g_queue[waiting], sim.now)
 
 
 def _chains(duration: NDArray[np.float64], children: list[list[int]]) -> NDArray[np.float64]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from stowage.config import PackingSettings
 from stowage.errors import InvalidInput
-from stowage.policy import dispatch
+from stowage.policy import dispatch, fairness
 from stowage.policy.fairness import QueueDeficits, update_deficits
 
 ON = [True, True]
@@ -98,3 +98,12 @@ def test_nobody_overdue_every_queue_competes_and_an_overdue_queue_goes_first() -
     assert _pass([False, False]) == [1, 1, 1, 1]  # the small job takes every slot
     assert _pass([True, False]) == [0, 0, 0, 0]  # queue 0 is owed: it goes first
     assert _pass([]) == [1, 1, 1, 1]  # an empty state (nothing seen yet): nobody owed
+
+
+def test_after_pass_takes_the_active_queues_from_the_waiting_rows() -> None:
+    # Queues 0 and 1 hold 0.6 and 0.2 of the pool for 10 s at weights 1:1 (level 0.4): queue 1 is owed 2.
+    state = fairness.after_pass(fairness.QueueDeficits(), [[6.0], [2.0], [0.0]], [10.0], [1.0, 1.0, 1.0],
+                                [0, 1, 1], 0.0)
+    assert state.active == (True, True, False)  # queue 2 has no waiting row
+    later = fairness.after_pass(state, [[6.0], [2.0], [0.0]], [10.0], [1.0, 1.0, 1.0], [1], 10.0)
+    assert later.deficit == pytest.approx((0.0, 2.0, 0.0))  # queue 0 has nothing waiting now: it forfeits
