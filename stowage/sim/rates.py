@@ -8,9 +8,9 @@ does not see bandwidth, so some node is always over-allocated and rates are alwa
 
 * a task's usage is recomputed only while it can change: when it starts, during its ramp-up, and
   when a burst starts or ends; after the ramp, outside bursts, it is constant;
-* a node's usage sums (regular and opportunistic) are recomputed only when one of its tasks
-  started, stopped or changed usage, summing that node's tasks in row order, as the full
-  recomputation does, so every sum is bit-identical;
+* rates sum usage only over the nodes that may contend (a per-node upper bound of usage is kept
+  across starts and stops; below capacity every factor is exactly 1), each node's tasks in row
+  order, as the full recomputation does, so every sum is bit-identical;
 * rates come from per-node factors (N × R, cheap) through one table per (class, resource mask)
   and one gather per task, instead of gathering N × R factors for every task.
 
@@ -123,7 +123,7 @@ class RateTracker:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
-        n, r = sim.cluster.n, len(sim.resources)
+        r = len(sim.resources)
         self.active = False
         self.use_t: NDArray[np.float64] | None = np.zeros((r, 0))  # None: rows dropped, re-evaluate all
         self.demand_t = np.zeros((r, 0))  # each row's group demand: no gather per event
@@ -132,9 +132,6 @@ class RateTracker:
         self.final = np.zeros(0, dtype=bool)  # past the ramp-up at the last evaluation: constant since
         self.bursting = np.zeros(0, dtype=bool)  # burst state at the last evaluation
         self.evaluated_at = -np.inf
-        self.dirty = np.ones(n, dtype=bool)  # nodes whose sums must be recomputed
-        self.reg = np.zeros((n, r))
-        self.opp = np.zeros((n, r))
         # Upper bound of each node's usage (Σ demand × base, or × 1 while bursting): where it stays
         # below capacity on every resource but memory, every factor is exactly 1 (see _cold).
         self.bound: NDArray[np.float64] | None = None  # None: compute afresh
@@ -169,7 +166,6 @@ class RateTracker:
         self.final = np.zeros(p, dtype=bool)
         self.bursting = np.zeros(p, dtype=bool)
         self.evaluated_at = -np.inf
-        self.dirty[:] = True
         self.bound = None
         self.active = True
 
@@ -197,15 +193,13 @@ class RateTracker:
         self.cell = np.concatenate([self.cell, cell])
         self.final = np.concatenate([self.final, np.zeros(k, dtype=bool)])
         self.bursting = np.concatenate([self.bursting, np.zeros(k, dtype=bool)])
-        self.dirty[nodes] = True
         self._bound_add(np.arange(len(self.sim.running) - k, len(self.sim.running)), demand_t, 1.0)
 
     def keeping(self, mask: NDArray[np.bool_]) -> None:
-        """Called before ``Running.keep(mask)``: drop the same rows and mark their nodes."""
+        """Called before ``Running.keep(mask)``: drop the same rows."""
         if not self.active:
             return
         gone = np.flatnonzero(~mask)
-        self.dirty[self.sim.running.node.take(gone)] = True
         self._bound_add(gone, self.demand_t.take(gone, axis=1), -1.0)
         parts = kept_parts(mask)
         # The kept rows' usage is not carried over: the next evaluation recomputes every row, which
@@ -249,9 +243,6 @@ class RateTracker:
             self.use_t = use_t
             self.bursting[rows] = burst[rows]
             self.final[rows] = model.past_ramp(now, run.start[rows])
-        # A row redone is ramping or changed burst state: its usage moved (marking a node whose
-        # sums did not change only recomputes the same sums).
-        self.dirty[run.node[redo]] = True
         return self.use_t.T
 
     def _usage(self, demand_t: NDArray[np.float64], fractions: list[NDArray[np.float64]]) -> NDArray[np.float64]:
@@ -260,33 +251,6 @@ class RateTracker:
         for j, which in enumerate(self.io):
             np.multiply(demand_t[j], fractions[which], out=out[j])
         return out
-
-    def node_sums(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """(N, R) usage of regular and of opportunistic rows per node, now (tracking from here on)."""
-        if not self.active:
-            self._start()
-        self.current_use()
-        dirty = int(np.count_nonzero(self.dirty))
-        if dirty:
-            use_t, n = self.use_t, self.sim.cluster.n
-            assert use_t is not None  # current_use just evaluated it
-            r = use_t.shape[0]
-            # One bin per (class, node) and resource; each bin adds its rows in row order, as
-            # Cluster.node_sums does, so the sums are the same to the last bit.
-            both = np.empty((2 * n, r))
-            if 2 * dirty >= n:  # summing every row gives the same bits for the clean nodes too
-                for j in range(r):
-                    both[:, j] = np.bincount(self.slot, weights=use_t[j], minlength=2 * n)
-                self.reg, self.opp = both[:n], both[n:]
-            else:
-                rows = np.flatnonzero(self.dirty[self.sim.running.node])
-                slot = self.slot[rows]
-                for j in range(r):
-                    both[:, j] = np.bincount(slot, weights=use_t[j].take(rows), minlength=2 * n)
-                self.reg[self.dirty] = both[:n][self.dirty]
-                self.opp[self.dirty] = both[n:][self.dirty]
-            self.dirty[:] = False
-        return self.reg, self.opp
 
     # --- rates ---------------------------------------------------------------------------------
 
