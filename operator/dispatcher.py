@@ -28,8 +28,9 @@ Starvation guard (``packing.starvation_skip_limit`` ε_s, OPERA multi-chance res
 through ``state_dict``.
 
 Fairness over time (``packing.queue_share_deficit_s`` > 0): each pool's ``fairness.QueueDeficits`` lives here,
-listed by queue name, brought up to each pass's time and updated with the shares the pass leaves; a restart
-starts every queue owed nothing.
+listed by queue name, brought up to each pass's time and updated with the shares the pass leaves. They survive a
+restart through ``state_dict`` (``deficit_state``); the time the operator was down accrues nothing (nobody could
+be served then): the first pass after ``load_state`` is their new reference time (``QueueDeficits.resumed``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from stowage.operator import deficit_state
 from stowage.operator.dispatch_arrays import (
     ViewArrays,
     bandwidth_capped,
@@ -77,7 +79,8 @@ __all__ = [
     "RunningPod",
 ]
 
-_STATE_VERSION = 2  # 2: the classifier's own state_dict (1 replayed observations)
+_STATE_VERSION = 3  # 3: the queue deficits; 2: the classifier's own state_dict (1 replayed observations)
+_READS = (2, 3)  # a version-2 state (the previous release's) loads with no deficits, as it had none
 _POOLS = (Pool.REGULAR, Pool.OPPORTUNISTIC)
 
 
@@ -101,7 +104,8 @@ class Dispatcher:
         self._held: dict[tuple[str, str], str] = {}  # (group key, pool) → node held for it
         self._released: dict[str, list[tuple[str, str]]] = {}  # group key → (node, pool) of recent releases
         # packing.queue_share_deficit_s: per pool, the queue names the deficits are listed by, and the deficits
-        self._deficits: dict[Pool, tuple[tuple[str, ...], fairness.QueueDeficits]] = {}
+        self._deficits: deficit_state.Deficits = {}
+        self._resume = False  # deficits restored by load_state: the next decide's time is their reference time
 
     # --- learning and state ----------------------------------------------------------------------
 
@@ -111,14 +115,16 @@ class Dispatcher:
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state a restarted operator needs: what the classifier learned, the starvation
-        guard's counts and holds, and where unbound releases were placed. FSP trackers are rebuilt from the
-        jobs' arrival times."""
+        guard's counts and holds, where unbound releases were placed, and each pool's queue deficits
+        (``deficit_state``; none while ``packing.queue_share_deficit_s`` is 0). FSP trackers are rebuilt from
+        the jobs' arrival times."""
         return {
             "version": _STATE_VERSION,
             "classifier": self.classifier.state_dict(),
             "skips": dict(sorted(self._skips.items())),
             "held": [[key, pool, node] for (key, pool), node in sorted(self._held.items())],
             "released": {key: [list(x) for x in v] for key, v in sorted(self._released.items())},
+            "deficits": deficit_state.to_state(self._deficits),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -127,9 +133,15 @@ class Dispatcher:
         The classifier comes back through ``ShortLongClassifier.from_state`` (its counts, O(distinct feature
         values)). Its labels were given under its ``short_task_threshold_s``: a state learned under another
         threshold than the settings' is refused (``ValueError``) rather than mixed.
+
+        Queue deficits: version 2 (no deficits yet) starts every queue owed nothing; with
+        ``packing.queue_share_deficit_s`` 0 they are dropped (nothing would keep them current). A queue deleted
+        meanwhile drops out at the next pass, one added starts at 0 (``QueueDeficits.reordered``); the downtime
+        accrues nothing (module docstring).
         """
-        if int(state["version"]) != _STATE_VERSION:
-            raise ValueError(f"version: this operator reads state version {_STATE_VERSION}, got {state['version']!r}")
+        version = int(state["version"])
+        if version not in _READS:
+            raise ValueError(f"version: this operator reads state versions {_READS}, got {state['version']!r}")
         fresh = classifier.ShortLongClassifier.from_state(state["classifier"])
         if fresh.threshold_s != self.classifier.threshold_s:
             raise ValueError(f"classifier.threshold_s: learned under {fresh.threshold_s:g} s, the settings say "
@@ -137,8 +149,11 @@ class Dispatcher:
         skips = {str(k): int(v) for k, v in state["skips"].items()}
         held = {(str(k), str(p)): str(n) for k, p, n in state["held"]}
         released = {str(k): [(str(n), str(p)) for n, p in v] for k, v in state["released"].items()}
+        deficits = deficit_state.from_state(state.get("deficits")) if version >= 3 else {}
         self.classifier = fresh
         self._skips, self._held, self._released = skips, held, released
+        self._deficits = deficits if self.settings.packing.queue_share_deficit_s > 0 else {}
+        self._resume = bool(self._deficits)
 
     def held(self) -> dict[tuple[str, str], str]:
         """(group key, pool) → node held for a starved group (the starvation guard's reservations)."""
@@ -149,6 +164,9 @@ class Dispatcher:
     def decide(self, view: DispatchView) -> list[Release]:
         """Regular pass, then opportunistic pass (module docstring); releases in the order they were chosen."""
         now = self.clock()
+        if self._resume:  # restored deficits: the time since the last pass before the restart accrues nothing
+            self._deficits = {p: (names, d.resumed(now)) for p, (names, d) in self._deficits.items()}
+            self._resume = False
         a = self._arrays(view, trim=True)
         known = {g.key for g in a.groups}
         self._forget(known)
@@ -228,10 +246,7 @@ class Dispatcher:
         return self._releases(a, placed, skipped)
 
     def _queue_deficits(self, pool: Pool, queues: Sequence[QueueRecord]) -> fairness.QueueDeficits | None:
-        """The pool's deficits listed by ``queues`` (fairness over time); None when it is off (deficit 0).
-
-        Not in ``state_dict``: after a restart every queue starts owed nothing.
-        """
+        """The pool's deficits listed by ``queues`` (fairness over time); None when it is off (deficit 0)."""
         if self.settings.packing.queue_share_deficit_s <= 0:
             return None
         before, state = self._deficits.get(pool, ((), fairness.QueueDeficits()))

@@ -229,7 +229,7 @@ def _place_all(
     shaped = candidates.ShapeScores(score)
     rescore = column.ColumnScorer(shapes, cap)  # alignment of one node's column, cleaned once per pass
     # Fairness over time: the caller's deficits say which queues go first, not this pass's shares.
-    owed = None if inp.queue_overdue is None else _padded(inp.queue_overdue, weight.shape[0])
+    owed = None if inp.queue_overdue is None else fairness.padded(inp.queue_overdue, weight.shape[0], False)
     every_queue = owed is not None or _every_queue_competes(queues, weight.shape[0], f)
     while rows.size and (limit is None or len(placements) < limit):
         # Rows whose shape fits some node now. A search over rows none of which fits returns None
@@ -293,14 +293,6 @@ def _end_game(
     if inp.group_path_s is not None:
         critical = remaining_work.critical_rows(np.asarray(inp.group_path_s)[rows], drain, knobs.critical_path_fraction)
     return bonus, critical
-
-
-def _padded(mask: NDArray[np.bool_], n: int) -> NDArray[np.bool_]:
-    """``mask`` as (n,) bool: cut, or extended with False."""
-    out = np.zeros(n, dtype=bool)
-    m = np.asarray(mask, dtype=bool).reshape(-1)[:n]
-    out[: m.size] = m
-    return out
 
 
 def _within_quota(inp: PassInput, rows: NDArray[np.int64], qa: NDArray[np.float64]) -> NDArray[np.bool_]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ __all__ = [
     "drf_pick",
     "fair_share",
     "fairness_candidates",
+    "padded",
     "update_deficits",
 ]
 
@@ -221,6 +222,15 @@ class QueueDeficits:
         w = _vec(weights, "weights")
         return _accrued(self, w, w.shape[0], now) > threshold
 
+    def resumed(self, now: float) -> QueueDeficits:
+        """The same deficits with nothing accrued before ``now``: the last update's shares count from ``now``.
+
+        ``update_deficits`` integrates those shares over the whole gap since ``at``, however long; a caller that
+        ran no passes for a while (an operator that was down, when nobody could be served) resumes with this,
+        so the gap adds nothing to what each queue is owed.
+        """
+        return replace(self, at=float(now))
+
     def reordered(self, before: Sequence[str], names: Sequence[str]) -> QueueDeficits:
         """The same state for queues listed as ``names``, kept under ``before``: a queue new to it starts at 0."""
         if tuple(before) == tuple(names):
@@ -243,7 +253,8 @@ def update_deficits(
     queues sum to 0. A queue without waiting work forfeits what it was owed or ahead (its deficit restarts
     at 0, as a queue that comes back starts with nothing owed). Weights ≤ 0 or NaN and NaN shares take no
     part (deficit 0). dominant (unweighted ``max_r alloc/total``), weights, active: (Q,); the queue count
-    may change between passes (a queue first seen starts at 0).
+    may change between passes (a queue first seen starts at 0). The whole gap since ``state.at`` accrues,
+    however long (``QueueDeficits.resumed`` skips one); a ``now`` before ``state.at`` accrues nothing.
     """
     dom = _vec(dominant, "dominant")
     w = _vec(weights, "weights")
@@ -265,17 +276,20 @@ def after_pass(state: QueueDeficits, allocated: ArrayLike, total: ArrayLike, wei
     return update_deficits(state, dominant_shares(allocated, total, np.ones(w.shape[0])), w, active, now)
 
 
+def padded(values: ArrayLike, q: int, fill: float) -> NDArray:
+    """``values`` as a (q,) vector: cut after ``q``, or extended with ``fill`` (a per-queue vector kept under fewer
+    or more queues). The dtype is ``fill``'s: bool for ``True``/``False`` (values cast to bool), else float64."""
+    out = np.full(q, fill, dtype=bool if isinstance(fill, bool) else np.float64)
+    v = np.asarray(values, dtype=out.dtype).reshape(-1)[:q]
+    out[: v.size] = v
+    return out
+
+
 def _accrued(state: QueueDeficits, w: NDArray[np.float64], q: int, now: float) -> NDArray[np.float64]:
     """(Q,) ``state``'s deficits plus what its shares accrued from ``state.at`` to ``now`` (``update_deficits``)."""
 
-    def padded(values: tuple, fill: float) -> NDArray[np.float64]:
-        out = np.full(q, fill)
-        k = min(len(values), q)
-        out[:k] = values[:k]
-        return out
-
-    deficit = padded(state.deficit, 0.0)
-    before, was = padded(state.dominant, math.nan), padded(state.active, 0.0) > 0
+    deficit = padded(state.deficit, q, 0.0)
+    before, was = padded(state.dominant, q, math.nan), padded(state.active, q, False)
     takes_part = was & np.isfinite(before) & np.isfinite(w) & (w > 0)
     dt = float(now) - state.at
     if takes_part.any() and dt > 0:  # NaN ``at`` (never updated) compares False

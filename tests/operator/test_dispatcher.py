@@ -404,9 +404,13 @@ def test_state_survives_a_restart_as_json() -> None:
                                              grp("small", cpu=1.0, memory=1.0, tasks=100, duration=1.0)])
     d.decide(view)
     state = json.loads(json.dumps(d.state_dict()))
+    assert state["version"] == 3 and state["deficits"] == {}  # deficits only with queue_share_deficit_s > 0
     restarted = Dispatcher(s, clock=lambda: 0.0)
     restarted.load_state(state)
     assert restarted.state_dict() == d.state_dict()
+    previous = Dispatcher(s, clock=lambda: 0.0)  # the previous release's state (version 2) is still read
+    previous.load_state({k: v for k, v in state.items() if k != "deficits"} | {"version": 2})
+    assert previous.state_dict() == d.state_dict()
     assert restarted.classifier.class_counts == d.classifier.class_counts == (3, 3)
     for f in (short, long_, {**short, "stage": "reduce"}):
         assert restarted.classifier.probability_short(f) == d.classifier.probability_short(f)

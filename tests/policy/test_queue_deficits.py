@@ -53,6 +53,33 @@ def test_a_queue_without_waiting_work_forfeits_its_deficit_and_does_not_count() 
     assert s.deficit[0] == 0.0
 
 
+def test_a_gap_accrues_in_full_unless_resumed_skips_it() -> None:
+    # b holds the pool while a waits; then no update for an hour (an operator that was down).
+    s = update_deficits(update_deficits(QueueDeficits(), [0.0, 1.0], [1.0, 1.0], ON, now=0.0),
+                        [0.0, 1.0], [1.0, 1.0], ON, now=2.0)
+    assert s.deficit == pytest.approx((1.0, -1.0))
+    later = update_deficits(s, [0.0, 1.0], [1.0, 1.0], ON, now=3602.0)
+    assert later.deficit == pytest.approx((1801.0, -1801.0))
+    resumed = s.resumed(3602.0)
+    assert resumed.deficit == s.deficit and resumed.dominant == s.dominant and resumed.at == 3602.0
+    assert update_deficits(resumed, [0.0, 1.0], [1.0, 1.0], ON, now=3602.0).deficit == s.deficit
+    assert update_deficits(resumed, [0.0, 1.0], [1.0, 1.0], ON, now=3604.0).deficit == pytest.approx((2.0, -2.0))
+    assert update_deficits(s, [0.0, 1.0], [1.0, 1.0], ON, now=1.0).deficit == s.deficit  # back in time: nothing
+
+
+@pytest.mark.parametrize(("values", "q", "fill", "expected"), [
+    pytest.param((1.5, -1.5), 3, 0.0, [1.5, -1.5, 0.0], id="extended"),
+    pytest.param((1.5, -1.5, 2.0), 2, 0.0, [1.5, -1.5], id="cut"),
+    pytest.param((), 2, math.nan, [math.nan, math.nan], id="empty"),
+    pytest.param((True,), 3, False, [True, False, False], id="bool"),
+    pytest.param(np.array([True, False, True]), 2, False, [True, False], id="bool-cut"),
+])
+def test_padded_cuts_or_extends_a_per_queue_vector(values: tuple, q: int, fill: float, expected: list) -> None:
+    got = fairness.padded(values, q, fill)
+    assert got.dtype == (bool if isinstance(fill, bool) else np.float64)
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_reordered_follows_the_queues_by_name() -> None:
     s = update_deficits(QueueDeficits(), [0.0, 1.0], [1.0, 1.0], ON, now=0.0)
     s = update_deficits(s, [0.0, 1.0], [1.0, 1.0], ON, now=2.0)
