@@ -105,7 +105,7 @@ class Dispatcher:
         self._released: dict[str, list[tuple[str, str]]] = {}  # group key → (node, pool) of recent releases
         # packing.queue_share_deficit_s: per pool, the queue names the deficits are listed by, and the deficits
         self._deficits: deficit_state.Deficits = {}
-        self._resume = False  # deficits restored by load_state: the next decide's time is their reference time
+        self._resume = False  # deficits restored by load_state: the next pass's time is their reference time
 
     # --- learning and state ----------------------------------------------------------------------
 
@@ -164,14 +164,14 @@ class Dispatcher:
     def decide(self, view: DispatchView) -> list[Release]:
         """Regular pass, then opportunistic pass (module docstring); releases in the order they were chosen."""
         now = self.clock()
-        if self._resume:  # restored deficits: the time since the last pass before the restart accrues nothing
-            self._deficits = {p: (names, d.resumed(now)) for p, (names, d) in self._deficits.items()}
-            self._resume = False
         a = self._arrays(view, trim=True)
         known = {g.key for g in a.groups}
         self._forget(known)
         if not a.groups or not a.node_names:
             return []
+        if self._resume:  # restored deficits: the time since the last pass before the restart accrues nothing
+            self._deficits = {p: (names, d.resumed(now)) for p, (names, d) in self._deficits.items()}
+            self._resume = False
         knobs = self.settings.packing
         queues = queue_records(view)
         n_groups = len(a.groups)

@@ -133,6 +133,17 @@ def test_the_time_the_operator_was_down_accrues_nothing() -> None:
     assert released(restarted.decide(_view(3))) == {"a-big": 1}
 
 
+def test_a_restart_with_nothing_to_release_changes_no_state() -> None:
+    # The reference time moves at the first pass, not at the first decide: a quiet operator writes nothing new.
+    clock = [0.0]
+    state = _saved(_a_owed(clock))
+    restarted = _restarted(state, lambda: clock[0])
+    clock[0] = 100.0
+    assert restarted.decide(DispatchView(nodes=[node("n1", cpu=4.0, memory=32.0)], running=[],
+                                         queues=[QueueRecord("a"), QueueRecord("b")], groups=[])) == []
+    assert _saved(restarted)["deficits"] == state["deficits"]
+
+
 def test_queues_deleted_while_down_drop_out_and_new_ones_start_at_zero() -> None:
     clock = [0.0]
     state = _saved(_a_owed(clock))
