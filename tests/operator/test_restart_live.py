@@ -1,11 +1,13 @@
 """Restart safety on a real control plane: SIGKILL mid-Job duplicates nothing; the classifier keeps what it
-learned; with peering only one operator acts. The peering rule itself is checked first, without a cluster."""
+learned and the queue deficits survive the ConfigMap; with peering only one operator acts. The peering rule itself
+is checked first, without a cluster."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from stowage.operator import cli, jobs, runtime
@@ -129,9 +131,12 @@ def test_an_operator_killed_mid_job_and_restarted_duplicates_nothing(operator_st
     assert job["status"]["groups"]["a"]["succeeded"] == 14 and job["status"]["groups"]["b"]["succeeded"] == 3
 
 
-def test_the_classifier_keeps_what_it_learned_across_a_restart(operator_stack: OperatorStack, ns: str) -> None:
+def test_the_classifier_keeps_what_it_learned_across_a_restart(operator_stack: OperatorStack, ns: str,
+                                                                 tmp_path: Path) -> None:
     stack = operator_stack
-    proc = stack.start_operator(webhooks=False)
+    config = tmp_path / "stowage.yaml"  # fairness over time on: the queue deficits are saved too
+    config.write_text("packing:\n  queue_share_deficit_s: 30\n")
+    proc = stack.start_operator(webhooks=False, extra=("--config", str(config)))
     try:
         stack.create_job(ns, job_body("learn", [{"name": "s", "replicas": 3, "run_s": 1}], stack_id=stack.id))
         stack.wait_job_phase(ns, "learn", "Succeeded")
@@ -139,12 +144,13 @@ def test_the_classifier_keeps_what_it_learned_across_a_restart(operator_stack: O
         proc.stop()  # SIGTERM: the state is written on the way out
     saved = _state(stack)
     assert saved, "the classifier's state is in the ConfigMap"
-    again = stack.start_operator(webhooks=False)
+    assert saved["version"] == 3 and "default" in saved["deficits"]["regular"]["queues"], saved["deficits"]
+    again = stack.start_operator(webhooks=False, extra=("--config", str(config)))
     try:
         wait_for(lambda: "classifier state loaded" in again.tail(200_000), 60, "the state loaded at start")
     finally:
         again.stop()
-    assert _state(stack) == saved, "nothing learned was lost (nothing new finished in between)"
+    assert _state(stack) == saved, "nothing learned or owed was lost (nothing new ran in between)"
 
 
 def test_dry_run_decides_but_writes_nothing(operator_stack: OperatorStack, ns: str) -> None:
