@@ -6,8 +6,9 @@ Per pool (``regular``, ``opportunistic``), the ``fairness.QueueDeficits`` fields
                  "active": [true, true], "at": 1700000000.0}}
 
 Plain JSON: a value that is not a finite number (``dominant`` of a queue that took no part, ``at`` before any
-update) is written as ``null`` and read back as NaN, so every finite value round-trips bit for bit (Python's
-``repr`` of a float is exact) and a strict JSON reader can read the ConfigMap. Pools in ``Pool`` order.
+update; ±inf only from an overflow) is written as ``null`` and read back as NaN, so every finite value
+round-trips bit for bit (Python's ``repr`` of a float is exact) and a strict JSON reader can read the ConfigMap.
+Pools in ``Pool`` order.
 """
 
 from __future__ import annotations
