@@ -30,7 +30,9 @@ __all__ = [
     "FEASIBILITY_RTOL",
     "MAX_EXTENDER_PRIORITY",
     "alignment",
+    "clamp_demand",
     "feasible",
+    "feasible_clamped",
     "finite_or_zero",
     "nan_to_num_if_needed",
     "to_extender_scores",
@@ -102,10 +104,19 @@ def feasible(demand: ArrayLike, available: ArrayLike) -> NDArray[np.bool_]:
     d, single = _demand_2d(demand)
     avail = _as_2d(available, "available")
     _check_resources(d, avail, "available")
-    d = np.where(np.isnan(d), np.nan, np.maximum(d, 0.0))
-    avail = np.maximum(finite_or_zero(avail), 0.0)
-    ok = _feasible_2d(d, avail)
+    ok = feasible_clamped(clamp_demand(d), avail)
     return ok[0] if single else ok
+
+
+def clamp_demand(demand: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Negative demands → 0, NaN kept (it never fits): :func:`feasible`'s cleaning of a demand."""
+    return np.where(np.isnan(demand), np.nan, np.maximum(demand, 0.0))
+
+
+def feasible_clamped(demand: NDArray[np.float64], available: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """:func:`feasible` for demands (T, R) already through :func:`clamp_demand` and checked shapes: the
+    same result, without re-validating demands that do not change (the simulator's passes)."""
+    return _feasible_2d(demand, np.maximum(finite_or_zero(available), 0.0))
 
 
 def alignment(

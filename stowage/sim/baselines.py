@@ -56,7 +56,8 @@ def _pass_shapes(sim: Simulation, groups: NDArray[np.int64]
 def _fits_somewhere(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray, free: NDArray) -> NDArray[np.bool_]:
     """Which of ``groups`` fit at least one node now, checked once per distinct demand shape."""
     if len(sim.shapes) <= _FEW_SHAPES:  # every shape's verdict: cheaper than finding those present
-        return alignment.feasible(sim.shapes[:, fit_res], free[:, fit_res]).any(axis=1)[sim.g_shape[groups]]
+        fits = alignment.feasible_clamped(sim.clamped_shapes[:, fit_res], free[:, fit_res]).any(axis=1)
+        return fits[sim.g_shape[groups]]
     present, which = _shape_index(sim, groups)
     fits = alignment.feasible(sim.shapes[present][:, fit_res], free[:, fit_res]).any(axis=1)
     return fits[which]

@@ -21,7 +21,6 @@ network at all, so those nodes really do get over-allocated):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -29,7 +28,7 @@ from numpy.typing import NDArray
 
 from stowage.resources import CPU, MEMORY
 
-__all__ = ["Cluster", "RowObserver", "Running", "kept", "kept_parts"]
+__all__ = ["Block", "Cluster", "RowObserver", "Running", "kept_parts"]
 
 _F = np.float64
 
@@ -42,31 +41,104 @@ class RowObserver(Protocol):
         """The rows outside ``mask`` are about to be dropped (row numbers as they are now)."""
 
 
-@dataclass
+_FIRST_CAPACITY = 1024  # rows; doubled as needed
+
+
+class Block:
+    """Parallel per-row arrays of one dtype, one row of ``data`` each, changed in place.
+
+    Rows are the last axis: ``data[:, :n]`` is in use and the rest is spare capacity, so appending
+    writes into it (doubling when full) and dropping moves the later rows down, keeping row order
+    (per-node sums still add in start order, bit for bit). A finish drops a row or two out of
+    thousands at every event: a copy of every field per drop cost the simulator more than the rest
+    of the bookkeeping. Views handed out are valid until the next append or drop.
+    """
+
+    __slots__ = ("data", "n")
+
+    def __init__(self, dtype: type | np.dtype, fields: int) -> None:
+        self.data = np.zeros((fields, _FIRST_CAPACITY), dtype=dtype)
+        self.n = 0
+
+    def view(self) -> NDArray:
+        return self.data[:, : self.n]
+
+    def reserve(self, k: int) -> slice:
+        """Room for ``k`` more rows; the slice they go in (the caller writes every field of it)."""
+        need = self.n + k
+        if need > self.data.shape[1]:
+            grown = np.zeros((self.data.shape[0], max(need, 2 * self.data.shape[1])), dtype=self.data.dtype)
+            grown[:, : self.n] = self.data[:, : self.n]
+            self.data = grown
+        new, self.n = slice(self.n, need), need
+        return new
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def drop(self, mask: NDArray[np.bool_], parts: list[slice] | None) -> None:
+        """Keep the rows where ``mask`` (length ``n``) is True, in order; ``parts`` from :func:`kept_parts`."""
+        d = self.data
+        if parts is None:
+            m = int(np.count_nonzero(mask))
+            d[:, :m] = d[:, : self.n].compress(mask, axis=1)
+            self.n = m
+            return
+        w = 0
+        for s in parts:
+            k = s.stop - s.start
+            if s.start != w:
+                # One field at a time: numpy moves an overlapping 1-D range directly (memmove), a 2-D
+                # one through a buffer at three times the cost.
+                for row in d:
+                    row[w : w + k] = row[s]
+            w += k
+        self.n = w
+
+
+def _field(block: str, row: int, doc: str) -> property:
+    """A field of :class:`Running` as a view of one row of a block; assigning copies into it."""
+
+    def get(self: Running) -> NDArray:
+        b = getattr(self, block)
+        return b.data[row, : b.n]
+
+    def put(self: Running, values: NDArray) -> None:
+        b = getattr(self, block)
+        b.data[row, : b.n] = values
+
+    return property(get, put, doc=doc)
+
+
 class Running:
-    """Running task instances (one row each)."""
+    """Running task instances (one row each, in start order), stored in place (:class:`Block`).
 
-    group: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    node: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    start: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
-    work_left: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
-    rate: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
-    base: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
-    io_base: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
-    burst_until: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, _F))
-    opp: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
-    uid: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    """Each row's number, in start order and never reused: names a row across compactions."""
-    version: int = 0
-    """Bumped on every change of the rows or their bursts (keys caches of derived arrays)."""
-    observers: list[RowObserver] = field(default_factory=list)
-    """Told about rows appended and dropped (state kept per row elsewhere, e.g. ``sim.assumed``)."""
-    next_uid: int = 0
+    Fields are views: valid until the next ``append`` or ``keep``; assigning one copies into it.
+    """
 
-    _FIELDS = ("group", "node", "start", "work_left", "rate", "base", "io_base", "burst_until", "opp", "uid")
+    def __init__(self) -> None:
+        self._f = Block(_F, 6)  # start, work_left, rate, base, io_base, burst_until
+        self._i = Block(np.int64, 3)  # group, node, uid
+        self._b = Block(np.bool_, 1)  # opp
+        self.version = 0
+        """Bumped on every change of the rows or their bursts (keys caches of derived arrays)."""
+        self.observers: list[RowObserver] = []
+        """Told about rows appended and dropped (state kept per row elsewhere, e.g. ``sim.assumed``)."""
+        self.next_uid = 0
+
+    start = _field("_f", 0, "When the row started.")
+    work_left = _field("_f", 1, "Work left, in seconds at full speed.")
+    rate = _field("_f", 2, "Progress rate (fraction of full speed) since the last event.")
+    base = _field("_f", 3, "Usage fraction of cpu and memory after the ramp-up.")
+    io_base = _field("_f", 4, "Usage fraction of disk and network.")
+    burst_until = _field("_f", 5, "End of the row's current burst (−inf: none yet).")
+    group = _field("_i", 0, "The row's task group.")
+    node = _field("_i", 1, "The node it runs on.")
+    uid = _field("_i", 2, "Each row's number, in start order and never reused: names a row across drops.")
+    opp = _field("_b", 0, "Whether it runs opportunistically.")
 
     def __len__(self) -> int:
-        return int(self.group.shape[0])
+        return self._i.n
 
     def append(
         self,
@@ -79,31 +151,29 @@ class Running:
         opp: NDArray[np.bool_],
     ) -> None:
         n = group.shape[0]
-        self.group = np.concatenate([self.group, group])
-        self.node = np.concatenate([self.node, node])
-        self.start = np.concatenate([self.start, np.full(n, start)])
-        self.work_left = np.concatenate([self.work_left, work])
-        self.rate = np.concatenate([self.rate, np.ones(n)])
-        self.base = np.concatenate([self.base, base])
-        self.io_base = np.concatenate([self.io_base, io_base])
-        self.burst_until = np.concatenate([self.burst_until, np.full(n, -np.inf)])
-        self.opp = np.concatenate([self.opp, opp])
-        self.uid = np.concatenate([self.uid, np.arange(self.next_uid, self.next_uid + n, dtype=np.int64)])
+        lo = len(self)
+        s = self._f.reserve(n)
+        self._i.reserve(n)
+        self._b.reserve(n)
+        f, i, b = self._f.data, self._i.data, self._b.data  # after reserve: it may have grown them
+        f[0, s], f[1, s], f[2, s], f[3, s], f[4, s], f[5, s] = start, work, 1.0, base, io_base, -np.inf
+        i[0, s], i[1, s], i[2, s] = group, node, np.arange(self.next_uid, self.next_uid + n)
+        b[0, s] = opp
         self.next_uid += n
         self.version += 1
         for obs in self.observers:
-            obs.appended(self, len(self) - n)
+            obs.appended(self, lo)
 
     def keep(self, mask: NDArray[np.bool_]) -> None:
         for obs in self.observers:
             obs.dropping(self, mask)
         parts = kept_parts(mask)
-        for name in self._FIELDS:
-            setattr(self, name, kept(getattr(self, name), mask, parts))
+        for block in (self._f, self._i, self._b):
+            block.drop(mask, parts)
         self.version += 1
 
 
-_FEW_DROPPED = 16  # up to this many rows dropped at once, copy the runs of kept rows between them
+_FEW_DROPPED = 16  # up to this many rows dropped at once, move the runs of kept rows between them
 
 
 def kept_parts(mask: NDArray[np.bool_]) -> list[slice] | None:
@@ -123,15 +193,6 @@ def kept_parts(mask: NDArray[np.bool_]) -> list[slice] | None:
     if lo < mask.shape[0]:
         parts.append(slice(lo, mask.shape[0]))
     return parts
-
-
-def kept(arr: NDArray, mask: NDArray[np.bool_], parts: list[slice] | None) -> NDArray:
-    """``arr[..., mask]`` (rows along the last axis) as a new array; ``parts`` from :func:`kept_parts`."""
-    if parts is None:
-        return arr.compress(mask, axis=-1)
-    if len(parts) == 1:
-        return arr[..., parts[0]].copy()
-    return np.concatenate([arr[..., s] for s in parts] or [arr[..., :0]], axis=-1)
 
 
 class Cluster:

@@ -28,6 +28,7 @@ from stowage.config import StowageSettings
 from stowage.errors import WorkloadError
 from stowage.labels import Opportunistic
 from stowage.model import JobOrder
+from stowage.policy import alignment
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK
 from stowage.sim import monitor, rates
 from stowage.sim.cluster import Cluster, Running
@@ -174,6 +175,7 @@ class Simulation:
         # Groups share a handful of demand shapes: per-pass fit checks run once per shape.
         self.shapes, g_shape = np.unique(self.g_demand, axis=0, return_inverse=True)
         self.g_shape: NDArray[np.int64] = g_shape.reshape(-1)
+        self.clamped_shapes = alignment.clamp_demand(self.shapes)  # as alignment.feasible cleans them
         self.g_dur = np.array(g_dur)
         self.g_tasks = np.array(g_tasks, dtype=np.int64)
         self.g_usage = np.array(g_usage)
@@ -245,8 +247,7 @@ class Simulation:
         override = self.g_usage[gs]
         base = self.usage_model.draw_base(self.rng, override)
         io = self.usage_model.io_base(base, override)
-        self.running.append(gs, ns, self.now, self.g_dur[gs].copy(), base, io, os_)
-        self._tracker.appended(ns)
+        self.running.append(gs, ns, self.now, self.g_dur[gs], base, io, os_)
         self._buffer.clear()
 
     # --- removal (finish, eviction) -------------------------------------------------------------
@@ -287,7 +288,6 @@ class Simulation:
         self.preset.on_evicted(gs)
         keep = np.ones(len(run), bool)
         keep[rows] = False
-        self._tracker.keeping(keep)
         run.keep(keep)
 
     def _finish_due(self) -> None:
@@ -302,7 +302,6 @@ class Simulation:
         self.tasks_done += rows.size
         self.opp_done += int(run.opp[rows].sum())
         self.preset.on_finished(gs, self.now - run.start[rows])
-        self._tracker.keeping(~done)
         run.keep(~done)
         groups = np.unique(gs)
         # Completing a group never changes another group's done count: the complete ones are known now.
@@ -379,7 +378,8 @@ class Simulation:
         if dt > 0:
             run = self.running
             if len(run):
-                run.work_left = run.work_left - run.rate * dt
+                left = run.work_left  # a view: updated in place
+                left -= run.rate * dt
             self.recorder.integrate(dt)
             self.now = t
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.sim.cluster import kept, kept_parts
+from stowage.sim.cluster import Block, Running, kept_parts
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
@@ -110,8 +110,8 @@ def task_rates(
 class RateTracker:
     """Usage of every running row and per-node usage sums, updated only where something changed.
 
-    The engine tells it about rows appended (:meth:`appended`) and rows about to be dropped
-    (:meth:`keeping`); bursts are noticed by comparing each row's burst state with the last one seen.
+    It observes the running table (:meth:`appended`, :meth:`dropping`, as ``sim.assumed`` does);
+    bursts are noticed by comparing each row's burst state with the last one seen.
     It keeps that state only while rates are needed: while no node can contend (the engine then
     calls :meth:`pause`), usage is computed plainly when asked and nothing is kept, so presets that
     never contend pay no bookkeeping; the next :meth:`rates` starts over from every row.
@@ -126,11 +126,12 @@ class RateTracker:
         r = len(sim.resources)
         self.active = False
         self.use_t: NDArray[np.float64] | None = np.zeros((r, 0))  # None: rows dropped, re-evaluate all
-        self.demand_t = np.zeros((r, 0))  # each row's group demand: no gather per event
-        self.slot = np.zeros(0, dtype=np.int64)  # node + N·class: the row's bin in the per-resource sums
-        self.cell = np.zeros(0, dtype=np.int64)  # the row's flat index in rate_table's (class, mask, node)
-        self.final = np.zeros(0, dtype=bool)  # past the ramp-up at the last evaluation: constant since
-        self.bursting = np.zeros(0, dtype=bool)  # burst state at the last evaluation
+        # Per row, in the running table's order and dropped with it (sim.cluster.Block, in place):
+        self._demand = Block(np.float64, r)  # each row's group demand (R, P): no gather per event
+        self._ints = Block(np.int64, 2)  # slot: node + N·class, the row's bin in the per-resource sums;
+        #                                  cell: the row's flat index in rate_table's (class, mask, node)
+        self._flags = Block(np.bool_, 2)  # final: past the ramp-up at the last evaluation (constant since);
+        #                                   bursting: burst state at the last evaluation
         self.evaluated_at = -np.inf
         # Upper bound of each node's usage (Σ demand × base, or × 1 while bursting): where it stays
         # below capacity on every resource but memory, every factor is exactly 1 (see _cold).
@@ -148,23 +149,50 @@ class RateTracker:
         # Rates depend on which resources a task uses: a handful of distinct masks.
         self.masks, mask_of = np.unique(sim.g_uses, axis=0, return_inverse=True)
         self.g_mask = mask_of.reshape(-1).astype(np.int64)
+        sim.running.observers.append(self)
 
-    def _rows_of(self, lo: int) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
-        """Demand, sum slot and rate cell of the running rows from ``lo`` on."""
+    demand_t = property(lambda self: self._demand.view())
+    slot = property(lambda self: self._ints.data[0, : self._ints.n])
+    cell = property(lambda self: self._ints.data[1, : self._ints.n])
+
+    @property
+    def final(self) -> NDArray[np.bool_]:
+        return self._flags.data[0, : self._flags.n]
+
+    @final.setter
+    def final(self, values: NDArray[np.bool_]) -> None:
+        self._flags.data[0, : self._flags.n] = values
+
+    @property
+    def bursting(self) -> NDArray[np.bool_]:
+        return self._flags.data[1, : self._flags.n]
+
+    @bursting.setter
+    def bursting(self, values: NDArray[np.bool_]) -> None:
+        self._flags.data[1, : self._flags.n] = values
+
+    def _fill(self, lo: int) -> None:
+        """Demand, sum slot and rate cell of the running rows from ``lo`` on (the blocks hold rows up to ``lo``);
+        each to be evaluated afresh."""
         sim = self.sim
         run, n = sim.running, sim.cluster.n
         group, node, opp = run.group[lo:], run.node[lo:], run.opp[lo:].astype(np.int64)
-        demand_t = sim.g_demand.T.take(group, axis=1)
-        cell = (opp * len(self.masks) + self.g_mask[group]) * n + node
-        return demand_t, node + n * opp, cell
+        k = group.shape[0]
+        s = self._demand.reserve(k)
+        self._ints.reserve(k)
+        self._flags.reserve(k)
+        self._demand.data[:, s] = sim.g_demand.T.take(group, axis=1)
+        ints = self._ints.data
+        np.add(node, n * opp, out=ints[0, s])
+        ints[1, s] = (opp * len(self.masks) + self.g_mask[group]) * n + node
+        self._flags.data[:, s] = False
 
     def _start(self) -> None:
         """Track every running row from now on, each to be evaluated afresh."""
-        p = len(self.sim.running)
-        self.demand_t, self.slot, self.cell = self._rows_of(0)
-        self.use_t = np.zeros((self.demand_t.shape[0], p))
-        self.final = np.zeros(p, dtype=bool)
-        self.bursting = np.zeros(p, dtype=bool)
+        for block in (self._demand, self._ints, self._flags):
+            block.clear()
+        self._fill(0)
+        self.use_t = np.zeros((len(self.io), len(self.sim.running)))
         self.evaluated_at = -np.inf
         self.bound = None
         self.active = True
@@ -173,30 +201,23 @@ class RateTracker:
         """No node can contend now: stop keeping state until rates are needed again."""
         if self.active:
             self.active = False
-            self.bound, self.hot = None, None
-            self.use_t, self.demand_t = None, self.demand_t[:, :0]
-            self.slot, self.cell, self.final, self.bursting = (
-                self.slot[:0], self.cell[:0], self.final[:0], self.bursting[:0])
+            self.bound, self.hot, self.use_t = None, None, None
+            for block in (self._demand, self._ints, self._flags):
+                block.clear()
 
     # --- rows come and go ----------------------------------------------------------------------
 
-    def appended(self, nodes: NDArray[np.int64]) -> None:
-        """Called after ``Running.append``: the last ``len(nodes)`` rows are new."""
+    def appended(self, run: Running, lo: int) -> None:
+        """``Running`` observer: rows ``lo:`` were just appended."""
         if not self.active:
             return
-        k = nodes.shape[0]
-        demand_t, slot, cell = self._rows_of(len(self.sim.running) - k)
+        self._fill(lo)
         if self.use_t is not None:
-            self.use_t = np.concatenate([self.use_t, np.zeros((self.use_t.shape[0], k))], axis=1)
-        self.demand_t = np.concatenate([self.demand_t, demand_t], axis=1)
-        self.slot = np.concatenate([self.slot, slot])
-        self.cell = np.concatenate([self.cell, cell])
-        self.final = np.concatenate([self.final, np.zeros(k, dtype=bool)])
-        self.bursting = np.concatenate([self.bursting, np.zeros(k, dtype=bool)])
-        self._bound_add(np.arange(len(self.sim.running) - k, len(self.sim.running)), demand_t, 1.0)
+            self.use_t = np.concatenate([self.use_t, np.zeros((self.use_t.shape[0], len(run) - lo))], axis=1)
+        self._bound_add(np.arange(lo, len(run)), self.demand_t[:, lo:], 1.0)
 
-    def keeping(self, mask: NDArray[np.bool_]) -> None:
-        """Called before ``Running.keep(mask)``: drop the same rows."""
+    def dropping(self, run: Running, mask: NDArray[np.bool_]) -> None:
+        """``Running`` observer: the rows outside ``mask`` are about to go; drop the same rows."""
         if not self.active:
             return
         gone = np.flatnonzero(~mask)
@@ -205,10 +226,8 @@ class RateTracker:
         # The kept rows' usage is not carried over: the next evaluation recomputes every row, which
         # gives the same bits for the rows that did not move and costs about what the gather would.
         self.use_t = None
-        self.demand_t = kept(self.demand_t, mask, parts)
-        self.slot, self.cell, self.final, self.bursting = (
-            kept(self.slot, mask, parts), kept(self.cell, mask, parts), kept(self.final, mask, parts),
-            kept(self.bursting, mask, parts))
+        for block in (self._demand, self._ints, self._flags):
+            block.drop(mask, parts)
 
     # --- usage ---------------------------------------------------------------------------------
 
@@ -232,7 +251,7 @@ class RateTracker:
             # it had, and gathering the others would cost more than the arithmetic.
             self.use_t = self._usage(self.demand_t, model.fraction_t(now, run.start, (run.base, run.io_base),
                                                                      run.burst_until))
-            self.final = np.broadcast_to(model.past_ramp(now, run.start), len(run)).copy()
+            self.final = model.past_ramp(now, run.start)
             self.bursting = burst
         else:
             rows = np.flatnonzero(redo)

@@ -1,0 +1,99 @@
+"""The running table's in-place storage (``sim.cluster.Block``, ``Running``) against plain numpy arrays.
+
+Appends write into spare capacity and drops move later rows down in place; every field must read
+exactly what concatenating and boolean-indexing fresh arrays gives, in the same row order (per-node
+sums add in row order), through growth, single drops, many drops and drops of everything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stowage.sim.cluster import Block, Running, kept_parts
+
+FIELDS = ("group", "node", "start", "work_left", "rate", "base", "io_base", "burst_until", "opp", "uid")
+
+
+class Recorder:
+    """A row observer that sees what the table holds when it is told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, list[int]]] = []
+
+    def appended(self, run: Running, lo: int) -> None:
+        self.calls.append(("appended", lo, run.uid[lo:].tolist()))
+
+    def dropping(self, run: Running, mask: np.ndarray) -> None:
+        self.calls.append(("dropping", len(run), run.uid[~mask].tolist()))
+
+
+def _reference_append(ref: dict[str, np.ndarray], rows: dict[str, np.ndarray]) -> None:
+    for name, values in rows.items():
+        ref[name] = np.concatenate([ref[name], values])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_running_reads_what_fresh_arrays_give_through_appends_and_drops(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    run = Running()
+    obs = Recorder()
+    run.observers.append(obs)
+    ref = {name: np.zeros(0, dtype=bool if name == "opp" else np.int64 if name in ("group", "node", "uid")
+                          else np.float64) for name in FIELDS}
+    next_uid = 0
+    for step in range(300):
+        k = int(rng.integers(1, 40)) if step % 3 else int(rng.integers(0, 3))
+        now = float(step)
+        rows = {
+            "group": rng.integers(0, 50, k), "node": rng.integers(0, 20, k),
+            "work_left": rng.random(k) * 100, "base": rng.random(k), "io_base": rng.random(k),
+            "opp": rng.random(k) < 0.3,
+        }
+        version = run.version
+        run.append(rows["group"], rows["node"], now, rows["work_left"], rows["base"], rows["io_base"], rows["opp"])
+        assert run.version == version + 1
+        _reference_append(ref, {**rows, "start": np.full(k, now), "rate": np.ones(k),
+                                "burst_until": np.full(k, -np.inf), "uid": np.arange(next_uid, next_uid + k)})
+        next_uid += k
+        assert obs.calls[-1] == ("appended", len(ref["uid"]) - k, list(range(next_uid - k, next_uid)))
+        # Writes through a field land in the table (the engine's rates, progress and bursts).
+        run.rate = rng.random(len(run))
+        ref["rate"] = run.rate.copy()
+        left = run.work_left
+        left -= 0.5
+        ref["work_left"] = ref["work_left"] - 0.5
+        # Drop a few rows (a finish), many (an eviction storm), or every row.
+        p = len(run)
+        if step % 50 == 49:
+            mask = np.zeros(p, dtype=bool)
+        elif step % 7 == 0:
+            mask = rng.random(p) < 0.5
+        else:
+            mask = np.ones(p, dtype=bool)
+            if p:
+                mask[rng.integers(0, p, int(rng.integers(1, 4)))] = False
+        gone = ref["uid"][~mask].tolist()
+        run.keep(mask)
+        assert obs.calls[-1] == ("dropping", p, gone)
+        ref = {name: values[mask] for name, values in ref.items()}
+        assert len(run) == len(ref["uid"])
+        for name in FIELDS:
+            got = getattr(run, name)
+            assert got.dtype == ref[name].dtype, name
+            np.testing.assert_array_equal(got, ref[name], err_msg=name)
+
+
+def test_block_drop_keeps_order_with_few_and_many_rows_gone() -> None:
+    rng = np.random.default_rng(5)
+    for p in (0, 1, 2, 17, 1000, 3000):
+        for gone in (0, 1, 2, 16, 17, p):
+            b = Block(np.float64, 3)
+            values = rng.random((3, p))
+            rows = b.reserve(p)  # may grow the block: write after
+            b.data[:, rows] = values
+            mask = np.ones(p, dtype=bool)
+            mask[rng.choice(p, min(gone, p), replace=False)] = False
+            b.drop(mask, kept_parts(mask))
+            np.testing.assert_array_equal(b.view(), values[:, mask])
+            assert b.data.shape[1] >= p  # capacity is kept for the next appends
