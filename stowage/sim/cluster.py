@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from stowage.resources import CPU, MEMORY
 
-__all__ = ["Block", "Cluster", "RowObserver", "Running", "kept_parts"]
+__all__ = ["Block", "Cluster", "RowObserver", "Running", "block_field", "kept_parts"]
 
 _F = np.float64
 
@@ -96,14 +96,15 @@ class Block:
         self.n = w
 
 
-def _field(block: str, row: int, doc: str) -> property:
-    """A field of :class:`Running` as a view of one row of a block; assigning copies into it."""
+def block_field(block: str, row: int, doc: str) -> property:
+    """A per-row field as a view of one row of the :class:`Block` in attribute ``block``; assigning copies
+    into it (the running table's fields, and state kept beside it such as ``sim.rates``')."""
 
-    def get(self: Running) -> NDArray:
+    def get(self: object) -> NDArray:
         b = getattr(self, block)
         return b.data[row, : b.n]
 
-    def put(self: Running, values: NDArray) -> None:
+    def put(self: object, values: NDArray) -> None:
         b = getattr(self, block)
         b.data[row, : b.n] = values
 
@@ -126,16 +127,16 @@ class Running:
         """Told about rows appended and dropped (state kept per row elsewhere, e.g. ``sim.assumed``)."""
         self.next_uid = 0
 
-    start = _field("_f", 0, "When the row started.")
-    work_left = _field("_f", 1, "Work left, in seconds at full speed.")
-    rate = _field("_f", 2, "Progress rate (fraction of full speed) since the last event.")
-    base = _field("_f", 3, "Usage fraction of cpu and memory after the ramp-up.")
-    io_base = _field("_f", 4, "Usage fraction of disk and network.")
-    burst_until = _field("_f", 5, "End of the row's current burst (−inf: none yet).")
-    group = _field("_i", 0, "The row's task group.")
-    node = _field("_i", 1, "The node it runs on.")
-    uid = _field("_i", 2, "Each row's number, in start order and never reused: names a row across drops.")
-    opp = _field("_b", 0, "Whether it runs opportunistically.")
+    start = block_field("_f", 0, "When the row started.")
+    work_left = block_field("_f", 1, "Work left, in seconds at full speed.")
+    rate = block_field("_f", 2, "Progress rate (fraction of full speed) since the last event.")
+    base = block_field("_f", 3, "Usage fraction of cpu and memory after the ramp-up.")
+    io_base = block_field("_f", 4, "Usage fraction of disk and network.")
+    burst_until = block_field("_f", 5, "End of the row's current burst (−inf: none yet).")
+    group = block_field("_i", 0, "The row's task group.")
+    node = block_field("_i", 1, "The node it runs on.")
+    uid = block_field("_i", 2, "Each row's number, in start order and never reused: names a row across drops.")
+    opp = block_field("_b", 0, "Whether it runs opportunistically.")
 
     def __len__(self) -> int:
         return self._i.n

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.sim.cluster import Block, Running, kept_parts
+from stowage.sim.cluster import Block, Running, block_field, kept_parts
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
@@ -128,10 +128,8 @@ class RateTracker:
         self.use_t: NDArray[np.float64] | None = np.zeros((r, 0))  # None: rows dropped, re-evaluate all
         # Per row, in the running table's order and dropped with it (sim.cluster.Block, in place):
         self._demand = Block(np.float64, r)  # each row's group demand (R, P): no gather per event
-        self._ints = Block(np.int64, 2)  # slot: node + N·class, the row's bin in the per-resource sums;
-        #                                  cell: the row's flat index in rate_table's (class, mask, node)
-        self._flags = Block(np.bool_, 2)  # final: past the ramp-up at the last evaluation (constant since);
-        #                                   bursting: burst state at the last evaluation
+        self._ints = Block(np.int64, 2)  # slot, cell
+        self._flags = Block(np.bool_, 2)  # final, bursting
         self.evaluated_at = -np.inf
         # Upper bound of each node's usage (Σ demand × base, or × 1 while bursting): where it stays
         # below capacity on every resource but memory, every factor is exactly 1 (see _cold).
@@ -151,25 +149,11 @@ class RateTracker:
         self.g_mask = mask_of.reshape(-1).astype(np.int64)
         sim.running.observers.append(self)
 
-    demand_t = property(lambda self: self._demand.view())
-    slot = property(lambda self: self._ints.data[0, : self._ints.n])
-    cell = property(lambda self: self._ints.data[1, : self._ints.n])
-
-    @property
-    def final(self) -> NDArray[np.bool_]:
-        return self._flags.data[0, : self._flags.n]
-
-    @final.setter
-    def final(self, values: NDArray[np.bool_]) -> None:
-        self._flags.data[0, : self._flags.n] = values
-
-    @property
-    def bursting(self) -> NDArray[np.bool_]:
-        return self._flags.data[1, : self._flags.n]
-
-    @bursting.setter
-    def bursting(self, values: NDArray[np.bool_]) -> None:
-        self._flags.data[1, : self._flags.n] = values
+    demand_t = property(lambda self: self._demand.view(), doc="(R, P) each row's group demand.")
+    slot = block_field("_ints", 0, "node + N·class: the row's bin in the per-resource sums.")
+    cell = block_field("_ints", 1, "The row's flat index in rate_table's (class, mask, node).")
+    final = block_field("_flags", 0, "Past the ramp-up at the last evaluation: constant since.")
+    bursting = block_field("_flags", 1, "Burst state at the last evaluation.")
 
     def _fill(self, lo: int) -> None:
         """Demand, sum slot and rate cell of the running rows from ``lo`` on (the blocks hold rows up to ``lo``);
