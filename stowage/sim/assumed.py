@@ -59,8 +59,8 @@ class AssumedTracker:
             self.by_start.append((start, n, uid))
             self.dirty.add(n)
 
-    def dropping(self, run: Running, mask: NDArray[np.bool_]) -> None:
-        rows = np.flatnonzero(run.opp & ~mask)
+    def dropping(self, run: Running, gone: NDArray[np.int64]) -> None:
+        rows = gone[run.opp[gone]]
         for n, uid in zip(run.node[rows].tolist(), run.uid[rows].tolist(), strict=True):
             if self.rows[n].pop(uid, None) is not None:
                 self.dirty.add(n)

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from stowage.resources import CPU, MEMORY
 
-__all__ = ["Block", "Cluster", "RowObserver", "Running", "block_field", "kept_parts"]
+__all__ = ["Block", "Cluster", "RowObserver", "Running", "block_field"]
 
 _F = np.float64
 
@@ -37,11 +37,12 @@ class RowObserver(Protocol):
     def appended(self, run: Running, lo: int) -> None:
         """Rows ``lo:`` were just appended."""
 
-    def dropping(self, run: Running, mask: NDArray[np.bool_]) -> None:
-        """The rows outside ``mask`` are about to be dropped (row numbers as they are now)."""
+    def dropping(self, run: Running, gone: NDArray[np.int64]) -> None:
+        """Rows ``gone`` (sorted, distinct, row numbers as they are now) are about to be dropped."""
 
 
 _FIRST_CAPACITY = 1024  # rows; doubled as needed
+_FEW_DROPPED = 16  # up to this many rows dropped at once, move the runs of kept rows between them
 
 
 class Block:
@@ -76,23 +77,29 @@ class Block:
     def clear(self) -> None:
         self.n = 0
 
-    def drop(self, mask: NDArray[np.bool_], parts: list[slice] | None) -> None:
-        """Keep the rows where ``mask`` (length ``n``) is True, in order; ``parts`` from :func:`kept_parts`."""
-        d = self.data
-        if parts is None:
-            m = int(np.count_nonzero(mask))
-            d[:, :m] = d[:, : self.n].compress(mask, axis=1)
+    def drop(self, gone: NDArray[np.int64]) -> None:
+        """Drop rows ``gone`` (sorted, distinct), keeping the others in order."""
+        d, n = self.data, self.n
+        if gone.size > _FEW_DROPPED:
+            keep = np.ones(n, dtype=bool)
+            keep[gone] = False
+            m = n - gone.size
+            d[:, :m] = d[:, :n].compress(keep, axis=1)
             self.n = m
             return
-        w = 0
-        for s in parts:
-            k = s.stop - s.start
-            if s.start != w:
-                # One field at a time: numpy moves an overlapping 1-D range directly (memmove), a 2-D
-                # one through a buffer at three times the cost.
+        # A finish drops a row or two out of thousands: move each run of kept rows after the first gap
+        # down, one field at a time (numpy moves an overlapping 1-D range directly, a 2-D one through
+        # a buffer at three times the cost).
+        bounds = gone.tolist()
+        if not bounds:
+            return
+        w = bounds[0]
+        for lo, hi in zip(bounds, [*bounds[1:], n], strict=True):
+            k = hi - lo - 1  # the kept rows lo+1 .. hi-1
+            if k > 0:
                 for row in d:
-                    row[w : w + k] = row[s]
-            w += k
+                    row[w : w + k] = row[lo + 1 : hi]
+                w += k
         self.n = w
 
 
@@ -165,35 +172,14 @@ class Running:
         for obs in self.observers:
             obs.appended(self, lo)
 
-    def keep(self, mask: NDArray[np.bool_]) -> None:
+    def drop(self, rows: NDArray[np.int64]) -> None:
+        """Drop the given rows (any order); observers are told first, with them sorted."""
+        gone = np.unique(rows)
         for obs in self.observers:
-            obs.dropping(self, mask)
-        parts = kept_parts(mask)
+            obs.dropping(self, gone)
         for block in (self._f, self._i, self._b):
-            block.drop(mask, parts)
+            block.drop(gone)
         self.version += 1
-
-
-_FEW_DROPPED = 16  # up to this many rows dropped at once, move the runs of kept rows between them
-
-
-def kept_parts(mask: NDArray[np.bool_]) -> list[slice] | None:
-    """The runs of kept rows as slices when few rows go, else None (then a boolean index serves).
-
-    A finish drops a row or two out of thousands: copying the two or three runs around them costs
-    about half of a boolean index, and a tenth of one along the last axis of a 2-D array.
-    """
-    gone = np.flatnonzero(~mask)
-    if gone.size > _FEW_DROPPED:
-        return None
-    parts, lo = [], 0
-    for i in gone.tolist():
-        if i > lo:
-            parts.append(slice(lo, i))
-        lo = i + 1
-    if lo < mask.shape[0]:
-        parts.append(slice(lo, mask.shape[0]))
-    return parts
 
 
 class Cluster:

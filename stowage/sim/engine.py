@@ -286,9 +286,7 @@ class Simulation:
         else:
             self.evictions += rows.size
         self.preset.on_evicted(gs)
-        keep = np.ones(len(run), bool)
-        keep[rows] = False
-        run.keep(keep)
+        run.drop(rows)
 
     def _finish_due(self) -> None:
         run = self.running
@@ -302,7 +300,7 @@ class Simulation:
         self.tasks_done += rows.size
         self.opp_done += int(run.opp[rows].sum())
         self.preset.on_finished(gs, self.now - run.start[rows])
-        run.keep(~done)
+        run.drop(rows)
         groups = np.unique(gs)
         # Completing a group never changes another group's done count: the complete ones are known now.
         for g in groups[self.g_done[groups] == self.g_tasks[groups]].tolist():

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.sim.cluster import Block, Running, block_field, kept_parts
+from stowage.sim.cluster import Block, Running, block_field
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
@@ -200,18 +200,16 @@ class RateTracker:
             self.use_t = np.concatenate([self.use_t, np.zeros((self.use_t.shape[0], len(run) - lo))], axis=1)
         self._bound_add(np.arange(lo, len(run)), self.demand_t[:, lo:], 1.0)
 
-    def dropping(self, run: Running, mask: NDArray[np.bool_]) -> None:
-        """``Running`` observer: the rows outside ``mask`` are about to go; drop the same rows."""
+    def dropping(self, run: Running, gone: NDArray[np.int64]) -> None:
+        """``Running`` observer: rows ``gone`` are about to go; drop the same rows."""
         if not self.active:
             return
-        gone = np.flatnonzero(~mask)
         self._bound_add(gone, self.demand_t.take(gone, axis=1), -1.0)
-        parts = kept_parts(mask)
         # The kept rows' usage is not carried over: the next evaluation recomputes every row, which
         # gives the same bits for the rows that did not move and costs about what the gather would.
         self.use_t = None
         for block in (self._demand, self._ints, self._flags):
-            block.drop(mask, parts)
+            block.drop(gone)
 
     # --- usage ---------------------------------------------------------------------------------
 
