@@ -207,6 +207,7 @@ class KubePreset(Preset):
         self._drf_order_cache: NDArray[np.int64] | None = None
         self._queue = np.zeros(0, dtype=np.int64)  # open, unfinished groups in queue order
         self._opened = 0  # how many groups were open when ``_queue`` was sorted
+        self._queue_regular = self._queue_opp = self._queue  # with harvesting: those of _queue that may run so
         # Static per group: may it run regular (not opportunistic: true), may it run opportunistically.
         self._regular_ok = sim.j_opp[sim.g_job] != OPP_TRUE
         self._opp_ok = self._opp_eligible(sim, np.arange(sim.n_groups))
@@ -284,19 +285,33 @@ class KubePreset(Preset):
         the open groups are sorted again only when one opens; between, filtering by waiting tasks
         keeps the order.
         """
+        self._refresh_queue(sim)
+        return self._queue[sim.g_pending[self._queue] > 0]
+
+    def _refresh_queue(self, sim: Simulation) -> None:
+        """Sort the open, unfinished groups again if one opened; with harvesting, also the ones that may run
+        regular and the ones that may run opportunistically (static per group), so a pass filters only
+        by waiting tasks."""
         opened = int(np.count_nonzero(sim.g_ready))
         if opened != self._opened:
             self._opened = opened
-            self._queue = self._queue_order(sim, np.flatnonzero(sim.g_ready & (sim.g_done < sim.g_tasks)))
-        return self._queue[sim.g_pending[self._queue] > 0]
+            self._queue = q = self._queue_order(sim, np.flatnonzero(sim.g_ready & (sim.g_done < sim.g_tasks)))
+            if self.harvesting:
+                self._queue_regular, self._queue_opp = q[self._regular_ok[q]], q[self._opp_ok[q]]
 
     def schedule(self, sim: Simulation) -> None:
-        ready = self._ready_in_order(sim)
-        if ready.size == 0:
-            return
-        regular = ready[self._regular_ok[ready]] if self.harvesting else ready
-        if not sim.regular_changed:
-            regular = regular[:0]  # only a monitor tick since the last pass: regular room is unchanged
+        if self.harvesting:
+            # _ready_in_order then the regular ones: the same groups in the same order. (No early return
+            # when nothing waits at all: both parts then find nothing to do.)
+            self._refresh_queue(sim)
+            q = self._queue_regular
+            regular = q[sim.g_pending[q] > 0] if sim.regular_changed else q[:0]
+        else:
+            regular = self._ready_in_order(sim)
+            if regular.size == 0:
+                return
+            if not sim.regular_changed:
+                regular = regular[:0]  # only a monitor tick since the last pass: regular room is unchanged
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
@@ -390,7 +405,8 @@ class KubePreset(Preset):
         """UBIS: what did not fit regularly runs on harvested capacity, in queue order."""
         # The kept queue order (``_ready_in_order``, refreshed by this pass's regular part) filtered
         # by waiting tasks is ``_queue_order(sim.ready_groups())``: no sort per pass.
-        ready = self._queue[(sim.g_pending[self._queue] > 0) & self._opp_ok[self._queue]]
+        q = self._queue_opp
+        ready = q[sim.g_pending[q] > 0]
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
@@ -403,8 +419,9 @@ class KubePreset(Preset):
                 g = int(ordered[i])
                 d = sim.g_demand[g]
                 failed = False
+                clamped = sim.clamped_shapes[sim.g_shape[g] : sim.g_shape[g] + 1]
                 while sim.g_pending[g] > 0:
-                    ok = alignment.feasible(d, avail)
+                    ok = alignment.feasible_clamped(clamped, avail)[0]  # alignment.feasible(d, avail)
                     if not ok.any():
                         failed = True
                         break
