@@ -64,6 +64,11 @@ class Block:
     def view(self) -> NDArray:
         return self.data[:, : self.n]
 
+    def take(self, rows: NDArray[np.int64]) -> NDArray:
+        """``view()[:, rows]`` as a new array. From the whole buffer (contiguous): ``take`` along the last
+        axis of the (non-contiguous) view copies every row in use first."""
+        return self.data.take(rows, axis=1)
+
     def reserve(self, k: int) -> slice:
         """Room for ``k`` more rows; the slice they go in (the caller writes every field of it)."""
         need = self.n + k

@@ -165,7 +165,7 @@ class RateTracker:
         s = self._demand.reserve(k)
         self._ints.reserve(k)
         self._flags.reserve(k)
-        self._demand.data[:, s] = sim.g_demand.T.take(group, axis=1)
+        self._demand.data[:, s] = sim.g_demand[group].T
         ints = self._ints.data
         np.add(node, n * opp, out=ints[0, s])
         ints[1, s] = (opp * len(self.masks) + self.g_mask[group]) * n + node
@@ -204,7 +204,7 @@ class RateTracker:
         """``Running`` observer: rows ``gone`` are about to go; drop the same rows."""
         if not self.active:
             return
-        self._bound_add(gone, self.demand_t.take(gone, axis=1), -1.0)
+        self._bound_add(gone, self._demand.take(gone), -1.0)
         # The kept rows' usage is not carried over: the next evaluation recomputes every row, which
         # gives the same bits for the rows that did not move and costs about what the gather would.
         self.use_t = None
@@ -218,7 +218,7 @@ class RateTracker:
         sim, run = self.sim, self.sim.running
         now, model = sim.now, sim.usage_model
         if not self.active:
-            demand_t = sim.g_demand.T.take(run.group, axis=1)
+            demand_t = sim.g_demand[run.group].T
             return self._usage(demand_t, model.fraction_t(now, run.start, (run.base, run.io_base), run.burst_until)).T
         burst = run.burst_until > now
         # Time going back (never in the engine) would undo "past the ramp": then redo every row.
@@ -240,7 +240,7 @@ class RateTracker:
             f = model.fraction_t(now, run.start[rows], (run.base[rows], run.io_base[rows]), run.burst_until[rows])
             assert self.use_t is not None
             use_t = self.use_t.copy()  # callers may hold the previous array
-            use_t[:, rows] = self._usage(self.demand_t.take(rows, axis=1), f)
+            use_t[:, rows] = self._usage(self._demand.take(rows), f)
             self.use_t = use_t
             self.bursting[rows] = burst[rows]
             self.final[rows] = model.past_ramp(now, run.start[rows])
@@ -276,7 +276,7 @@ class RateTracker:
             rows = np.flatnonzero(hot[run.node])
             if rows.size == 0:
                 return np.ones(len(run))
-            demand_t, slot = self.demand_t.take(rows, axis=1), self.slot.take(rows)
+            demand_t, slot = self._demand.take(rows), self.slot.take(rows)
             start, base, io, burst = run.start.take(rows), run.base.take(rows), run.io_base.take(rows), \
                 run.burst_until.take(rows)
         use_t = self._usage(demand_t, sim.usage_model.fraction_t(sim.now, start, (base, io), burst))
