@@ -53,14 +53,18 @@ def _pass_shapes(sim: Simulation, groups: NDArray[np.int64]
     return sim.shapes[present], shape_of, np.ones(present.size, dtype=bool)
 
 
-def _fits_somewhere(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray, free: NDArray) -> NDArray[np.bool_]:
-    """Which of ``groups`` fit at least one node now, checked once per distinct demand shape."""
+def _fitting(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray, free: NDArray) -> NDArray[np.int64]:
+    """Those of ``groups`` (in order) that fit at least one node now, checked once per distinct demand shape."""
     if len(sim.shapes) <= _FEW_SHAPES:  # every shape's verdict: cheaper than finding those present
         fits = alignment.feasible_clamped(sim.clamped_shapes[:, fit_res], free[:, fit_res]).any(axis=1)
-        return fits[sim.g_shape[groups]]
+        if fits.all():  # the usual verdicts: no gather over the groups
+            return groups
+        if not fits.any():
+            return groups[:0]
+        return groups[fits[sim.g_shape[groups]]]
     present, which = _shape_index(sim, groups)
     fits = alignment.feasible(sim.shapes[present][:, fit_res], free[:, fit_res]).any(axis=1)
-    return fits[which]
+    return groups[fits[which]]
 
 
 def _any_per_row(a: NDArray[np.bool_]) -> NDArray[np.bool_]:
@@ -315,7 +319,7 @@ class KubePreset(Preset):
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
-            regular = regular[_fits_somewhere(sim, regular, fit_res, free)]
+            regular = _fitting(sim, regular, fit_res, free)
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:
@@ -410,7 +414,7 @@ class KubePreset(Preset):
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
-        ordered = ready[_fits_somewhere(sim, ready, np.ones(len(sim.resources), dtype=bool), avail)]
+        ordered = _fitting(sim, ready, np.ones(len(sim.resources), dtype=bool), avail)
         inv = self._inv_cap
         shapes, shape_of, alive = _pass_shapes(sim, ordered)  # as in the regular pass: room only shrinks
         todo = _live_rows(alive, shape_of, 0)

@@ -290,10 +290,9 @@ class Simulation:
 
     def _finish_due(self) -> None:
         run = self.running
-        done = run.work_left <= _EPS_WORK
-        if not done.any():
+        if not len(run) or run.work_left.min() > _EPS_WORK:
             return
-        rows = np.flatnonzero(done)
+        rows = np.flatnonzero(run.work_left <= _EPS_WORK)
         gs = run.group[rows]
         self._release(rows)
         np.add.at(self.g_done, gs, 1)
@@ -385,9 +384,11 @@ class Simulation:
         run = self.running
         if not len(run):
             return math.inf
-        with np.errstate(divide="ignore"):
-            left = np.where(run.rate > 0, run.work_left / run.rate, np.inf)
-        return self.now + float(left.min())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            soonest = float((run.work_left / run.rate).min())  # a stopped row (rate 0) gives +inf
+            if soonest != soonest:  # NaN: a stopped row with no work left; it never finishes
+                soonest = float(np.where(run.rate > 0, run.work_left / run.rate, np.inf).min())
+        return self.now + soonest
 
     def _check_capacity(self, n: int | None = None) -> None:
         c = self.cluster
