@@ -48,64 +48,84 @@ _FEW_DROPPED = 16  # up to this many rows dropped at once, move the runs of kept
 class Block:
     """Parallel per-row arrays of one dtype, one row of ``data`` each, changed in place.
 
-    Rows are the last axis: ``data[:, :n]`` is in use and the rest is spare capacity, so appending
-    writes into it (doubling when full) and dropping moves the later rows down, keeping row order
-    (per-node sums still add in start order, bit for bit). A finish drops a row or two out of
-    thousands at every event: a copy of every field per drop cost the simulator more than the rest
-    of the bookkeeping. Views handed out are valid until the next append or drop.
+    Rows are the last axis: ``data[:, lo:lo + n]`` is in use and the rest is spare capacity, so
+    appending writes after it (compacting or doubling when the end is reached), and dropping a row
+    moves the shorter side of the rows in use over it, keeping row order (per-node sums still add in
+    start order, bit for bit). A finish drops a row or two out of thousands at every event, mostly
+    old rows near the front: a copy of every field per drop cost the simulator more than the rest of
+    the bookkeeping. Views handed out are valid until the next append or drop.
     """
 
-    __slots__ = ("data", "n")
+    __slots__ = ("data", "lo", "n")
 
     def __init__(self, dtype: type | np.dtype, fields: int) -> None:
         self.data = np.zeros((fields, _FIRST_CAPACITY), dtype=dtype)
+        self.lo = 0
         self.n = 0
 
     def view(self) -> NDArray:
-        return self.data[:, : self.n]
+        return self.data[:, self.lo : self.lo + self.n]
 
     def take(self, rows: NDArray[np.int64]) -> NDArray:
         """``view()[:, rows]`` as a new array. From the whole buffer (contiguous): ``take`` along the last
         axis of the (non-contiguous) view copies every row in use first."""
-        return self.data.take(rows, axis=1)
+        return self.data.take(rows + self.lo if self.lo else rows, axis=1)
 
     def reserve(self, k: int) -> slice:
-        """Room for ``k`` more rows; the slice they go in (the caller writes every field of it)."""
-        need = self.n + k
-        if need > self.data.shape[1]:
-            grown = np.zeros((self.data.shape[0], max(need, 2 * self.data.shape[1])), dtype=self.data.dtype)
-            grown[:, : self.n] = self.data[:, : self.n]
-            self.data = grown
-        new, self.n = slice(self.n, need), need
-        return new
+        """Room for ``k`` more rows; the slice of ``data`` they go in (the caller writes every field of it,
+        after this call: the buffer may be a new one)."""
+        lo, n = self.lo, self.n
+        cap = self.data.shape[1]
+        if lo + n + k > cap:
+            size = max(cap, 2 * (n + k))  # at most half full after: compacting stays rare
+            if size == cap:
+                for row in self.data:
+                    row[:n] = row[lo : lo + n]
+            else:
+                grown = np.zeros((self.data.shape[0], size), dtype=self.data.dtype)
+                grown[:, :n] = self.data[:, lo : lo + n]
+                self.data = grown
+            self.lo = lo = 0
+        self.n = n + k
+        return slice(lo + n, lo + n + k)
 
     def clear(self) -> None:
-        self.n = 0
+        self.lo = self.n = 0
 
     def drop(self, gone: NDArray[np.int64]) -> None:
-        """Drop rows ``gone`` (sorted, distinct), keeping the others in order."""
-        d, n = self.data, self.n
+        """Drop rows ``gone`` (sorted, distinct, numbered as in ``view()``), keeping the others in order."""
+        d, lo, n = self.data, self.lo, self.n
         if gone.size > _FEW_DROPPED:
             keep = np.ones(n, dtype=bool)
             keep[gone] = False
             m = n - gone.size
-            d[:, :m] = d[:, :n].compress(keep, axis=1)
+            d[:, lo : lo + m] = d[:, lo : lo + n].compress(keep, axis=1)
             self.n = m
             return
-        # A finish drops a row or two out of thousands: move each run of kept rows after the first gap
-        # down, one field at a time (numpy moves an overlapping 1-D range directly, a 2-D one through
-        # a buffer at three times the cost).
-        bounds = gone.tolist()
-        if not bounds:
+        g = gone.tolist()
+        if not g:
             return
-        w = bounds[0]
-        for lo, hi in zip(bounds, [*bounds[1:], n], strict=True):
-            k = hi - lo - 1  # the kept rows lo+1 .. hi-1
-            if k > 0:
-                for row in d:
-                    row[w : w + k] = row[lo + 1 : hi]
-                w += k
-        self.n = w
+        # Move the runs of kept rows between the gaps, one field at a time (numpy moves an overlapping
+        # 1-D range directly, a 2-D one through a buffer at three times the cost): those before the last
+        # gap up by as many rows, or those after the first gap down, whichever moves fewer rows.
+        if g[-1] < n - g[0]:
+            w = lo + g[-1] + 1  # data index just past the region the kept rows before it fill
+            for a, b in zip([-1, *g[:-1]][::-1], g[::-1], strict=True):
+                k = b - a - 1  # kept rows a+1 .. b-1
+                if k > 0:
+                    for row in d:
+                        row[w - k : w] = row[lo + a + 1 : lo + b]
+                    w -= k
+            self.lo = lo + len(g)
+        else:
+            w = lo + g[0]
+            for a, b in zip(g, [*g[1:], n], strict=True):
+                k = b - a - 1  # kept rows a+1 .. b-1
+                if k > 0:
+                    for row in d:
+                        row[w : w + k] = row[lo + a + 1 : lo + b]
+                    w += k
+        self.n = n - len(g)
 
 
 def block_field(block: str, row: int, doc: str) -> property:
@@ -114,11 +134,11 @@ def block_field(block: str, row: int, doc: str) -> property:
 
     def get(self: object) -> NDArray:
         b = getattr(self, block)
-        return b.data[row, : b.n]
+        return b.data[row, b.lo : b.lo + b.n]
 
     def put(self: object, values: NDArray) -> None:
         b = getattr(self, block)
-        b.data[row, : b.n] = values
+        b.data[row, b.lo : b.lo + b.n] = values
 
     return property(get, put, doc=doc)
 

@@ -98,3 +98,28 @@ def test_block_drop_keeps_order_with_few_and_many_rows_gone() -> None:
             b.drop(np.flatnonzero(~mask))
             np.testing.assert_array_equal(b.view(), values[:, mask])
             assert b.data.shape[1] >= p  # capacity is kept for the next appends
+
+
+def test_block_reuses_its_room_when_old_rows_leave_from_the_front() -> None:
+    """Finishes mostly take old rows: the rows before them move up and the view starts later, until
+    appends reach the end of the buffer and the rows in use move back to its start."""
+    b = Block(np.int64, 2)
+    rows = b.reserve(50)  # fifty rows running throughout: compacting must carry them all
+    b.data[0, rows], b.data[1, rows] = np.arange(50), -np.arange(50)
+    ref: list[int] = list(range(50))
+    next_value = 50
+    for step in range(5000):
+        k = 2 if step % 3 == 0 else 1
+        rows = b.reserve(k)
+        values = np.arange(next_value, next_value + k)
+        b.data[0, rows], b.data[1, rows] = values, -values
+        ref.extend(values.tolist())
+        next_value += k
+        gone = [0] if step % 3 else [0, min(2, len(ref) - 1)]  # the oldest, or two near the front
+        b.drop(np.array(sorted(set(gone)), dtype=np.int64))
+        for i in sorted(set(gone), reverse=True):
+            del ref[i]
+        np.testing.assert_array_equal(b.view()[0], ref)
+        np.testing.assert_array_equal(b.view()[1], [-v for v in ref])
+        np.testing.assert_array_equal(b.take(np.arange(len(ref))[::-1])[0], ref[::-1])
+    assert b.data.shape[1] == 1024  # it never needed to grow: the room freed at the front was reused
