@@ -38,6 +38,7 @@ _REDO_ALL_FRACTION = 0.25
 _TOLERANCE = 1e-9  # Cluster.rates: usage above capacity × (1 + this) anywhere means contention
 _COLD_MARGIN = 2e-6  # a node is cold below capacity × (1 − this): far above the bound's rounding drift
 _BOUND_REFRESH = 4096  # row updates of the usage bound before it is summed afresh
+_FEW_ROWS = 4  # up to this many rows started or dropped at once, update the bound on Python floats
 
 
 def node_factors(
@@ -142,6 +143,9 @@ class RateTracker:
         limited[sim.cluster.mem] = False  # memory over capacity is an OOM kill, never a slowdown
         self.limited = limited
         self.cold_limit = np.where(cap > 0, cap * (1 - _COLD_MARGIN), -np.inf)[:, limited]
+        self._cold_limits: list[list[float]] = self.cold_limit.tolist()
+        self._limited_cols: list[int] = np.flatnonzero(limited).tolist()
+        self._touched: set[int] = set()  # nodes whose bound changed since ``hot`` was worked out
         # Which fraction (0 base, 1 I/O) each resource reads.
         self.io: list[int] = sim.io_resources.astype(int).tolist()
         # Rates depend on which resources a task uses: a handful of distinct masks.
@@ -299,12 +303,25 @@ class RateTracker:
         return self._usage(demand_t, list(fmax))
 
     def _bound_add(self, rows: NDArray[np.int64], demand_t: NDArray[np.float64], sign: float) -> None:
-        if self.bound is None or rows.size == 0:
+        bound = self.bound
+        if bound is None or rows.size == 0:
             return
-        b = self._row_bound(rows, demand_t)
-        np.add.at(self.bound, self.sim.running.node.take(rows), sign * b.T)  # one call: a few rows, R columns
         self.bound_updates += rows.size
-        self.hot = None
+        if rows.size > _FEW_ROWS:
+            b = self._row_bound(rows, demand_t)
+            np.add.at(bound, self.sim.running.node.take(rows), sign * b.T)  # one call: many rows, R columns
+            self.hot = None
+            return
+        # A start or a finish: a row or two, on Python floats (numpy's calls cost more than the arithmetic
+        # here). The same IEEE operations in the same order as above: demand × fraction, × sign, added
+        # row after row.
+        run = self.sim.running
+        for i, r in enumerate(rows.tolist()):
+            f = (1.0, 1.0) if run.burst_until[r] > self.bound_at else (float(run.base[r]), float(run.io_base[r]))
+            n = int(run.node[r])
+            for j, which in enumerate(self.io):
+                bound[n, j] += sign * (float(demand_t[j, i]) * f[which])
+            self._touched.add(n)
 
     def _hot(self) -> NDArray[np.bool_] | None:
         """Nodes that may contend now (None: all of them); the rest have every factor exactly 1.
@@ -330,4 +347,10 @@ class RateTracker:
             for j in range(bound.shape[1]):
                 cold &= bound[:, j] < self.cold_limit[:, j]
             self.hot = ~cold
+        elif self._touched:  # the same comparisons, on the nodes whose bound moved since
+            limits, limited = self._cold_limits, self._limited_cols
+            for n in self._touched:
+                row = self.bound[n].tolist()
+                self.hot[n] = not all(row[j] < limit for j, limit in zip(limited, limits[n], strict=True))
+        self._touched.clear()
         return None if self.hot.all() else self.hot
