@@ -53,17 +53,22 @@ def _pass_shapes(sim: Simulation, groups: NDArray[np.int64]
     return sim.shapes[present], shape_of, np.ones(present.size, dtype=bool)
 
 
-def _fitting(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray, free: NDArray) -> NDArray[np.int64]:
-    """Those of ``groups`` (in order) that fit at least one node now, checked once per distinct demand shape."""
+def _fitting(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray | None, free: NDArray) -> NDArray[np.int64]:
+    """Those of ``groups`` (in order) that fit at least one node now, checked once per distinct demand shape
+    on the resources ``fit_res`` (None: all of them)."""
+    if fit_res is not None:
+        free = free[:, fit_res]
     if len(sim.shapes) <= _FEW_SHAPES:  # every shape's verdict: cheaper than finding those present
-        fits = alignment.feasible_clamped(sim.clamped_shapes[:, fit_res], free[:, fit_res]).any(axis=1)
+        shapes = sim.clamped_shapes if fit_res is None else sim.clamped_shapes[:, fit_res]
+        fits = alignment.feasible_clamped(shapes, free).any(axis=1)
         if fits.all():  # the usual verdicts: no gather over the groups
             return groups
         if not fits.any():
             return groups[:0]
         return groups[fits[sim.g_shape[groups]]]
     present, which = _shape_index(sim, groups)
-    fits = alignment.feasible(sim.shapes[present][:, fit_res], free[:, fit_res]).any(axis=1)
+    shapes = sim.shapes[present] if fit_res is None else sim.shapes[present][:, fit_res]
+    fits = alignment.feasible(shapes, free).any(axis=1)
     return groups[fits[which]]
 
 
@@ -414,7 +419,7 @@ class KubePreset(Preset):
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
-        ordered = _fitting(sim, ready, np.ones(len(sim.resources), dtype=bool), avail)
+        ordered = _fitting(sim, ready, None, avail)
         inv = self._inv_cap
         shapes, shape_of, alive = _pass_shapes(sim, ordered)  # as in the regular pass: room only shrinks
         todo = _live_rows(alive, shape_of, 0)

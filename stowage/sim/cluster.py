@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from stowage.resources import CPU, MEMORY
 
-__all__ = ["Block", "Cluster", "RowObserver", "Running", "block_field"]
+__all__ = ["FEW_ROWS", "Block", "Cluster", "RowObserver", "Running", "block_field"]
 
 _F = np.float64
 
@@ -43,6 +43,9 @@ class RowObserver(Protocol):
 
 _FIRST_CAPACITY = 1024  # rows; doubled as needed
 _FEW_DROPPED = 16  # up to this many rows dropped at once, move the runs of kept rows between them
+FEW_ROWS = 4
+"""Up to this many rows started or stopped at once, per-row bookkeeping runs on Python numbers: numpy's
+per-call cost is more than the arithmetic (the same IEEE operations in the same order, so the same bits)."""
 
 
 class Block:

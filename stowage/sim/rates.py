@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.sim.cluster import Block, Running, block_field
+from stowage.sim.cluster import FEW_ROWS, Block, Running, block_field
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
@@ -38,7 +38,6 @@ _REDO_ALL_FRACTION = 0.25
 _TOLERANCE = 1e-9  # Cluster.rates: usage above capacity × (1 + this) anywhere means contention
 _COLD_MARGIN = 2e-6  # a node is cold below capacity × (1 − this): far above the bound's rounding drift
 _BOUND_REFRESH = 4096  # row updates of the usage bound before it is summed afresh
-_FEW_ROWS = 4  # up to this many rows started or dropped at once, update the bound on Python floats
 
 
 def node_factors(
@@ -307,7 +306,7 @@ class RateTracker:
         if bound is None or rows.size == 0:
             return
         self.bound_updates += rows.size
-        if rows.size > _FEW_ROWS:
+        if rows.size > FEW_ROWS:
             b = self._row_bound(rows, demand_t)
             np.add.at(bound, self.sim.running.node.take(rows), sign * b.T)  # one call: many rows, R columns
             self.hot = None
