@@ -188,13 +188,11 @@ class Running:
     ) -> None:
         n = group.shape[0]
         lo = len(self)
-        s = self._f.reserve(n)
-        self._i.reserve(n)
-        self._b.reserve(n)
+        s, si, sb = self._f.reserve(n), self._i.reserve(n), self._b.reserve(n)
         f, i, b = self._f.data, self._i.data, self._b.data  # after reserve: it may have grown them
         f[0, s], f[1, s], f[2, s], f[3, s], f[4, s], f[5, s] = start, work, 1.0, base, io_base, -np.inf
-        i[0, s], i[1, s], i[2, s] = group, node, np.arange(self.next_uid, self.next_uid + n)
-        b[0, s] = opp
+        i[0, si], i[1, si], i[2, si] = group, node, np.arange(self.next_uid, self.next_uid + n)
+        b[0, sb] = opp
         self.next_uid += n
         self.version += 1
         for obs in self.observers:

@@ -165,14 +165,12 @@ class RateTracker:
         run, n = sim.running, sim.cluster.n
         group, node, opp = run.group[lo:], run.node[lo:], run.opp[lo:].astype(np.int64)
         k = group.shape[0]
-        s = self._demand.reserve(k)
-        self._ints.reserve(k)
-        self._flags.reserve(k)
+        s, si, sf = self._demand.reserve(k), self._ints.reserve(k), self._flags.reserve(k)
         self._demand.data[:, s] = sim.g_demand[group].T
         ints = self._ints.data
-        np.add(node, n * opp, out=ints[0, s])
-        ints[1, s] = (opp * len(self.masks) + self.g_mask[group]) * n + node
-        self._flags.data[:, s] = False
+        np.add(node, n * opp, out=ints[0, si])
+        ints[1, si] = (opp * len(self.masks) + self.g_mask[group]) * n + node
+        self._flags.data[:, sf] = False
 
     def _start(self) -> None:
         """Track every running row from now on, each to be evaluated afresh."""
