@@ -1,8 +1,9 @@
 """Per-node numpy state and the table of running task instances, with the contention model.
 
 Nodes are rows of (N, R) arrays; running tasks are parallel 1-D arrays kept
-compact (a finished task's row is dropped), so every per-task step is one
-vectorised numpy call over the running set.
+compact and in start order (a finished task's row is dropped in place, see
+:class:`Block`), so every per-task step is one vectorised numpy call over the
+running set.
 
 Contention model (what the simulator charges when a node's real usage exceeds
 its capacity; Tetris §5.3.1 notes kube-scheduler does not account disk and
