@@ -430,7 +430,7 @@ class KubePreset(Preset):
                 failed = False
                 clamped = sim.clamped_shapes[sim.g_shape[g] : sim.g_shape[g] + 1]
                 while sim.g_pending[g] > 0:
-                    ok = alignment.feasible_clamped(clamped, avail)[0]  # alignment.feasible(d, avail)
+                    ok = alignment.feasible_clamped(clamped, avail)[0]  # = alignment.feasible(d, avail)
                     if not ok.any():
                         failed = True
                         break

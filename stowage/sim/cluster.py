@@ -150,7 +150,7 @@ def block_field(block: str, row: int, doc: str) -> property:
 class Running:
     """Running task instances (one row each, in start order), stored in place (:class:`Block`).
 
-    Fields are views: valid until the next ``append`` or ``keep``; assigning one copies into it.
+    Fields are views: valid until the next ``append`` or ``drop``; assigning one copies into it.
     """
 
     def __init__(self) -> None:

@@ -260,7 +260,7 @@ class Simulation:
         if rows.size <= FEW_ROWS:
             # A finish or two: row by row, in the order np.subtract.at takes them (the same subtractions
             # in the same order, without its per-call cost). Only these nodes' allocations went down, so
-            # only they are clamped at 0 (every other row already was).
+            # only they are clamped at 0 (every other row already was: ``place`` only adds demands ≥ 0).
             for i, (g, n, o) in enumerate(zip(gs.tolist(), ns.tolist(), opp.tolist(), strict=True)):
                 (c.opp_alloc if o else c.reg_alloc)[n] -= d[i]
                 self.job_alloc[self.g_job[g]] -= d[i]
