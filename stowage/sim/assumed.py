@@ -44,9 +44,10 @@ class AssumedTracker:
         self.by_start: deque[tuple[float, int, int]] = deque()  # (start, node, uid), oldest first
         self.sums = np.zeros((n, self.r))
         self.dirty: set[int] = set()
-        self.shrinks = 0
-        """Rows that left some node's ``S`` so far (dropped, or out of the window): between two equal
-        counts, with nothing :meth:`expiring`, every node's ``S`` only grew or stayed."""
+        self.shrunk: set[int] = set()
+        """Nodes where a row left ``S`` (dropped, or out of the window) since the caller last cleared
+        this: on every other node ``S`` only grew or stayed (``harvest.assumed_node`` adds rows in row
+        order and new rows go last, so a sum with one more row is never smaller)."""
         run = sim.running
         run.observers.append(self)
         if len(run):
@@ -67,12 +68,7 @@ class AssumedTracker:
         for n, uid in zip(run.node[rows].tolist(), run.uid[rows].tolist(), strict=True):
             if self.rows[n].pop(uid, None) is not None:
                 self.dirty.add(n)
-                self.shrinks += 1
-
-    def expiring(self, now: float) -> bool:
-        """Whether :meth:`current` at ``now`` may find a row out of the window (the oldest queued one is)."""
-        q = self.by_start
-        return bool(q) and not harvest.is_recent(now, q[0][0], self.ramp)
+                self.shrunk.add(n)
 
     def current(self, now: float) -> NDArray[np.float64]:
         """(N, R) ``S`` at ``now`` (``now`` never goes back). The caller must not modify it."""
@@ -81,7 +77,7 @@ class AssumedTracker:
             _, n, uid = q.popleft()
             if self.rows[n].pop(uid, None) is not None:
                 self.dirty.add(n)
-                self.shrinks += 1
+                self.shrunk.add(n)
         if self.dirty:
             for n in self.dirty:
                 self.sums[n] = harvest.assumed_node(self.rows[n].values(), self.r)

@@ -231,9 +231,9 @@ class KubePreset(Preset):
         self._inv_cap = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)  # capacity never changes
         self._head_of: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None  # (usage, blocked) seen
         self._head = (np.zeros(0), np.zeros(0))
-        # (usage sample, blocks, AssumedTracker.shrinks) when the last opportunistic pass found no demand
-        # shape fitting anywhere; None: it found room (see _still_no_room).
-        self._no_room: tuple[NDArray[np.float64], NDArray[np.float64], int] | None = None
+        # (usage sample, blocks) when the last opportunistic pass found no demand shape fitting anywhere;
+        # None: it found room (see _still_no_room).
+        self._no_room: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
 
     def _harvestable(self, sim: Simulation) -> NDArray[np.float64]:
         """``Preset._harvestable`` with ``S`` kept across events and ``T·C − U − B`` kept between samples:
@@ -253,25 +253,36 @@ class KubePreset(Preset):
         return a
 
     def _still_no_room(self, sim: Simulation) -> bool:
-        """Whether the harvestable room is, on every node and resource, at most what it was when the last
-        opportunistic pass found that no demand shape fits anywhere, so that none fits now either.
+        """Whether no demand shape fits the harvestable room anywhere, known without a pass: the last
+        opportunistic pass found none fitting, and the room can have grown since only where it is checked
+        here again.
 
         The room is ``min(max(T·C − U − B − S, 0), T·C)``: the same while the usage sample ``U`` and the
         blocks ``B`` are the same and no sample is due (``_harvestable`` would take one: while the monitor
-        does not tick, nothing else does), and no larger
-        while ``S`` only grew (rows joined it, none left: ``AssumedTracker.shrinks`` unchanged and none
-        about to expire). Fitting only gets harder as the room shrinks, so such a pass would place
-        nothing; it is skipped with everything it would have done (97 % of ``ubis``'s opportunistic
-        passes on the FB-2009 batch day's first 300 s found no room).
+        does not tick, nothing else does). ``S`` only grows on a node until a row leaves it there
+        (``AssumedTracker.shrunk``), and fitting only gets harder as the room shrinks; so the nodes where
+        a row left are judged again, with the same operations as a pass (``harvest.harvestable_after``,
+        ``alignment.feasible_clamped``) on their rows. If still none fits, the pass would place nothing
+        and is skipped with everything it would have done (97 % of ``ubis``'s opportunistic passes on the
+        FB-2009 batch day's first 300 s found no room).
         """
         assert self._no_room is not None and self._assumed is not None
-        usage, blocked, shrinks = self._no_room
+        usage, blocked = self._no_room
         c = sim.cluster
-        return (c.usage is usage
-                and sim.now - sim.monitor.last_sample < sim.settings.contention.sample_interval_s
-                and self._assumed.shrinks == shrinks
-                and not self._assumed.expiring(sim.now)
-                and np.array_equal(blocked, c.blocked))
+        if not (c.usage is usage and sim.now - sim.monitor.last_sample < sim.settings.contention.sample_interval_s
+                and np.array_equal(blocked, c.blocked)):
+            return False
+        assumed = self._assumed
+        s = assumed.current(sim.now)
+        if assumed.shrunk:
+            rows = np.fromiter(assumed.shrunk, dtype=np.int64, count=len(assumed.shrunk))
+            head, ceiling = self._head  # computed for this very sample and these blocks
+            room = harvest.harvestable_after(head[rows], ceiling[rows], s[rows])
+            room[~c.harvest[rows]] = 0.0
+            if alignment.feasible_clamped(sim.clamped_shapes, room).any():
+                return False
+            assumed.shrunk.clear()
+        return True
 
     def _scores(self, sim: Simulation, g: int) -> NDArray:
         """load-aware's Trimaran scores for ``g`` on every node (the kube strategies' come from ``_nodes``)."""
@@ -450,7 +461,8 @@ class KubePreset(Preset):
         ordered, none_fit = _fitting(sim, ready, None, avail)
         if none_fit and self._assumed is not None:
             c = sim.cluster
-            self._no_room = (c.usage, c.blocked.copy(), self._assumed.shrinks)
+            self._no_room = (c.usage, c.blocked.copy())
+            self._assumed.shrunk.clear()  # the room just judged counted every row
             return
         self._no_room = None
         inv = self._inv_cap
