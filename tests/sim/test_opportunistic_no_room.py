@@ -52,3 +52,22 @@ def test_skipping_passes_with_no_room_changes_nothing(case: str, monkeypatch: py
     assert log == log_off
     assert summary == summary_off
     assert jct == jct_off
+
+
+def test_a_due_usage_sample_is_taken_even_when_the_last_pass_found_no_room() -> None:
+    """With no opportunistic task running and no node over-allocated the monitor does not tick, so only the
+    opportunistic pass samples usage. At t = 1 the node's regular tasks use all of it (no room for ``opp``);
+    at t = 5 two of them finish. The skip may not keep the stale sample: the pass samples again, finds room,
+    and ``opp`` starts then, not when the last regular task leaves at t = 50."""
+    from stowage.labels import Opportunistic
+    from tests.sim.kit import FLAT, group, job, nodes, workload
+
+    w = workload(nodes(1), [
+        job("short", 0.0, group("g", 2, 5.0)),
+        job("long", 0.0, group("g", 2, 50.0)),
+        job("opp", 1.0, group("g", 1, 5.0), opportunistic=Opportunistic.TRUE),
+    ])
+    sim = Simulation(w, make("ubis"), SimConfig(usage=FLAT, trace=True), 0)
+    sim.run()
+    starts = {(name, opp): t for t, name, _, _, opp in sim.log}
+    assert starts[("opp", True)] == 5.0
