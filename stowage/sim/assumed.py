@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.policy import harvest
-from stowage.sim.cluster import Running
+from stowage.sim.cluster import FEW_ROWS, Running
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
@@ -54,18 +54,31 @@ class AssumedTracker:
             self.appended(run, 0)
 
     def appended(self, run: Running, lo: int) -> None:
-        rows = np.flatnonzero(run.opp[lo:]) + lo
-        if rows.size == 0 or not self.ramp > 0:
+        if not self.ramp > 0:
             return
-        for g, n, uid, start in zip(run.group[rows].tolist(), run.node[rows].tolist(), run.uid[rows].tolist(),
-                                    run.start[rows].tolist(), strict=True):
+        if len(run) - lo <= FEW_ROWS:  # a start or two: read the rows one by one (numpy's calls cost more)
+            rows = [r for r, opp in enumerate(run.opp[lo:].tolist(), lo) if opp]
+            if not rows:
+                return
+            group, node, uid, begun = run.group, run.node, run.uid, run.start
+            added = [(int(group[r]), int(node[r]), int(uid[r]), float(begun[r])) for r in rows]
+        else:
+            at = np.flatnonzero(run.opp[lo:]) + lo
+            added = list(zip(run.group[at].tolist(), run.node[at].tolist(), run.uid[at].tolist(),
+                             run.start[at].tolist(), strict=True))
+        for g, n, uid, start in added:
             self.rows[n][uid] = self.demand[g]
             self.by_start.append((start, n, uid))
             self.dirty.add(n)
 
     def dropping(self, run: Running, gone: NDArray[np.int64]) -> None:
-        rows = gone[run.opp[gone]]
-        for n, uid in zip(run.node[rows].tolist(), run.uid[rows].tolist(), strict=True):
+        if gone.size <= FEW_ROWS:  # a finish or two: one by one, as in appended
+            opp, node, uids = run.opp, run.node, run.uid
+            left = [(int(node[r]), int(uids[r])) for r in gone.tolist() if opp[r]]
+        else:
+            rows = gone[run.opp[gone]]
+            left = list(zip(run.node[rows].tolist(), run.uid[rows].tolist(), strict=True))
+        for n, uid in left:
             if self.rows[n].pop(uid, None) is not None:
                 self.dirty.add(n)
                 self.shrunk.add(n)

@@ -22,6 +22,7 @@ network at all, so those nodes really do get over-allocated):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -179,29 +180,45 @@ class Running:
 
     def append(
         self,
-        group: NDArray[np.int64],
-        node: NDArray[np.int64],
+        group: NDArray[np.int64] | Sequence[int],
+        node: NDArray[np.int64] | Sequence[int],
         start: float,
-        work: NDArray[np.float64],
-        base: NDArray[np.float64],
-        io_base: NDArray[np.float64],
-        opp: NDArray[np.bool_],
+        work: NDArray[np.float64] | Sequence[float],
+        base: NDArray[np.float64] | Sequence[float],
+        io_base: NDArray[np.float64] | Sequence[float],
+        opp: NDArray[np.bool_] | Sequence[bool],
     ) -> None:
-        n = group.shape[0]
+        """Rows that start at ``start``, one per element (arrays, or lists for a few rows)."""
+        n = len(group)
         lo = len(self)
         s, si, sb = self._f.reserve(n), self._i.reserve(n), self._b.reserve(n)
         f, i, b = self._f.data, self._i.data, self._b.data  # after reserve: it may have grown them
-        f[0, s], f[1, s], f[2, s], f[3, s], f[4, s], f[5, s] = start, work, 1.0, base, io_base, -np.inf
-        i[0, si], i[1, si], i[2, si] = group, node, np.arange(self.next_uid, self.next_uid + n)
-        b[0, sb] = opp
-        self.next_uid += n
+        uid = self.next_uid
+        if n <= FEW_ROWS:
+            # A start or two: one element per field and row (a slice assignment costs numpy far more).
+            for k in range(n):
+                c, ci, cb = s.start + k, si.start + k, sb.start + k
+                f[0, c], f[1, c], f[2, c], f[3, c], f[4, c], f[5, c] = start, work[k], 1.0, base[k], io_base[k], -np.inf
+                i[0, ci], i[1, ci], i[2, ci] = group[k], node[k], uid + k
+                b[0, cb] = opp[k]
+        else:
+            f[0, s], f[1, s], f[2, s], f[3, s], f[4, s], f[5, s] = start, work, 1.0, base, io_base, -np.inf
+            i[0, si], i[1, si], i[2, si] = group, node, np.arange(uid, uid + n)
+            b[0, sb] = opp
+        self.next_uid = uid + n
         self.version += 1
         for obs in self.observers:
             obs.appended(self, lo)
 
     def drop(self, rows: NDArray[np.int64]) -> None:
         """Drop the given rows (any order); observers are told first, with them sorted."""
-        gone = np.unique(rows)
+        if rows.size <= FEW_ROWS:
+            # A finish or two, nearly always sorted already (np.unique's sort costs more than the rest).
+            listed = rows.tolist()
+            distinct = sorted(set(listed))
+            gone = rows if listed == distinct else np.array(distinct, dtype=rows.dtype)
+        else:
+            gone = np.unique(rows)
         for obs in self.observers:
             obs.dropping(self, gone)
         for block in (self._f, self._i, self._b):

@@ -241,6 +241,9 @@ class Simulation:
     def _flush(self) -> None:
         if not self._buffer:
             return
+        if len(self._buffer) <= FEW_ROWS and sum(k for _, _, k, _ in self._buffer) <= FEW_ROWS:
+            self._flush_few()
+            return
         placed = np.array(self._buffer, dtype=np.int64).reshape(-1, 4)  # (group, node, k, opp) per place()
         gs, ns, os_ = np.repeat(placed[:, [0, 1, 3]], placed[:, 2], axis=0).T
         os_ = os_.astype(bool)
@@ -248,6 +251,22 @@ class Simulation:
         base = self.usage_model.draw_base(self.rng, override)
         io = self.usage_model.io_base(base, override)
         self.running.append(gs, ns, self.now, self.g_dur[gs], base, io, os_)
+        self._buffer.clear()
+
+    def _flush_few(self) -> None:
+        """:meth:`_flush` of a placement or two on Python numbers: the same rows in the same order, the same
+        draw from the generator (one ``beta`` call of the same size), the same clips."""
+        gs: list[int] = []
+        ns: list[int] = []
+        os_: list[bool] = []
+        for g, n, k, opp in self._buffer:
+            gs += [int(g)] * k
+            ns += [int(n)] * k
+            os_ += [bool(opp)] * k
+        override = [float(self.g_usage[g]) for g in gs]
+        base = self.usage_model.draw_base_few(self.rng, override)
+        io = self.usage_model.io_base_few(base, override)
+        self.running.append(gs, ns, self.now, [float(self.g_dur[g]) for g in gs], base, io, os_)
         self._buffer.clear()
 
     # --- removal (finish, eviction) -------------------------------------------------------------

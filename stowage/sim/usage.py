@@ -39,6 +39,12 @@ from stowage.errors import InvalidInput
 __all__ = ["UsageModel"]
 
 
+def _clip(x: float, lo: float, hi: float) -> float:
+    """``np.clip`` of one float (``lo`` ≤ ``hi``): ``x`` unless strictly beyond a bound, so NaN stays NaN
+    and a zero of either sign equal to a bound keeps its sign, as numpy's clip does."""
+    return lo if x < lo else hi if x > hi else x
+
+
 @dataclass(frozen=True, slots=True)
 class UsageModel:
     """Parameters of the usage model (all printed in the report)."""
@@ -82,22 +88,35 @@ class UsageModel:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def draw_base(self, rng: np.random.Generator, override: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Base fraction per task; ``override`` (NaN = draw) replaces the draw where set."""
-        n = override.shape[0]
+    def _draw(self, rng: np.random.Generator, n: int) -> NDArray[np.float64]:
+        """``n`` unclipped draws (no random number is used when ``n`` is 0 or the concentration 0)."""
         m = min(max(self.mean_fraction, 1e-6), 1.0 - 1e-6)
         if self.concentration > 0 and n:
             a, b = m * self.concentration, (1.0 - m) * self.concentration
-            drawn = rng.beta(a, b, size=n)
-        else:
-            drawn = np.full(n, m)
-        drawn = np.clip(drawn, self.min_fraction, 1.0)
+            return rng.beta(a, b, size=n)
+        return np.full(n, m)
+
+    def draw_base(self, rng: np.random.Generator, override: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Base fraction per task; ``override`` (NaN = draw) replaces the draw where set."""
+        drawn = np.clip(self._draw(rng, override.shape[0]), self.min_fraction, 1.0)
         return np.where(np.isnan(override), drawn, np.clip(override, 0.0, 1.0))
 
     def io_base(self, drawn: NDArray[np.float64], override: NDArray[np.float64]) -> NDArray[np.float64]:
         """I/O base fraction per task: the group's explicit usage, else ``io_fraction``, else the draw."""
         io = drawn if self.io_fraction is None else np.full_like(drawn, self.io_fraction)
         return np.where(np.isnan(override), io, np.clip(override, 0.0, 1.0))
+
+    def draw_base_few(self, rng: np.random.Generator, override: list[float]) -> list[float]:
+        """:meth:`draw_base` on Python floats, for a task or two (numpy's per-call cost is most of it there):
+        the same draw from ``rng``, the same clips, so the same bits."""
+        drawn = self._draw(rng, len(override)).tolist()
+        lo = float(self.min_fraction)
+        return [_clip(d, lo, 1.0) if o != o else _clip(o, 0.0, 1.0) for d, o in zip(drawn, override, strict=True)]
+
+    def io_base_few(self, drawn: list[float], override: list[float]) -> list[float]:
+        """:meth:`io_base` on Python floats (see :meth:`draw_base_few`)."""
+        io = drawn if self.io_fraction is None else [float(self.io_fraction)] * len(drawn)
+        return [i if o != o else _clip(o, 0.0, 1.0) for i, o in zip(io, override, strict=True)]
 
     def _ramp(self, now_s: float, started_s: NDArray[np.float64]) -> NDArray[np.float64] | float:
         """The ramp-up factor per task: ``ramp_start`` at its start, linear to 1 at ``ramp_s``."""
