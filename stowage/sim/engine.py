@@ -323,19 +323,33 @@ class Simulation:
 
     def _finish_due(self) -> None:
         run = self.running
-        if not len(run) or run.work_left.min() > _EPS_WORK:
+        if not len(run):
             return
-        rows = np.flatnonzero(run.work_left <= _EPS_WORK)
+        left = run.work_left
+        if left[left.argmin()] > _EPS_WORK:  # argmin is cheaper than min; NaN: both give the first NaN
+            return
+        rows = (left <= _EPS_WORK).nonzero()[0]  # np.flatnonzero without its ravel
         gs = run.group[rows]
         self._release(rows)
-        np.add.at(self.g_done, gs, 1)
+        few = rows.size <= FEW_ROWS
+        if few:  # a finish or two: np.add.at, sum and unique cost more than these few Python steps
+            listed = gs.tolist()
+            for g in listed:
+                self.g_done[g] += 1
+            self.opp_done += sum(run.opp[rows].tolist())
+        else:
+            np.add.at(self.g_done, gs, 1)
+            self.opp_done += int(run.opp[rows].sum())
         self.tasks_done += rows.size
-        self.opp_done += int(run.opp[rows].sum())
         self.preset.on_finished(gs, self.now - run.start[rows])
         run.drop(rows)
-        groups = np.unique(gs)
         # Completing a group never changes another group's done count: the complete ones are known now.
-        for g in groups[self.g_done[groups] == self.g_tasks[groups]].tolist():
+        if few:
+            done = [g for g in sorted(set(listed)) if self.g_done[g] == self.g_tasks[g]]
+        else:
+            groups = np.unique(gs)
+            done = groups[self.g_done[groups] == self.g_tasks[groups]].tolist()
+        for g in done:
             self._group_complete(g)
 
     def _group_complete(self, g: int) -> None:
