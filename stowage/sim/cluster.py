@@ -61,12 +61,22 @@ class Block:
     the bookkeeping. Views handed out are valid until the next append or drop.
     """
 
-    __slots__ = ("data", "lo", "n")
+    __slots__ = ("_views", "data", "lo", "n")
 
     def __init__(self, dtype: type | np.dtype, fields: int) -> None:
         self.data = np.zeros((fields, _FIRST_CAPACITY), dtype=dtype)
         self.lo = 0
         self.n = 0
+        self._views: tuple[NDArray, list[memoryview]] | None = None
+
+    def _fields(self) -> list[memoryview]:
+        """A memoryview of each field of ``data`` (kept while ``data`` is the same buffer). Assigning a
+        slice of one to another slice of it is one ``memmove`` of the bytes, overlapping or not: half of
+        what numpy's overlapping 1-D assignment costs (it walks a range that moves up backwards)."""
+        views = self._views
+        if views is None or views[0] is not self.data:
+            views = self._views = (self.data, [memoryview(row) for row in self.data])
+        return views[1]
 
     def view(self) -> NDArray:
         return self.data[:, self.lo : self.lo + self.n]
@@ -110,15 +120,16 @@ class Block:
         g = gone.tolist()
         if not g:
             return
-        # Move the runs of kept rows between the gaps, one field at a time (numpy moves an overlapping
-        # 1-D range directly, a 2-D one through a buffer at three times the cost): those before the last
-        # gap up by as many rows, or those after the first gap down, whichever moves fewer rows.
+        # Move the runs of kept rows between the gaps, one field at a time (an overlapping 1-D range moves
+        # directly, a 2-D one through numpy's buffer at three times the cost; see _fields): those before
+        # the last gap up by as many rows, or those after the first gap down, whichever moves fewer rows.
+        fields = self._fields()
         if g[-1] < n - g[0]:
             w = lo + g[-1] + 1  # data index just past the region the kept rows before it fill
             for a, b in zip([-1, *g[:-1]][::-1], g[::-1], strict=True):
                 k = b - a - 1  # kept rows a+1 .. b-1
                 if k > 0:
-                    for row in d:
+                    for row in fields:
                         row[w - k : w] = row[lo + a + 1 : lo + b]
                     w -= k
             self.lo = lo + len(g)
@@ -127,7 +138,7 @@ class Block:
             for a, b in zip(g, [*g[1:], n], strict=True):
                 k = b - a - 1  # kept rows a+1 .. b-1
                 if k > 0:
-                    for row in d:
+                    for row in fields:
                         row[w : w + k] = row[lo + a + 1 : lo + b]
                     w += k
         self.n = n - len(g)
