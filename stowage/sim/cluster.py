@@ -22,7 +22,8 @@ network at all, so those nodes really do get over-allocated):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -252,6 +253,20 @@ class Cluster:
         self.total = self.cap.sum(axis=0)
         self.cpu = resources.index(CPU)
         self.mem = resources.index(MEMORY)
+
+    def clamp_allocs(self, nodes: Iterable[int]) -> None:
+        """``np.maximum(alloc, 0.0)`` of both allocations on these nodes, in place.
+
+        Read as Python floats first: a row already at or above +0.0 everywhere (the usual case) is what
+        the maximum gives back, so numpy is called only for a row with a negative, −0.0 or NaN entry.
+        """
+        for n in nodes:
+            for alloc in (self.reg_alloc, self.opp_alloc):
+                row = alloc[n]
+                for x in row.tolist():
+                    if not (x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0)):
+                        np.maximum(row, 0.0, out=row)
+                        break
 
     def node_sums(self, values: NDArray[np.float64], node: NDArray[np.int64]) -> NDArray[np.float64]:
         """Σ of per-task rows (P, R) per node → (N, R)."""

@@ -217,7 +217,7 @@ class Simulation:
 
     def place(self, g: int, n: int, opp: bool, k: int = 1) -> None:
         """Start ``k`` tasks of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
-        d = self.g_demand[g] * k
+        d = self.g_demand[g] if k == 1 else self.g_demand[g] * k  # × 1 changes no bit: skip the new array
         c = self.cluster
         if opp:
             c.opp_alloc[n] += d
@@ -271,24 +271,25 @@ class Simulation:
 
     # --- removal (finish, eviction) -------------------------------------------------------------
 
-    def _release(self, rows: NDArray[np.int64]) -> None:
-        """Take the allocations of running rows off their nodes, jobs and queues."""
+    def _release(self, rows: NDArray[np.int64], gs: NDArray[np.int64] | None = None) -> None:
+        """Take the allocations of running rows off their nodes, jobs and queues (``gs``: their groups, if known)."""
         run, c = self.running, self.cluster
-        gs, ns, opp = run.group[rows], run.node[rows], run.opp[rows]
+        if gs is None:
+            gs = run.group[rows]
+        ns, opp = run.node[rows], run.opp[rows]
         d = self.g_demand[gs]
         if rows.size <= FEW_ROWS:
             # A finish or two: row by row, in the order np.subtract.at takes them (the same subtractions
             # in the same order, without its per-call cost). Only these nodes' allocations went down, so
             # only they are clamped at 0 (every other row already was: ``place`` only adds demands ≥ 0).
             for i, (g, n, o) in enumerate(zip(gs.tolist(), ns.tolist(), opp.tolist(), strict=True)):
-                (c.opp_alloc if o else c.reg_alloc)[n] -= d[i]
-                self.job_alloc[self.g_job[g]] -= d[i]
-                self.queue_alloc[int(o), self.g_queue[g]] -= d[i]
+                di = d[i]
+                (c.opp_alloc if o else c.reg_alloc)[n] -= di
+                self.job_alloc[self.g_job[g]] -= di
+                self.queue_alloc[int(o), self.g_queue[g]] -= di
                 self.g_running[g] -= 1
             self.alloc_total -= d.sum(axis=0)
-            for n in set(ns.tolist()):
-                np.maximum(c.reg_alloc[n], 0.0, out=c.reg_alloc[n])
-                np.maximum(c.opp_alloc[n], 0.0, out=c.opp_alloc[n])
+            c.clamp_allocs(set(ns.tolist()))
         else:
             np.subtract.at(c.reg_alloc, ns[~opp], d[~opp])
             np.subtract.at(c.opp_alloc, ns[opp], d[opp])
@@ -330,7 +331,7 @@ class Simulation:
             return
         rows = (left <= _EPS_WORK).nonzero()[0]  # np.flatnonzero without its ravel
         gs = run.group[rows]
-        self._release(rows)
+        self._release(rows, gs)
         few = rows.size <= FEW_ROWS
         if few:  # a finish or two: np.add.at, sum and unique cost more than these few Python steps
             listed = gs.tolist()

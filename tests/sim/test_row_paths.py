@@ -182,3 +182,23 @@ def test_whole_runs_are_the_same_with_the_few_rows_paths_and_without(monkeypatch
     # Both paths ran: finishes of a few rows and of more.
     sizes = {len(np.frombuffer(g, dtype=np.int64)) for _, g, _, _ in few["finished"]}
     assert sizes & {1, 2, 3, 4}
+
+
+# --- clamping the allocations a finish lowered ----------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_clamp_allocs_gives_numpys_maximum_on_the_nodes_named(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = np.array([0.0, -0.0, np.nan, -1e-300, 1e-300, -3.5, 2.0, np.inf, -np.inf])
+    c = cluster.Cluster(("cpu", "memory", "disk"), np.ones((6, 3)), np.ones(6, dtype=bool))
+    c.reg_alloc[:] = rng.choice(values, size=(6, 3))
+    c.opp_alloc[:] = rng.choice(values, size=(6, 3))
+    c.reg_alloc[0, 0], c.opp_alloc[2, 1] = -0.0, -0.0  # np.maximum makes these +0.0
+    expected = [a.copy() for a in (c.reg_alloc, c.opp_alloc)]
+    touched = [0, 2, 3, 5]
+    for a in expected:  # as the finish of a row or two did it before, node by node
+        for n in touched:
+            np.maximum(a[n], 0.0, out=a[n])
+    c.clamp_allocs(touched)
+    assert _same_bits(c.reg_alloc, expected[0])
+    assert _same_bits(c.opp_alloc, expected[1])
