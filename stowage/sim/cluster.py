@@ -79,6 +79,13 @@ class Block:
             views = self._views = (self.data, [memoryview(row) for row in self.data])
         return views[1]
 
+    def __getstate__(self) -> tuple[NDArray, int, int]:
+        return self.data, self.lo, self.n  # not the memoryviews: they do not pickle, and are rebuilt
+
+    def __setstate__(self, state: tuple[NDArray, int, int]) -> None:
+        self.data, self.lo, self.n = state
+        self._views = None
+
     def view(self) -> NDArray:
         return self.data[:, self.lo : self.lo + self.n]
 

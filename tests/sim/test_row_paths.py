@@ -8,7 +8,9 @@ to 0 in every module that reads it) and every array is compared bit for bit.
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from typing import Any
 
 import numpy as np
@@ -202,3 +204,15 @@ def test_clamp_allocs_gives_numpys_maximum_on_the_nodes_named(seed: int) -> None
     c.clamp_allocs(touched)
     assert _same_bits(c.reg_alloc, expected[0])
     assert _same_bits(c.opp_alloc, expected[1])
+
+
+def test_a_block_that_dropped_rows_still_pickles_and_copies() -> None:
+    b = cluster.Block(np.float64, 2)
+    b.data[:, :6] = np.arange(12.0).reshape(2, 6)
+    b.reserve(6)
+    b.drop(np.array([1], dtype=np.int64))  # builds the block's memoryviews
+    for twin in (pickle.loads(pickle.dumps(b)), copy.deepcopy(b)):
+        assert _same_bits(twin.view(), b.view())
+        twin.drop(np.array([0], dtype=np.int64))
+        assert twin.view().tolist() == [[2.0, 3.0, 4.0, 5.0], [8.0, 9.0, 10.0, 11.0]]
+        assert b.view().tolist() == [[0.0, 2.0, 3.0, 4.0, 5.0], [6.0, 8.0, 9.0, 10.0, 11.0]]
