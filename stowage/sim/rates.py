@@ -31,7 +31,7 @@ from stowage.sim.cluster import FEW_ROWS, Block, Running, block_field
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
-__all__ = ["RateTracker", "node_factors", "rate_table", "task_rates"]
+__all__ = ["RateTracker", "contention_table", "node_factors", "rate_table", "task_rates"]
 
 #: Re-evaluate every row when at least this fraction moved (cheaper than gathering the ones that did).
 _REDO_ALL_FRACTION = 0.25
@@ -92,6 +92,50 @@ def rate_table(
     return table
 
 
+def contention_table(
+    reg_use: NDArray[np.float64], opp_use: NDArray[np.float64], cap: NDArray[np.float64], cpu: int, mem: int,
+    masks: NDArray[np.bool_],
+) -> NDArray[np.float64] | None:
+    """``rate_table(node_factors(...), masks)`` in fewer numpy calls (the same numbers, bit for bit).
+
+    The two classes' factors differ only on cpu and are 1 on memory, so each mask's minimum over the
+    shared columns is taken once for both; memory's 1 is what the final clip at 1 applies anyway (min is
+    exact and, with no NaN left, order-free).
+    """
+    total = reg_use + opp_use
+    if not (total > cap * (1 + _TOLERANCE)).any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shared = np.where(total > cap, cap / total, 1.0)
+        rc, oc, cc = reg_use[:, cpu], opp_use[:, cpu], cap[:, cpu]
+        cpu_f = [np.where(rc > cc, cc / rc, 1.0)]
+        left = np.maximum(cc - rc, 0.0)
+        cpu_f.append(np.where(oc > left, left / np.where(oc > 0, oc, 1), 1.0))
+    # node_factors' NaN → 1 (its other columns are overwritten there, unread here).
+    if not (np.isfinite(shared).all() and np.isfinite(cpu_f[0]).all() and np.isfinite(cpu_f[1]).all()):
+        shared = np.nan_to_num(shared, nan=1.0)
+        cpu_f = [np.nan_to_num(f, nan=1.0) for f in cpu_f]
+    n = cap.shape[0]
+    table = np.ones((2, len(masks), n))
+    for k, m in enumerate(masks.tolist()):
+        cols = [r for r, used in enumerate(m) if used and r not in (cpu, mem)]
+        if cols:
+            s = table[0, k]
+            np.copyto(s, shared[:, cols[0]])
+            for r in cols[1:]:
+                np.minimum(s, shared[:, r], out=s)
+            if m[cpu]:
+                np.minimum(s, cpu_f[1], out=table[1, k])
+                np.minimum(s, cpu_f[0], out=s)
+            else:
+                np.copyto(table[1, k], s)
+        elif m[cpu]:
+            np.copyto(table[0, k], cpu_f[0])
+            np.copyto(table[1, k], cpu_f[1])
+    np.clip(table, 0.0, 1.0, out=table)
+    return table
+
+
 def task_rates(
     factors: tuple[NDArray[np.float64], NDArray[np.float64]],
     masks: NDArray[np.bool_],
@@ -145,6 +189,8 @@ class RateTracker:
         self._cold_limits: list[list[float]] = self.cold_limit.tolist()
         self._limited_cols: list[int] = np.flatnonzero(limited).tolist()
         self._touched: set[int] = set()  # nodes whose bound changed since ``hot`` was worked out
+        self._hot_version = 0  # bumped whenever ``hot`` changes
+        self._numbering: tuple[int, tuple[NDArray, ...]] | None = None  # (_hot_version, _hot_numbering's)
         # Which fraction (0 base, 1 I/O) each resource reads.
         self.io: list[int] = sim.io_resources.astype(int).tolist()
         # Rates depend on which resources a task uses: a handful of distinct masks.
@@ -256,38 +302,68 @@ class RateTracker:
 
     # --- rates ---------------------------------------------------------------------------------
 
-    def rates(self) -> NDArray[np.float64]:
-        """Progress rate of each running row (fraction of full speed), as :meth:`Cluster.rates` gives it.
+    def rates(self, out: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """Progress rate of each running row (fraction of full speed), as :meth:`Cluster.rates` gives it;
+        written into ``out`` when given (the running table's own field: no copy).
 
-        Only the rows on nodes that may contend (:meth:`_cold`) are evaluated and summed: a node's sums
-        add its own rows in row order, as over every row, and the other nodes' factors are exactly 1
-        whatever their sums, so zeros stand in for them.
+        Only the nodes that may contend (:meth:`_hot`) can have a factor below 1. While they hold few of the
+        rows, only their rows are evaluated and summed, and only their factors worked out, on the hot nodes
+        renumbered: a node's sums add its own rows in row order, as over every row, and the factors are
+        elementwise. While they hold most rows, every row is (no gathers): the other nodes' sums stay below
+        capacity and their factors are 1, as they would be.
         """
         sim = self.sim
         run, c = sim.running, sim.cluster
+        if out is None:
+            out = np.empty(len(run))
         if not self.active:
             self._start()
         hot = self._hot()
-        n = c.n
-        if hot is None:  # every node may contend: every row
-            rows = None
-            demand_t, slot, start, base, io, burst = (self.demand_t, self.slot, run.start, run.base, run.io_base,
-                                                      run.burst_until)
-        else:
-            rows = np.flatnonzero(hot[run.node])
-            if rows.size == 0:
-                return np.ones(len(run))
-            demand_t, slot = self._demand.take(rows), self.slot.take(rows)
-            start, base, io, burst = run.start.take(rows), run.base.take(rows), run.io_base.take(rows), \
-                run.burst_until.take(rows)
-        use_t = self._usage(demand_t, sim.usage_model.fraction_t(sim.now, start, (base, io), burst))
+        rows = None if hot is None else np.flatnonzero(hot.take(run.node))
+        if rows is None or 2 * rows.size > len(run):
+            use_t = self._usage(self.demand_t, sim.usage_model.fraction_t(sim.now, run.start, (run.base, run.io_base),
+                                                                          run.burst_until))
+            table = self._table(use_t, self.slot, c.n, c.cap)
+            if table is None:
+                out.fill(1.0)
+            else:
+                table.ravel().take(self.cell, out=out, mode="clip")  # every cell is in range: no check needed
+            return out
+        out.fill(1.0)
+        if rows.size == 0:
+            return out
+        nodes, cap, slot_of, cell_of = self._hot_numbering(hot)
+        ints = self._ints.take(rows)
+        start, base, io, burst = run.start.take(rows), run.base.take(rows), run.io_base.take(rows), \
+            run.burst_until.take(rows)
+        use_t = self._usage(self._demand.take(rows), sim.usage_model.fraction_t(sim.now, start, (base, io), burst))
+        table = self._table(use_t, slot_of.take(ints[0]), nodes.size, cap)
+        if table is not None:
+            out[rows] = table.ravel().take(cell_of.take(ints[1]))
+        return out
+
+    def _table(self, use_t: NDArray[np.float64], slot: NDArray[np.int64], n: int, cap: NDArray[np.float64]
+               ) -> NDArray[np.float64] | None:
+        """The (class, mask, node) rate table of ``n`` nodes from rows' usage and their ``slot`` (node + n·class)."""
+        c = self.sim.cluster
         both = np.empty((2 * n, use_t.shape[0]))
         for j in range(use_t.shape[0]):
             both[:, j] = np.bincount(slot, weights=use_t[j], minlength=2 * n)
-        factors = node_factors(both[:n], both[n:], c.cap, c.cpu, c.mem)
-        if factors is None:
-            return np.ones(len(run))
-        return rate_table(factors, self.masks).ravel().take(self.cell)
+        return contention_table(both[:n], both[n:], cap, c.cpu, c.mem, self.masks)
+
+    def _hot_numbering(self, hot: NDArray[np.bool_]
+                       ) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
+        """(hot nodes, their capacity, each global slot's hot slot, each global rate cell's hot cell), kept
+        until ``hot`` changes."""
+        if self._numbering is None or self._numbering[0] != self._hot_version:
+            c = self.sim.cluster
+            nodes = np.flatnonzero(hot)
+            pos = np.zeros(c.n, dtype=np.int64)
+            pos[nodes] = np.arange(nodes.size)
+            slot_of = np.concatenate([pos, pos + nodes.size])
+            cell_of = (np.arange(2 * len(self.masks))[:, None] * nodes.size + pos).ravel()
+            self._numbering = (self._hot_version, (nodes, c.cap[nodes], slot_of, cell_of))
+        return self._numbering[1]
 
     # --- nodes that cannot contend -------------------------------------------------------------
 
@@ -344,10 +420,14 @@ class RateTracker:
             for j in range(bound.shape[1]):
                 cold &= bound[:, j] < self.cold_limit[:, j]
             self.hot = ~cold
+            self._hot_version += 1
         elif self._touched:  # the same comparisons, on the nodes whose bound moved since
             limits, limited = self._cold_limits, self._limited_cols
             for n in self._touched:
                 row = self.bound[n].tolist()
-                self.hot[n] = not all(row[j] < limit for j, limit in zip(limited, limits[n], strict=True))
+                now_hot = not all(row[j] < limit for j, limit in zip(limited, limits[n], strict=True))
+                if now_hot != self.hot[n]:
+                    self.hot[n] = now_hot
+                    self._hot_version += 1
         self._touched.clear()
         return None if self.hot.all() else self.hot

@@ -19,10 +19,14 @@ def plain_use(sim: Simulation) -> np.ndarray:
     return sim.g_demand[run.group] * np.where(sim.io_resources, both[:, 1:2], both[:, 0:1])
 
 
-def plain_rates(tracker: rates.RateTracker) -> np.ndarray:
+def plain_rates(tracker: rates.RateTracker, out: np.ndarray | None = None) -> np.ndarray:
+    """Cluster.rates over every row; into ``out`` when given, as RateTracker.rates writes it."""
     sim = tracker.sim
     run = sim.running
-    return sim.cluster.rates(plain_use(sim), run.node, run.opp, sim.g_uses[run.group])
+    got = sim.cluster.rates(plain_use(sim), run.node, run.opp, sim.g_uses[run.group])
+    if out is not None:
+        out[:] = got
+    return got
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -56,8 +60,8 @@ def test_the_tracker_matches_a_full_recomputation_at_every_event(preset: str, mo
         checked["starts"] += 1
         original_start(self)
 
-    def checking(self: rates.RateTracker) -> np.ndarray:
-        got = original_rates(self)
+    def checking(self: rates.RateTracker, out: np.ndarray | None = None) -> np.ndarray:
+        got = original_rates(self, out)
         assert self.current_use().tobytes() == plain_use(self.sim).tobytes()
         assert got.tobytes() == plain_rates(self).tobytes()
         checked["rates"] += 1

@@ -17,18 +17,23 @@ from tests.sim.test_rates import plain_rates
 def test_rates_on_hot_nodes_only_equal_the_full_recomputation_at_every_event(preset: str, seed: int,
                                                                            monkeypatch) -> None:
     original = rates.RateTracker.rates
-    seen = {"events": 0, "partial": 0, "slowed_on_hot": 0, "bound_below": 0}
+    seen = {"events": 0, "partial": 0, "slowed_on_hot": 0, "bound_below": 0, "few_hot_rows": 0, "most_hot_rows": 0}
 
-    def checking(self: rates.RateTracker) -> np.ndarray:
-        got = original(self)
+    def checking(self: rates.RateTracker, out: np.ndarray | None = None) -> np.ndarray:
+        got = original(self, out)
         want = plain_rates(self)
         assert got.tobytes() == want.tobytes()
+        if out is not None:
+            assert out.tobytes() == want.tobytes()
         hot = self._hot()
         seen["events"] += 1
         if hot is not None and hot.any():
             seen["partial"] += 1
             run = self.sim.running
-            seen["slowed_on_hot"] += bool((want[hot[run.node]] < 1.0).any())
+            hot_rows = hot[run.node]
+            # Both ways are checked: the hot nodes' rows alone (few), every row (most).
+            seen["few_hot_rows" if 2 * hot_rows.sum() <= len(run) else "most_hot_rows"] += 1
+            seen["slowed_on_hot"] += bool((want[hot_rows] < 1.0).any())
         # The bound really bounds: every node's summed usage (plain) is at most its bound, up to rounding.
         use = self.sim.cluster.node_sums(self.sim.current_use(), self.sim.running.node)
         assert self.bound is not None
@@ -41,6 +46,7 @@ def test_rates_on_hot_nodes_only_equal_the_full_recomputation_at_every_event(pre
     assert result.summary["lost_tasks"] == 0
     # Not vacuous: many events, some with cold and hot nodes at once, and contention on the hot ones.
     assert seen["events"] > 50 and seen["partial"] > 10 and seen["slowed_on_hot"] > 0, seen
+    assert seen["few_hot_rows"] > 0 and seen["most_hot_rows"] > 0, seen
 
 
 def test_a_node_is_cold_only_below_capacity_on_every_resource_but_memory() -> None:
