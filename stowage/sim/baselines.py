@@ -62,16 +62,21 @@ def _fitting(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray | None
         free = free[:, fit_res]
     if len(sim.shapes) <= _FEW_SHAPES:  # every shape's verdict: cheaper than finding those present
         shapes = sim.clamped_shapes if fit_res is None else sim.clamped_shapes[:, fit_res]
-        fits = alignment.feasible_clamped(shapes, free).any(axis=1)
-        if fits.all():  # the usual verdicts: no gather over the groups
-            return groups, False
-        if not fits.any():
-            return groups[:0], True
-        return groups[fits[sim.g_shape[groups]]], False
+        return _with_fitting_shapes(sim, groups, alignment.feasible_clamped(shapes, free).any(axis=1))
     present, which = _shape_index(sim, groups)
     shapes = sim.shapes[present] if fit_res is None else sim.shapes[present][:, fit_res]
     fits = alignment.feasible(shapes, free).any(axis=1)
     return groups[fits[which]], False
+
+
+def _with_fitting_shapes(sim: Simulation, groups: NDArray[np.int64], fits: NDArray[np.bool_]
+                         ) -> tuple[NDArray[np.int64], bool]:
+    """``_fitting``'s answer from each workload shape's verdict ``fits``."""
+    if fits.all():  # the usual verdicts: no gather over the groups
+        return groups, False
+    if not fits.any():
+        return groups[:0], True
+    return groups[fits[sim.g_shape[groups]]], False
 
 
 def _any_per_row(a: NDArray[np.bool_]) -> NDArray[np.bool_]:
@@ -132,6 +137,8 @@ class _NodeCache:
         self.by_shape: dict[int, tuple[NDArray[np.bool_], NDArray[np.float64], NDArray[np.int64]]] = {}
         self.cap_list: list[list[float]] = cap_u.tolist()
         self.units: list[float] = to_u.tolist()
+        self.fit_ok: NDArray[np.bool_] | None = None  # (shape, node) verdicts of shape_fits
+        self.fit_seen = self.version.copy()  # the node versions they were worked out at
 
     def sync(self, reg: NDArray[np.float64], free: NDArray[np.float64]) -> None:
         """Start of a pass: ``free`` is the pass's room (mutated in place by the pass)."""
@@ -139,6 +146,22 @@ class _NodeCache:
             changed = _any_per_row(reg != self.seen_reg) | _any_per_row(free != self.seen_free)
             self.version[changed] += 1
         self.seen_reg, self.seen_free = reg.copy(), free
+
+    def shape_fits(self, shapes: NDArray[np.float64]) -> NDArray[np.bool_]:
+        """Whether each of ``shapes`` (clamped, on the fit resources) fits some node of the synced ``free``:
+        ``_fitting``'s verdicts, with each node's check redone only where the node changed since (the same
+        elementwise check on the same numbers, so the same verdicts)."""
+        free = self.seen_free
+        assert free is not None
+        if self.fit_ok is None:
+            self.fit_ok = alignment.feasible_clamped(shapes, free[:, self.fit_res])
+            self.fit_seen = self.version.copy()
+        else:
+            rows = np.flatnonzero(self.fit_seen != self.version)
+            if rows.size:
+                self.fit_ok[:, rows] = alignment.feasible_clamped(shapes, free[rows][:, self.fit_res])
+                self.fit_seen[rows] = self.version[rows]
+        return self.fit_ok.any(axis=1)
 
     def placed(self, n: int, reg: NDArray[np.float64]) -> None:
         self.version[n] += 1
@@ -224,6 +247,7 @@ class KubePreset(Preset):
         self._opp_ok = self._opp_eligible(sim, np.arange(sim.n_groups))
         self._nodes = _NodeCache(sim.cluster.n, self.regular_resources(sim), self._cm, self._to_u, self._cap_u,
                                  self.score)
+        self._fit_shapes = sim.clamped_shapes[:, self.regular_resources(sim)]
         # Harvestable room: S kept per node, T·C − U − B kept while the sample and blocks are the same.
         self._assumed = AssumedTracker(sim) if self.harvesting else None
         self._t_alloc = sim.settings.harvest.t_alloc.array(sim.resources)
@@ -361,7 +385,11 @@ class KubePreset(Preset):
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
-            regular, _ = _fitting(sim, regular, fit_res, free)
+            if len(sim.shapes) <= _FEW_SHAPES:  # verdicts kept per node (_NodeCache.shape_fits)
+                self._nodes.sync(sim.cluster.reg_alloc, free)
+                regular, _ = _with_fitting_shapes(sim, regular, self._nodes.shape_fits(self._fit_shapes))
+            else:
+                regular, _ = _fitting(sim, regular, fit_res, free)
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:

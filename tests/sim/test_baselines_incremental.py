@@ -105,3 +105,37 @@ def test_one_node_score_on_floats_equals_numpy_bit_for_bit(strategy: str) -> Non
         want = scoring.kube_scores(req[i:i + 1], cap[i:i + 1], pods[i], strategy)[0]
         got = _kube_score_one(req[i].tolist(), cap[i].tolist(), pods[i].tolist(), strategy)
         assert got == want, (req[i], cap[i], pods[i])
+
+
+def test_shape_verdicts_kept_per_node_equal_a_fresh_check_at_every_pass_and_placement() -> None:
+    """_NodeCache.shape_fits (each node's check redone only where it changed) against alignment.feasible on
+    every node: at each pass's start (releases, float noise, NaN room) and after each placement in it."""
+    from stowage.policy import alignment
+
+    rng = np.random.default_rng(11)
+    n, r = 30, 4
+    cap = rng.choice([8.0, 16.0], size=(n, 1)) * np.array([1.0, 4e9, 1e9, 1e9])
+    shapes = alignment.clamp_demand(rng.uniform(0.1, 0.6, size=(5, r)) * cap.max(axis=0))
+    fit_res = np.array([True, True, False, False])
+    cache = _NodeCache(n, fit_res, [0, 1], np.array([1000.0, 1.0]), np.rint(cap[:, :2] * [1000.0, 1.0]), "least")
+    reg = np.zeros((n, r))
+    verdicts = set()
+    for p in range(40):
+        gone = rng.random(n) < 0.3
+        reg[gone] *= rng.uniform(0.0, 0.9, size=(int(gone.sum()), 1))
+        free = cap - reg
+        if p % 7 == 3:
+            free[int(rng.integers(n)), 0] = np.nan  # an unknown room fits nothing, and is checked again after
+        cache.sync(reg, free)
+        for _ in range(15):
+            want = alignment.feasible(shapes[:, fit_res], free[:, fit_res]).any(axis=1)
+            np.testing.assert_array_equal(cache.shape_fits(shapes[:, fit_res]), want)
+            verdicts.add(tuple(want.tolist()))
+            fits = np.flatnonzero((shapes[0, fit_res] <= free[:, fit_res]).all(axis=1))
+            if fits.size == 0:
+                break
+            node = int(rng.choice(fits))
+            reg[node] += shapes[0]
+            free[node] -= shapes[0]
+            cache.placed(node, reg)
+    assert len(verdicts) >= 3  # not one fixed answer: shapes fit and stop fitting as the cluster fills and drains
