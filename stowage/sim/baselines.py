@@ -79,9 +79,16 @@ def _with_fitting_shapes(sim: Simulation, groups: NDArray[np.int64], fits: NDArr
     return groups[fits[sim.g_shape[groups]]], False
 
 
+_ROW_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # a row of R bools read as one integer
+
+
 def _any_per_row(a: NDArray[np.bool_]) -> NDArray[np.bool_]:
     """``a.any(axis=1)`` for an (N, R) mask with few columns: numpy's reduction along a short axis
-    costs several times this column-by-column ``|``."""
+    costs several times this column-by-column ``|``; with R of 1, 2, 4 or 8 (contiguous), each row's bytes
+    (0 or 1 each) read as one integer are nonzero exactly when one is true."""
+    word = _ROW_WORDS.get(a.shape[1])
+    if word is not None and a.flags.c_contiguous and a.shape[0]:
+        return a.view(word).reshape(-1) != 0
     out = np.zeros(a.shape[0], dtype=bool)
     for r in range(a.shape[1]):
         out |= a[:, r]
@@ -89,7 +96,10 @@ def _any_per_row(a: NDArray[np.bool_]) -> NDArray[np.bool_]:
 
 
 def _all_per_row(a: NDArray[np.bool_]) -> NDArray[np.bool_]:
-    """``a.all(axis=1)``, column by column (see :func:`_any_per_row`)."""
+    """``a.all(axis=1)``, column by column or a row at once (see :func:`_any_per_row`: all true is every byte 1)."""
+    word = _ROW_WORDS.get(a.shape[1])
+    if word is not None and a.flags.c_contiguous and a.shape[0]:
+        return a.view(word).reshape(-1) == np.ones(a.shape[1], dtype=bool).view(word)[0]
     out = np.ones(a.shape[0], dtype=bool)
     for r in range(a.shape[1]):
         out &= a[:, r]

@@ -60,12 +60,14 @@ def test_the_tracker_gives_the_same_runs_whether_it_redoes_every_row_or_only_tho
 @pytest.mark.parametrize("seed", range(4))
 def test_row_wise_any_and_all_equal_numpys_including_nan(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    a = rng.uniform(0, 2, (500, 4))
-    a[rng.random(a.shape) < 0.05] = np.nan
-    b = rng.uniform(0, 2, 4)
-    for mask in (a <= b, a > b, a != a[::-1]):
-        np.testing.assert_array_equal(baselines._any_per_row(mask), mask.any(axis=1))
-        np.testing.assert_array_equal(baselines._all_per_row(mask), mask.all(axis=1))
+    for width in (1, 2, 3, 4, 5, 8):  # a row read as one integer (1, 2, 4, 8) and column by column
+        a = rng.uniform(0, 2, (500, width))
+        a[rng.random(a.shape) < 0.05] = np.nan
+        b = rng.uniform(0, 2, width)
+        both = np.concatenate([a <= b, a > b], axis=1)
+        for mask in (a <= b, a > b, a != a[::-1], a < 3, a > 3, both[:, ::2]):  # the last one not contiguous
+            np.testing.assert_array_equal(baselines._any_per_row(mask), mask.any(axis=1))
+            np.testing.assert_array_equal(baselines._all_per_row(mask), mask.all(axis=1))
     empty = np.zeros((3, 0), dtype=bool)
     np.testing.assert_array_equal(baselines._any_per_row(empty), empty.any(axis=1))
     np.testing.assert_array_equal(baselines._all_per_row(empty), empty.all(axis=1))
