@@ -209,9 +209,19 @@ class RateTracker:
         each to be evaluated afresh."""
         sim = self.sim
         run, n = sim.running, sim.cluster.n
-        group, node, opp = run.group[lo:], run.node[lo:], run.opp[lo:].astype(np.int64)
-        k = group.shape[0]
+        k = len(run) - lo
         s, si, sf = self._demand.reserve(k), self._ints.reserve(k), self._flags.reserve(k)
+        if 0 < k <= FEW_ROWS:  # a start or two: single values (the same numbers as below)
+            demand, ints, flags, masks = self._demand.data, self._ints.data, self._flags.data, len(self.masks)
+            group, node, opp = run.group, run.node, run.opp
+            for i in range(k):
+                g, nd, o = int(group[lo + i]), int(node[lo + i]), int(opp[lo + i])
+                demand[:, s.start + i] = sim.g_demand[g]
+                ints[0, si.start + i] = nd + n * o
+                ints[1, si.start + i] = (o * masks + int(self.g_mask[g])) * n + nd
+                flags[:, sf.start + i] = False
+            return
+        group, node, opp = run.group[lo:], run.node[lo:], run.opp[lo:].astype(np.int64)
         self._demand.data[:, s] = sim.g_demand[group].T
         ints = self._ints.data
         np.add(node, n * opp, out=ints[0, si])
@@ -389,11 +399,14 @@ class RateTracker:
         # here). The same IEEE operations in the same order as above: demand × fraction, × sign, added
         # row after row.
         run = self.sim.running
+        burst, base, io_base, node = run.burst_until, run.base, run.io_base, run.node  # views, made once
         for i, r in enumerate(rows.tolist()):
-            f = (1.0, 1.0) if run.burst_until[r] > self.bound_at else (float(run.base[r]), float(run.io_base[r]))
-            n = int(run.node[r])
+            f = (1.0, 1.0) if burst[r] > self.bound_at else (float(base[r]), float(io_base[r]))
+            n = int(node[r])
+            d, row = demand_t[:, i].tolist(), bound[n].tolist()
             for j, which in enumerate(self.io):
-                bound[n, j] += sign * (float(demand_t[j, i]) * f[which])
+                row[j] += sign * (d[j] * f[which])
+            bound[n] = row
             self._touched.add(n)
 
     def _hot(self) -> NDArray[np.bool_] | None:
