@@ -112,3 +112,16 @@ def test_contention_table_is_the_table_of_node_factors_bit_for_bit(seed: int) ->
             assert got is None
         else:
             assert got is not None and got.tobytes() == rates.rate_table(want, masks).tobytes()
+
+
+@pytest.mark.parametrize("ramp_start", [0.2, 0.0, 0.37, 0.999, 1.0])
+def test_the_ramp_in_place_equals_the_clipped_formula_bit_for_bit(ramp_start: float) -> None:
+    """UsageModel._ramp (max, min, ×, + in place) against ramp_start + (1 − ramp_start)·clip((t − s)/r, 0, 1)."""
+    from stowage.sim.usage import UsageModel
+
+    rng = np.random.default_rng(5)
+    model = UsageModel(ramp_start=ramp_start, ramp_s=7.3)
+    started = np.concatenate([rng.uniform(-20, 120, 2000), [100.0, 100.0 - 7.3, np.nan, np.inf, -np.inf, 0.0, -0.0]])
+    for now in (0.0, 100.0, 55.5, 1e9):
+        want = ramp_start + (1.0 - ramp_start) * np.clip((now - started) / 7.3, 0.0, 1.0)
+        assert np.asarray(model._ramp(now, started)).tobytes() == want.tobytes()
