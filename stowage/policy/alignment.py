@@ -20,6 +20,9 @@ agree per resource (Stowage uses cores, bytes, bytes/s).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -117,6 +120,19 @@ def feasible_clamped(demand: NDArray[np.float64], available: NDArray[np.float64]
     """:func:`feasible` for demands (T, R) already through :func:`clamp_demand` and checked shapes: the
     same result, without re-validating demands that do not change (the simulator's passes)."""
     return _feasible_2d(demand, np.maximum(finite_or_zero(available), 0.0))
+
+
+def fits_on_floats(demand: Sequence[float], available: Sequence[float]) -> bool:
+    """:func:`feasible_clamped` for one clamped demand on one node, on Python floats: the same cleaning of
+    the room (NaN, ±inf and negatives → 0), the same product and comparisons, so the same verdict (for
+    re-checking a node or two, where numpy's per-call cost is many times the arithmetic)."""
+    scale = 1.0 + FEASIBILITY_RTOL
+    for d, a in zip(demand, available, strict=True):
+        if not (math.isfinite(a) and a > 0.0):
+            a = 0.0
+        if not d <= a * scale:
+            return False
+    return True
 
 
 def alignment(

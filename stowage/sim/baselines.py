@@ -37,6 +37,7 @@ def _shape_index(sim: Simulation, groups: NDArray[np.int64]) -> tuple[NDArray[np
 
 
 _FEW_SHAPES = 32  # up to this many demand shapes in the workload, a pass works on all of them
+_FEW_NODES = 8  # up to this many nodes changed since the last pass, their fit verdicts are redone on floats
 
 
 def _pass_shapes(sim: Simulation, groups: NDArray[np.int64]
@@ -149,6 +150,7 @@ class _NodeCache:
         self.units: list[float] = to_u.tolist()
         self.fit_ok: NDArray[np.bool_] | None = None  # (shape, node) verdicts of shape_fits
         self.fit_seen = self.version.copy()  # the node versions they were worked out at
+        self.fit_cols: list[int] = np.flatnonzero(fit_res).tolist()
 
     def sync(self, reg: NDArray[np.float64], free: NDArray[np.float64]) -> None:
         """Start of a pass: ``free`` is the pass's room (mutated in place by the pass)."""
@@ -166,9 +168,18 @@ class _NodeCache:
         if self.fit_ok is None:
             self.fit_ok = alignment.feasible_clamped(shapes, free[:, self.fit_res])
             self.fit_seen = self.version.copy()
+            self._fit_rows: list[list[float]] = shapes.tolist()
         else:
             rows = np.flatnonzero(self.fit_seen != self.version)
-            if rows.size:
+            if 0 < rows.size <= _FEW_NODES:  # a node or two since the last pass: on floats, the same verdicts
+                cols, ok = self.fit_cols, self.fit_ok
+                for n in rows.tolist():
+                    room = free[n].tolist()
+                    room = [room[c] for c in cols]
+                    for s, shape in enumerate(self._fit_rows):
+                        ok[s, n] = alignment.fits_on_floats(shape, room)
+                self.fit_seen[rows] = self.version[rows]
+            elif rows.size:
                 self.fit_ok[:, rows] = alignment.feasible_clamped(shapes, free[rows][:, self.fit_res])
                 self.fit_seen[rows] = self.version[rows]
         return self.fit_ok.any(axis=1)
