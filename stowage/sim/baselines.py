@@ -210,7 +210,8 @@ class _NodeCache:
         fr = self.fit_res
         if not isinstance(rows, slice) and rows.size == 1:  # after a placement: one node, on floats
             n = int(rows[0])
-            ok[n] = bool((d[fr] <= free[n, fr] * (1 + 1e-9) + 1e-12).all())
+            dl, room = d.tolist(), free[n].tolist()  # the check below, on floats (the same IEEE operations)
+            ok[n] = all(dl[c] <= room[c] * (1 + 1e-9) + 1e-12 for c in self.fit_cols)
             if self.score in ("least", "most"):
                 c, m = self.cm
                 uc, um = self.units

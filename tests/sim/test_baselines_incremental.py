@@ -139,3 +139,31 @@ def test_shape_verdicts_kept_per_node_equal_a_fresh_check_at_every_pass_and_plac
             free[node] -= shapes[0]
             cache.placed(node, reg)
     assert len(verdicts) >= 3  # not one fixed answer: shapes fit and stop fitting as the cluster fills and drains
+
+
+def test_one_node_recheck_on_floats_equals_the_full_fit_at_the_edges() -> None:
+    """lookup's one-changed-node path (Python floats) against the full check: NaN, ±inf, exact and tolerance rooms."""
+    n = 12
+    cap = np.full((n, 4), 8.0)
+    fit_res = np.array([True, True, False, True])
+    cache = _NodeCache(n, fit_res, [0, 1], np.array([1000.0, 1.0]), np.rint(cap[:, :2] * [1000.0, 1.0]), "least")
+    reg = np.zeros((n, 4))
+    free = cap - reg
+    # The third resource is not checked; the second demand is within the absolute 1e-12 of an empty node.
+    demands = [np.array([2.0, 3.0, 99.0, 1.0]), np.array([1e-12, 3.0, 99.0, 1.0])]
+    cache.sync(reg, free)
+    for shape, d in enumerate(demands):
+        cache.lookup(shape, d, reg)
+    edges = [2.0, 2.0 * (1 + 1e-9) + 1e-12, np.nextafter(2.0, 0.0), 2.0 - 1e-9, 2.0 - 5e-12, np.nan, np.inf, -np.inf,
+             0.0, -0.0, 5e-13]
+    verdicts = set()
+    for k, value in enumerate(edges):
+        node = k % n
+        free[node] = [value, 3.0, 0.0, 1.0]
+        for shape, d in enumerate(demands):
+            cache.placed(node, reg)
+            ok, _ = cache.lookup(shape, d, reg)
+            want = _full(d, free, reg, np.rint(cap[:, :2] * [1000.0, 1.0]), fit_res, "least")[0]
+            np.testing.assert_array_equal(ok, want)
+            verdicts.add((shape, bool(ok[node])))
+    assert len(verdicts) == 4  # each demand both fits and does not at some edge
