@@ -228,6 +228,16 @@ class _NodeCache:
         return ok, scores
 
 
+def _spread_score_one(room: list[float], d: list[float], inv: list[float]) -> float:
+    """One node's ``((avail - d) * inv).sum(axis=1)``: numpy sums each row of an (N, R) array left to right
+    from +0.0 (``tests/sim/test_baselines_incremental.py`` checks it, signed zeros included), so the same
+    products added in the same order."""
+    total = 0.0
+    for r in range(len(room)):
+        total += (room[r] - d[r]) * inv[r]
+    return total
+
+
 def _live_rows(alive: NDArray[np.bool_], shape_of: NDArray[np.int64], start: int) -> Iterator[int]:
     """Positions from ``start`` on whose demand shape has not failed yet in this pass, found lazily.
 
@@ -524,16 +534,23 @@ class KubePreset(Preset):
                 d = sim.g_demand[g]
                 failed = False
                 clamped = sim.clamped_shapes[sim.g_shape[g] : sim.g_shape[g] + 1]
+                ok = alignment.feasible_clamped(clamped, avail)[0]  # = alignment.feasible(d, avail)
+                score: NDArray[np.float64] | None = None
                 while sim.g_pending[g] > 0:
-                    ok = alignment.feasible_clamped(clamped, avail)[0]  # = alignment.feasible(d, avail)
                     if not ok.any():
                         failed = True
                         break
                     # Spread like LeastAllocated, on the harvestable room.
-                    n = self._pick(((avail - d) * inv).sum(axis=1), ok)
+                    if score is None:
+                        score = ((avail - d) * inv).sum(axis=1)
+                    n = self._pick(score, ok)
                     assert n is not None
                     sim.place(g, n, opp=True)
                     avail[n] = np.maximum(avail[n] - d, 0.0)
+                    # Only node n's room changed: its verdict and score again, on floats (the same numbers).
+                    room = avail[n].tolist()
+                    ok[n] = alignment.fits_on_floats(clamped[0].tolist(), room)
+                    score[n] = _spread_score_one(room, d.tolist(), inv[n].tolist())
                 if failed:
                     alive &= ~(shapes >= d).all(axis=1)
                     todo = _live_rows(alive, shape_of, i + 1)

@@ -167,3 +167,18 @@ def test_one_node_recheck_on_floats_equals_the_full_fit_at_the_edges() -> None:
             np.testing.assert_array_equal(ok, want)
             verdicts.add((shape, bool(ok[node])))
     assert len(verdicts) == 4  # each demand both fits and does not at some edge
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 5])
+def test_one_nodes_spread_score_on_floats_equals_numpys_row_sum(width: int) -> None:
+    """ubis's spread score for the node a placement changed, against the whole array's row sums, bit for bit
+    (terms of mixed magnitude and sign, so another order of the sum would show)."""
+    from stowage.sim.baselines import _spread_score_one
+
+    rng = np.random.default_rng(width)
+    room = rng.uniform(0, 1, (3000, width)) * rng.choice([1.0, 1e8, 1e-8, 1e16], size=(3000, width))
+    d = rng.uniform(0, 1, width) * rng.choice([1.0, 1e8, 1e-8], size=width)
+    inv = rng.choice([0.0, 1e-16, 0.125, 1.0, 3.0], size=(3000, width))
+    want = ((room - d) * inv).sum(axis=1)
+    got = np.array([_spread_score_one(a, d.tolist(), i) for a, i in zip(room.tolist(), inv.tolist(), strict=True)])
+    assert got.tobytes() == want.tobytes()
