@@ -189,6 +189,8 @@ def deprived_queues(shares: ArrayLike, active: ArrayLike, slack: float) -> NDArr
     act = _vec(active, "active", bool)
     if act.shape != s.shape:
         raise InvalidInput("active.shape", act.shape, f"must be {s.shape}, one per queue")
+    if s.shape[0] <= _FEW_QUEUES:  # a pool's few queues: plain floats, the same comparisons (once per placement)
+        return _deprived_on_floats(s.tolist(), act.tolist(), float(slack))
     key = np.where(np.isnan(s), np.inf, s)
     if not act.any():
         return act.copy()
@@ -196,6 +198,23 @@ def deprived_queues(shares: ArrayLike, active: ArrayLike, slack: float) -> NDArr
     with np.errstate(invalid="ignore"):
         near = key <= floor + max(float(np.nan_to_num(slack, nan=0.0)), 0.0)
     return act & (near | (key == floor))
+
+
+_FEW_QUEUES = 16  # up to this many queues, deprived_queues works on Python floats
+
+
+def _deprived_on_floats(shares: list[float], active: list[bool], slack: float) -> NDArray[np.bool_]:
+    """:func:`deprived_queues` on Python floats: NaN shares as +inf, the slack cleaned as ``np.nan_to_num``
+    cleans it (NaN → 0, ±inf → ±the largest float) and clamped at 0, the same sum and comparisons."""
+    key = [math.inf if x != x else x for x in shares]
+    live = [k for k, on in zip(key, active, strict=True) if on]
+    if not live:
+        return np.zeros(len(active), dtype=bool)
+    floor = min(live)
+    top = np.finfo(np.float64).max
+    slack = 0.0 if slack != slack else (top if slack == math.inf else (-top if slack == -math.inf else slack))
+    limit = floor + max(slack, 0.0)
+    return np.array([on and (k <= limit or k == floor) for k, on in zip(key, active, strict=True)], dtype=bool)
 
 
 @dataclass(frozen=True, slots=True)

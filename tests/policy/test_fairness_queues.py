@@ -154,3 +154,21 @@ def test_deprived_queues_default_slack_and_zero_weight() -> None:
 def test_deprived_queues_checks_shapes() -> None:
     with pytest.raises(InvalidInput, match=r"active\.shape"):
         deprived_queues([0.1, 0.2], [True], QUEUE_SHARE_SLACK)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_deprived_queues_on_floats_equals_the_numpy_rule(seed: int, monkeypatch) -> None:
+    """The few-queues path against the numpy one (forced by _FEW_QUEUES = 0): NaN, ±inf shares, odd slacks."""
+    from stowage.policy import fairness as fq
+
+    rng = np.random.default_rng(seed)
+    values = [0.0, -0.0, 0.1, 0.1 + 1e-17, 0.11, 0.5, 1.0, np.inf, np.nan, -np.inf]
+    slacks = [0.0, 0.01, 0.1, -0.5, np.nan, np.inf, -np.inf, 1e308]
+    cases = [(rng.choice(values, size=q), rng.random(q) < 0.7, float(rng.choice(slacks)))
+             for q in rng.integers(1, 9, size=200)]
+    fast = [fq.deprived_queues(s, a, sl) for s, a, sl in cases]
+    monkeypatch.setattr(fq, "_FEW_QUEUES", 0)
+    plain = [fq.deprived_queues(s, a, sl) for s, a, sl in cases]
+    for got, want in zip(fast, plain, strict=True):
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()
+    assert any(w.any() and not w.all() for w in plain)  # some queues held back, not all-or-nothing
