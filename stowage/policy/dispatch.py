@@ -231,6 +231,7 @@ def _place_all(
     # Fairness over time: the caller's deficits say which queues go first, not this pass's shares.
     owed = None if inp.queue_overdue is None else fairness.padded(inp.queue_overdue, weight.shape[0], False)
     every_queue = owed is not None or _every_queue_competes(queues, weight.shape[0], f)
+    present = np.bincount(queues, minlength=weight.shape[0]) > 0  # queues with rows: changes only when rows go
     while rows.size and (limit is None or len(placements) < limit):
         # Rows whose shape fits some node now. A search over rows none of which fits returns None
         # whatever the masks say, so such searches are skipped, and the pass ends when no row fits.
@@ -240,11 +241,10 @@ def _place_all(
         best = None
         tried = np.zeros(weight.shape[0], dtype=bool)
         # Shares and active queues change only with a placement: once per placement, not per widening.
-        shares = None if every_queue else (fairness.dominant_shares(qa, total, weight),
-                                           np.bincount(queues, minlength=weight.shape[0]) > 0)
+        shares = None if every_queue else (fairness.dominant_shares(qa, total, weight), present)
         while best is None:  # deprived queues first; widen to the next ones while none of theirs fits
             if owed is not None:  # the overdue queues with rows, then everyone
-                first = owed & (np.bincount(queues, minlength=owed.shape[0]) > 0) & ~tried
+                first = owed & present & ~tried
                 picked = first if f > 0 and first.any() else None
             else:
                 picked = (_queue_mask(qa, queues, total, weight, tried, knobs.queue_share_slack, shares)
@@ -277,6 +277,7 @@ def _place_all(
             jobs, pending, starved, urgent = jobs[keep], pending[keep], starved[keep], urgent[keep]
             jobs_ok = ranks.mask(jobs, queues, f)
             every_queue = owed is not None or _every_queue_competes(queues, weight.shape[0], f)
+            present = np.bincount(queues, minlength=weight.shape[0]) > 0
 
 
 def _end_game(
