@@ -43,7 +43,6 @@ _U: Final = 2.0**-53  # unit roundoff of float64
 _TINY: Final = 1e-290  # below this a mean may underflow: let the exact search decide
 _FEW_SHAPES: Final = 8  # a small matrix's running sums are kept on Python floats up to this many shapes
 _REFRESH_REL_ERR: Final = 1e-11  # a shape's running sum is recomputed once its error bound passes this
-_FLOAT_MAX: Final = float(np.finfo(np.float64).max)
 _SMALL: Final = 8192  # rows × nodes (or shapes × nodes) up to which plain recomputation is as cheap (~50 µs)
 
 UNDECIDED: Final = (-1, -1)
@@ -270,7 +269,7 @@ def _penalty_bounds(
     ``(None, None)``: too close to underflow to bound; let the exact search decide.
     """
     zeros = np.zeros(s.shape)
-    weight = _weight(m)
+    weight = remaining_work.clean_weight(m)
     if weight == 0.0:
         return zeros, None
     pc = np.where(np.isnan(p), np.nan, np.maximum(p, 0.0))
@@ -298,13 +297,6 @@ def _penalty_bounds(
     t = (weight * a_bar) * q
     rho = np.where(known, 2 * (rho_a + rho_p), 2 * rho_a) + 16 * _U
     return t, rho
-
-
-def _weight(m: float) -> float:
-    """``max(float(np.nan_to_num(m, nan=0.0)), 0.0)`` on a plain float (nan_to_num's array round trip
-    cost more than the rest of a small search): NaN → 0, +inf → the largest float, negative → 0."""
-    x = float(m)
-    return 0.0 if math.isnan(x) else max(min(x, _FLOAT_MAX), 0.0)
 
 
 def exact_best_candidate(

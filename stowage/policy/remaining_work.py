@@ -14,13 +14,15 @@ Because a higher combined value must favour *less* work, the term we add is
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
 
-__all__ = ["bottleneck_bonus", "clean_durations", "combined_score", "critical_rows", "drain_times", "remaining_work",
-           "work_penalty", "work_rate"]
+__all__ = ["bottleneck_bonus", "clean_durations", "clean_weight", "combined_score", "critical_rows", "drain_times",
+           "remaining_work", "work_penalty", "work_rate"]
 
 
 def remaining_work(
@@ -125,6 +127,17 @@ def combined_score(align: ArrayLike, job_work: ArrayLike, m: float) -> NDArray[n
     return np.where(feasible, a - penalty, a)
 
 
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
+def clean_weight(m: float) -> float:
+    """The remaining-work weight as the score uses it: ``max(float(np.nan_to_num(m, nan=0.0)), 0.0)``, on a plain
+    float (nan_to_num's array round trip costs more than a small search): NaN → 0, +inf → the largest float,
+    negative → 0."""
+    x = float(m)
+    return 0.0 if math.isnan(x) else max(min(x, _FLOAT_MAX), 0.0)
+
+
 def work_penalty(feasible_align: ArrayLike, job_work: ArrayLike, counts: ArrayLike, m: float) -> NDArray[np.float64]:
     """The remaining-work term of :func:`combined_score` per task row: ``m·ā·(p/p̄)`` (score = a − this).
 
@@ -144,7 +157,7 @@ def work_penalty(feasible_align: ArrayLike, job_work: ArrayLike, counts: ArrayLi
     p = np.asarray(job_work, dtype=np.float64).reshape(-1)
     n = np.asarray(counts, dtype=np.int64).reshape(-1)
     out = np.zeros(p.shape)
-    weight = max(float(np.nan_to_num(m, nan=0.0)), 0.0)
+    weight = clean_weight(m)
     if weight == 0.0 or not n.any():
         return out
     p = np.where(np.isnan(p), np.nan, np.maximum(p, 0.0))
