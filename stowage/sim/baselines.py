@@ -151,6 +151,7 @@ class _NodeCache:
         self.fit_ok: NDArray[np.bool_] | None = None  # (shape, node) verdicts of shape_fits
         self.fit_seen = self.version.copy()  # the node versions they were worked out at
         self.fit_cols: list[int] = np.flatnonzero(fit_res).tolist()
+        self._fit_rows: list[list[float]] = []  # the shapes of shape_fits, as lists (set at its first call)
 
     def sync(self, reg: NDArray[np.float64], free: NDArray[np.float64]) -> None:
         """Start of a pass: ``free`` is the pass's room (mutated in place by the pass)."""
@@ -168,7 +169,7 @@ class _NodeCache:
         if self.fit_ok is None:
             self.fit_ok = alignment.feasible_clamped(shapes, free[:, self.fit_res])
             self.fit_seen = self.version.copy()
-            self._fit_rows: list[list[float]] = shapes.tolist()
+            self._fit_rows = shapes.tolist()
         else:
             rows = np.flatnonzero(self.fit_seen != self.version)
             if 0 < rows.size <= _FEW_NODES:  # a node or two since the last pass: on floats, the same verdicts
