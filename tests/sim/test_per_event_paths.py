@@ -122,6 +122,6 @@ def test_the_ramp_in_place_equals_the_clipped_formula_bit_for_bit(ramp_start: fl
     rng = np.random.default_rng(5)
     model = UsageModel(ramp_start=ramp_start, ramp_s=7.3)
     started = np.concatenate([rng.uniform(-20, 120, 2000), [100.0, 100.0 - 7.3, np.nan, np.inf, -np.inf, 0.0, -0.0]])
-    for now in (0.0, 100.0, 55.5, 1e9):
+    for now in (0.0, -0.0, 100.0, 55.5, 1e9):
         want = ramp_start + (1.0 - ramp_start) * np.clip((now - started) / 7.3, 0.0, 1.0)
         assert np.asarray(model._ramp(now, started)).tobytes() == want.tobytes()
