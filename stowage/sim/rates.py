@@ -31,7 +31,7 @@ from stowage.sim.cluster import FEW_ROWS, Block, Running, block_field
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
-__all__ = ["RateTracker", "contention_table", "node_factors", "rate_table", "task_rates"]
+__all__ = ["RateTracker", "contention_table"]
 
 #: Re-evaluate every row when at least this fraction moved (cheaper than gathering the ones that did).
 _REDO_ALL_FRACTION = 0.25
@@ -40,67 +40,18 @@ _COLD_MARGIN = 2e-6  # a node is cold below capacity × (1 − this): far above 
 _BOUND_REFRESH = 4096  # row updates of the usage bound before it is summed afresh
 
 
-def node_factors(
-    reg_use: NDArray[np.float64], opp_use: NDArray[np.float64], cap: NDArray[np.float64], cpu: int, mem: int
-) -> tuple[NDArray[np.float64], NDArray[np.float64]] | None:
-    """Per-node slowdown factors (N, R) of regular and opportunistic tasks; None when no node contends.
-
-    The contention model of :meth:`Cluster.rates`, per node: bandwidth and extended resources shared
-    in proportion, cpu left to opportunistic tasks after regular ones, memory never a slowdown.
-    NaN factors (0/0) read as 1, as there.
-    """
-    total = reg_use + opp_use
-    if not (total > cap * (1 + _TOLERANCE)).any():
-        return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        shared = np.where(total > cap, cap / total, 1.0)
-        f_reg = shared.copy()
-        f_opp = shared.copy()
-        f_reg[:, cpu] = np.where(reg_use[:, cpu] > cap[:, cpu], cap[:, cpu] / reg_use[:, cpu], 1.0)
-        left = np.maximum(cap[:, cpu] - reg_use[:, cpu], 0.0)
-        f_opp[:, cpu] = np.where(opp_use[:, cpu] > left,
-                                 left / np.where(opp_use[:, cpu] > 0, opp_use[:, cpu], 1), 1.0)
-    f_reg[:, mem] = 1.0
-    f_opp[:, mem] = 1.0
-    # Every denominator above is positive where it is used, so this never fires; it keeps the
-    # plain path's nan_to_num exactly, at the price of one check.
-    if not (np.isfinite(f_reg).all() and np.isfinite(f_opp).all()):
-        f_reg, f_opp = np.nan_to_num(f_reg, nan=1.0), np.nan_to_num(f_opp, nan=1.0)
-    return f_reg, f_opp
-
-
-def rate_table(
-    factors: tuple[NDArray[np.float64], NDArray[np.float64]], masks: NDArray[np.bool_]
-) -> NDArray[np.float64]:
-    """(2, M, N): the smallest factor of each class over each resource mask on each node, in [0, 1].
-
-    ``np.where(m, f, 1.0).min(axis=1)`` then clipped at 1, computed one column at a time: a minimum
-    along a 4-wide axis costs numpy ten times the column-wise ``np.minimum`` (min is exact, and a
-    column outside the mask only adds the 1.0 that the clip applies anyway).
-    """
-    n = factors[0].shape[0]
-    table = np.ones((len(factors), len(masks), n))
-    for c, f in enumerate(factors):
-        for k, m in enumerate(masks):
-            cols = np.flatnonzero(m).tolist()
-            if cols:
-                out = table[c, k]
-                np.copyto(out, f[:, cols[0]])
-                for r in cols[1:]:
-                    np.minimum(out, f[:, r], out=out)
-    np.clip(table, 0.0, 1.0, out=table)
-    return table
-
-
 def contention_table(
     reg_use: NDArray[np.float64], opp_use: NDArray[np.float64], cap: NDArray[np.float64], cpu: int, mem: int,
     masks: NDArray[np.bool_],
 ) -> NDArray[np.float64] | None:
-    """``rate_table(node_factors(...), masks)`` in fewer numpy calls (the same numbers, bit for bit).
+    """(2, M, N): each class's smallest slowdown factor over each resource mask on each node, in [0, 1]; None
+    when no node contends. The contention model of :meth:`Cluster.rates` per node (the same numbers, bit for
+    bit; ``tests/sim/test_rates.py``): bandwidth and extended resources shared in proportion, cpu left to
+    opportunistic tasks after regular ones, memory never a slowdown, NaN factors (0/0) read as 1.
 
-    The two classes' factors differ only on cpu and are 1 on memory, so each mask's minimum over the
-    shared columns is taken once for both; memory's 1 is what the final clip at 1 applies anyway (min is
-    exact and, with no NaN left, order-free).
+    The two classes' factors differ only on cpu and are 1 on memory, so each mask's minimum over the shared
+    columns is taken once for both; memory's 1 is what the final clip at 1 applies anyway (min is exact and,
+    with no NaN left, order-free).
     """
     total = reg_use + opp_use
     if not (total > cap * (1 + _TOLERANCE)).any():
@@ -111,7 +62,7 @@ def contention_table(
         cpu_f = [np.where(rc > cc, cc / rc, 1.0)]
         left = np.maximum(cc - rc, 0.0)
         cpu_f.append(np.where(oc > left, left / np.where(oc > 0, oc, 1), 1.0))
-    # node_factors' NaN → 1 (its other columns are overwritten there, unread here).
+    # NaN → 1 (the cpu and memory columns of ``shared`` are never read).
     if not (np.isfinite(shared).all() and np.isfinite(cpu_f[0]).all() and np.isfinite(cpu_f[1]).all()):
         shared = np.nan_to_num(shared, nan=1.0)
         cpu_f = [np.nan_to_num(f, nan=1.0) for f in cpu_f]
@@ -134,21 +85,6 @@ def contention_table(
             np.copyto(table[1, k], cpu_f[1])
     np.clip(table, 0.0, 1.0, out=table)
     return table
-
-
-def task_rates(
-    factors: tuple[NDArray[np.float64], NDArray[np.float64]],
-    masks: NDArray[np.bool_],
-    mask: NDArray[np.int64],
-    opp: NDArray[np.bool_],
-    node: NDArray[np.int64],
-) -> NDArray[np.float64]:
-    """Each task's rate: the smallest factor of its node and class over the resources it uses, in [0, 1].
-
-    ``masks`` (M, R) the distinct resource masks, ``mask`` (P,) each task's; one table
-    ``[class, mask, node]`` then one gather, instead of an (P, R) gather and minimum.
-    """
-    return rate_table(factors, masks)[opp.astype(np.int64), mask, node]
 
 
 class RateTracker:
@@ -200,7 +136,7 @@ class RateTracker:
 
     demand_t = property(lambda self: self._demand.view(), doc="(R, P) each row's group demand.")
     slot = block_field("_ints", 0, "node + N·class: the row's bin in the per-resource sums.")
-    cell = block_field("_ints", 1, "The row's flat index in rate_table's (class, mask, node).")
+    cell = block_field("_ints", 1, "The row's flat index in contention_table's (class, mask, node).")
     final = block_field("_flags", 0, "Past the ramp-up at the last evaluation: constant since.")
     bursting = block_field("_flags", 1, "Burst state at the last evaluation.")
 
@@ -414,7 +350,7 @@ class RateTracker:
 
         A node is cold when, on every resource but memory, the bound of its usage is below
         capacity × (1 − 2e-6): its summed usage (each row at most its bound, and rounding far below the
-        margin) then stays under capacity, so ``node_factors`` gives 1 on every resource (cpu too:
+        margin) then stays under capacity, so ``contention_table`` gives 1 on every resource (cpu too:
         opportunistic use ≤ capacity − regular use) and the node never triggers the any-node check.
         """
         sim = self.sim

@@ -73,16 +73,6 @@ def test_row_wise_any_and_all_equal_numpys_including_nan(seed: int) -> None:
     np.testing.assert_array_equal(baselines._all_per_row(empty), empty.all(axis=1))
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_rate_table_equals_the_masked_minimum_bit_for_bit(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    factors = tuple(rng.choice([0.0, 0.25, 0.5, 1.0, 1.5, -0.5, np.nan], size=(40, 4)) for _ in range(2))
-    masks = np.array([[True, True, True, True], [True, False, True, False], [False] * 4, [False, False, False, True]])
-    want = np.stack([np.stack([np.where(m, f, 1.0).min(axis=1) for m in masks]) for f in factors])
-    np.clip(want, 0.0, 1.0, out=want)
-    assert rates.rate_table(factors, masks).tobytes() == want.tobytes()
-
-
 def test_resource_major_usage_equals_the_row_major_model() -> None:
     """UsageModel.fraction_t on K rows of P gives fraction's bits on (P, K), bursts and the ramp included."""
     rng = np.random.default_rng(3)
@@ -94,24 +84,6 @@ def test_resource_major_usage_equals_the_row_major_model() -> None:
     for now in (0.0, 7.5, 12.0, 40.0):
         assert np.stack(model.fraction_t(now, start, tuple(base.T), burst), axis=1).tobytes() == \
             model.fraction(now, start, base, burst).tobytes()
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_contention_table_is_the_table_of_node_factors_bit_for_bit(seed: int) -> None:
-    """The fused table (shared columns once for both classes, memory left to the clip) against the reference."""
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 30))
-    cap = rng.choice([0.0, 1.0, 2.0, 4.0], size=(n, 4))
-    reg = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0], size=(n, 4)) * rng.choice([1, 0.999999, 1.0000001], (n, 4))
-    opp = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0, np.inf], size=(n, 4), p=[0.3, 0.2, 0.2, 0.1, 0.1, 0.1])
-    masks = np.unique(rng.random((5, 4)) < 0.6, axis=0)
-    for cpu, mem in ((0, 1), (1, 0), (2, 3)):
-        want = rates.node_factors(reg, opp, cap, cpu, mem)
-        got = rates.contention_table(reg, opp, cap, cpu, mem, masks)
-        if want is None:
-            assert got is None
-        else:
-            assert got is not None and got.tobytes() == rates.rate_table(want, masks).tobytes()
 
 
 @pytest.mark.parametrize("ramp_start", [0.2, 0.0, 0.37, 0.999, 1.0])
