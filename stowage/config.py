@@ -13,6 +13,8 @@ YAML file shape (every key optional)::
     packing:    {fairness_knob: 0.25, barrier_knob: 0.9, remaining_work_weight: 1.0, remote_penalty: 0.1,
                  bottleneck_weight: 0, critical_path_fraction: 0, starvation_skip_limit: 30}
     classifier: {short_task_threshold_s: 60}
+    estimates:  {default_prior_s: 300, prior_margin: 1.5, min_finished: 1, elapsed_margin: 1.25, min_duration_s: 1,
+                 history_weight_cap: 100, history_max_entries: 10000}
 
 Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
 per-resource keys as ``STOWAGE_HARVEST__T_ALLOC__CPU=0.8``).
@@ -39,6 +41,7 @@ __all__ = [
     "ClassifierSettings",
     "ContentionPolicy",
     "ContentionSettings",
+    "EstimateSettings",
     "HarvestSettings",
     "PackingSettings",
     "PerResource",
@@ -167,6 +170,26 @@ class ClassifierSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class EstimateSettings:
+    """How long one task of a group is expected to run when nobody said (Tetris §4.1; ``policy.estimates``)."""
+
+    default_prior_s: float = 300.0
+    """A queue's prior before any of its tasks finished: five minutes, longer than the 60 s short/long line (ours)."""
+    prior_margin: float = 1.5
+    """A learned prior is the queue's mean finished duration × this: over- rather than under-estimate (ours)."""
+    min_finished: int = 1
+    """Finished tasks of a group before their mean is its estimate: a phase's tasks are alike (Tetris §4.1)."""
+    elapsed_margin: float = 1.25
+    """A running task that has run ``t`` past its estimate is expected to run ``t`` × this: a bit longer (ours)."""
+    min_duration_s: float = 1.0
+    """Floor of every estimate, so remaining work is positive for any job with tasks left (ours)."""
+    history_weight_cap: int = 100
+    """A recurring job's mean counts at most this many earlier runs, so newer runs keep moving it (ours)."""
+    history_max_entries: int = 10000
+    """(recurring job, group) pairs remembered at most, the least recently updated dropped: bounds the state (ours)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StowageSettings:
     """All settings, one dataclass per concern."""
 
@@ -174,6 +197,7 @@ class StowageSettings:
     contention: ContentionSettings = field(default_factory=ContentionSettings)
     packing: PackingSettings = field(default_factory=PackingSettings)
     classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
+    estimates: EstimateSettings = field(default_factory=EstimateSettings)
 
 
 # --- overrides ----------------------------------------------------------------------------------
@@ -314,6 +338,18 @@ def validate(settings: StowageSettings) -> list[str]:
         p.append(f"packing.starvation_skip_limit: must be within [0, 1000000] (0 turns the guard off), "
                  f"got {k.starvation_skip_limit!r}")
     _check_range(p, "classifier.short_task_threshold_s", cl.short_task_threshold_s, 0.0, 86400.0, True, False)
+    e = settings.estimates
+    _check_range(p, "estimates.default_prior_s", e.default_prior_s, 0.0, 604800.0, True, False)
+    _check_range(p, "estimates.prior_margin", e.prior_margin, 1.0, 100.0, False, False)
+    _check_range(p, "estimates.elapsed_margin", e.elapsed_margin, 1.0, 100.0, False, False)
+    _check_range(p, "estimates.min_duration_s", e.min_duration_s, 0.0, 3600.0, True, False)
+    for key, count, most in (
+        ("min_finished", e.min_finished, 1_000_000),
+        ("history_weight_cap", e.history_weight_cap, 1_000_000),
+        ("history_max_entries", e.history_max_entries, 10_000_000),
+    ):
+        if not 1 <= count <= most:
+            p.append(f"estimates.{key}: must be a whole number within [1, {most}], got {count!r}")
     return p
 
 

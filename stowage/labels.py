@@ -32,6 +32,7 @@ __all__ = [
     "LABEL_JOB",
     "LABEL_OPPORTUNISTIC",
     "LABEL_QUEUE",
+    "LABEL_RECURRING",
     "LABEL_TASK_GROUP",
     "LABEL_WEBHOOK",
     "METRICS",
@@ -72,6 +73,10 @@ LABEL_QUEUE = f"{DOMAIN}/queue"  # system-set on Job pods; on a namespace: defau
 LABEL_JOB = f"{DOMAIN}/job"
 LABEL_TASK_GROUP = f"{DOMAIN}/task-group"
 LABEL_HARVEST = f"{DOMAIN}/harvest"  # node label; "false" keeps the node out of harvesting
+#: Job label: the recurring key. Runs of one recurring job share it, and each run's task groups start from the
+#: durations its earlier runs measured (``policy.estimates.recurring_key``; unset: generateName or the name
+#: without its run suffix).
+LABEL_RECURRING = f"{DOMAIN}/recurring"
 #: Namespace label: ``stowage.io/webhook: "ignore"`` takes the namespace out of the pod webhook's scope.
 LABEL_WEBHOOK = f"{DOMAIN}/webhook"
 WEBHOOK_IGNORE = "ignore"
@@ -113,6 +118,8 @@ class METRICS:
     DISPATCH_TOTAL = "stowage_dispatch_total"
     #: Seconds from the dispatcher's release (pod created or gate removed) to the pod's PodScheduled condition.
     RELEASE_TO_BIND_SECONDS = "stowage_release_to_bind_seconds"
+    #: Histogram of a finished task's estimated ÷ actual duration, label ``source`` (``estimates.SOURCE_NAMES``).
+    ESTIMATE_RATIO = "stowage_estimate_ratio"
 
 
 class Opportunistic(enum.StrEnum):

@@ -72,6 +72,21 @@ def test_env_overrides_nest_on_double_underscores() -> None:
             "contention.alpha: must be within [1.0, 16.0], got 0.5",
             id="alpha-below-one",
         ),
+        pytest.param(
+            {"estimates": {"prior_margin": 0.8}},
+            "estimates.prior_margin: must be within [1.0, 100.0], got 0.8",
+            id="prior-margin-below-one",
+        ),
+        pytest.param(
+            {"estimates": {"default_prior_s": 0}},
+            "estimates.default_prior_s: must be within (0.0, 604800.0], got 0",
+            id="zero-default-prior",
+        ),
+        pytest.param(
+            {"estimates": {"history_max_entries": 0}},
+            "estimates.history_max_entries: must be a whole number within [1, 10000000], got 0",
+            id="zero-history-entries",
+        ),
     ],
 )
 def test_bad_values_are_reported_with_path_value_and_allowed_range(overrides: dict, message: str) -> None:
@@ -86,6 +101,12 @@ def test_queue_share_slack_from_the_environment_and_its_range(tmp_path: Path) ->
     with pytest.raises(ConfigError) as err:
         load_settings(None, overrides={"packing": {"queue_share_slack": 1.5}}, environ={})
     assert "packing.queue_share_slack: must be within [0.0, 1.0], got 1.5" in err.value.problems
+
+
+def test_estimate_settings_from_the_environment() -> None:
+    env = {"STOWAGE_ESTIMATES__ELAPSED_MARGIN": "2", "STOWAGE_ESTIMATES__MIN_FINISHED": "3"}
+    e = load_settings(None, environ=env).estimates
+    assert (e.elapsed_margin, e.min_finished) == (2.0, 3)
 
 
 def test_every_problem_is_reported_not_just_the_first(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ def test_metric_names_are_the_design_contract() -> None:
         "stowage_queue_pending_tasks",
         "stowage_job_completion_seconds",
         "stowage_dispatch_total",
+        "stowage_estimate_ratio",
     } <= names
 
 
