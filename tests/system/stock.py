@@ -1,0 +1,672 @@
+"""Stock Kubernetes against Stowage on the same workload (issue #19, "the gain is proven in the cluster").
+
+Helpers of the on-demand benchmark ``tests/system/bench_stock.py``. One workload (:class:`Workload`: jobs of task
+groups, each task ``cpu``/``memory`` running ``run_s`` on the fake kubelet) runs three ways:
+
+- **stock** (:class:`StockArm`): one ``batch/v1`` Job per job and task group (parallelism = completions = tasks),
+  pods scheduled by a plain kube-scheduler (``default-scheduler``, its default profile); a group with ``dependsOn``
+  gets its Job when the Jobs it depends on are Complete, as a user's script would do it;
+- **stowage** (:class:`StowageArm`): the same jobs as Stowage Jobs through the whole stack, no expectedDuration;
+- **simulator** (:func:`simulate`): ``stowage simulate`` of a workload file with the same nodes, jobs and demands,
+  every arrival at the submission time the cluster run measured (preset ``kube-default`` for stock, ``stowage``
+  for Stowage).
+
+:func:`drive` submits a workload's jobs on time (a job with ``after`` once that job's status says it is done),
+:class:`Timeline` stamps every pod's transitions as its watch sees them (wall clock of this process, the same clock
+as the submissions), :func:`measure` turns the stamps into JCTs, makespan, finish order and where each pod's time
+went, and :func:`workload_report` renders the Markdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import math
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from stowage import labels
+from tests.support.stack import ALLOCATABLE, STOWAGE, TaskLedger, WholeStack, wait_for
+from tests.system.load import quantile
+
+#: Labels the benchmark puts on every pod of both cluster arms (Stowage keeps a template's labels).
+LABEL_JOB = "bench.stowage.io/job"
+LABEL_GROUP = "bench.stowage.io/group"
+#: The phases of a pod's life the report splits the time into, as (name, from stamp, to stamp).
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("ready → created", "ready", "created"),
+    ("created → released", "created", "released"),
+    ("released → bound", "released", "bound"),
+    ("bound → running", "bound", "running"),
+    ("running → finished", "running", "finished"),
+)
+
+
+# --- the workloads ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """``tasks`` identical tasks of ``cpu``/``memory`` running ``run_s`` on the fake kubelet."""
+
+    name: str
+    tasks: int
+    run_s: int
+    cpu: str = "1"
+    memory: str = "1Gi"
+    depends_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    """One job. Submitted ``at_s`` seconds after the run starts, or, with ``after``, ``at_s`` seconds after that
+    job's status says it is done (``etl-2`` after ``etl-1``)."""
+
+    name: str
+    groups: tuple[Group, ...]
+    at_s: float = 0.0
+    after: str | None = None
+    queue: str = "default"
+    opportunistic: str = "false"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def tasks(self) -> int:
+        return sum(g.tasks for g in self.groups)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Jobs, the Queues the Stowage arm creates (name → weight; empty: the ``default`` Queue), and whether a
+    Stowage arm without harvesting (every job ``opportunistic: "false"``) runs beside the one as written."""
+
+    name: str
+    description: str
+    jobs: tuple[BenchJob, ...]
+    queues: Mapping[str, float] = field(default_factory=dict)
+    without_harvest: bool = False
+
+    @property
+    def tasks(self) -> int:
+        return sum(j.tasks for j in self.jobs)
+
+    def job(self, name: str) -> BenchJob:
+        return next(j for j in self.jobs if j.name == name)
+
+    def no_harvest(self) -> Workload:
+        jobs = tuple(dataclasses.replace(j, opportunistic="false") for j in self.jobs)
+        return dataclasses.replace(self, jobs=jobs, without_harvest=False)
+
+
+def _one(name: str, tasks: int, cpu: int, run_s: int, **kwargs: Any) -> BenchJob:
+    """A job of one group ``t``: ``tasks`` tasks of ``cpu`` cores and as many GiB."""
+    return BenchJob(name, (Group("t", tasks, run_s, str(cpu), f"{cpu}Gi"),), **kwargs)
+
+
+#: Mixed sizes, submitted largest first 0.2 s apart: 59 tasks, 1,870 core-seconds on 3 × 7 one-core slots
+#: (the cluster filled about 2.8 times over).
+MIXED_JOBS = (("m16", 16, 1, 30), ("m12", 12, 1, 40), ("m8a", 8, 2, 20), ("m8b", 8, 1, 10), ("m4a", 4, 1, 40),
+              ("m4b", 4, 2, 20), ("m2a", 2, 1, 30), ("m2b", 2, 1, 10), ("m1a", 1, 1, 20), ("m1b", 1, 2, 40),
+              ("m1c", 1, 1, 10))
+
+
+def mixed() -> Workload:
+    jobs = tuple(_one(n, t, c, r, at_s=0.2 * i) for i, (n, t, c, r) in enumerate(MIXED_JOBS))
+    return Workload("mixed", "11 jobs of 1–16 tasks (1 or 2 cores, 10–40 s), largest first, 0.2 s apart, one "
+                    "queue, no durations stated", jobs)
+
+
+def two_queues() -> Workload:
+    jobs = tuple(_one(n, t, c, r, at_s=0.2 * i, queue="bench-a" if i % 2 == 0 else "bench-b")
+                 for i, (n, t, c, r) in enumerate(MIXED_JOBS))
+    return Workload("two-queues", "the mixed jobs alternately in Queues bench-a (weight 2) and bench-b (weight 1)",
+                    jobs, queues={"bench-a": 2.0, "bench-b": 1.0})
+
+
+def _etl(name: str, **kwargs: Any) -> BenchJob:
+    return BenchJob(name, (Group("map", 8, 20), Group("reduce", 2, 10, depends_on=("map",))),
+                    labels={labels.LABEL_RECURRING: "etl"}, **kwargs)
+
+
+def recurring() -> Workload:
+    jobs = (_one("bg-a", 16, 1, 40, at_s=0.0), _etl("etl-1", at_s=0.2), _one("bg-b", 8, 2, 30, at_s=0.4),
+            _one("bg-c", 12, 1, 30, at_s=30.0), _etl("etl-2", after="etl-1"), _one("bg-d", 8, 1, 20, at_s=60.0))
+    return Workload("recurring", "etl (map 8 × 20 s, then reduce 2 × 10 s behind a barrier) run twice, etl-2 "
+                    "submitted when etl-1 is done (label stowage.io/recurring: etl), among background jobs arriving "
+                    "at 0, 30 and 60 s", jobs)
+
+
+def harvest() -> Workload:
+    jobs = (_one("r14", 14, 1, 40, at_s=0.0), _one("r4", 4, 2, 40, at_s=0.2),
+            _one("o10a", 10, 1, 20, at_s=0.4, opportunistic="true"),
+            _one("o10b", 10, 1, 30, at_s=0.6, opportunistic="true"),
+            _one("a6", 6, 1, 10, at_s=0.8, opportunistic="auto"))
+    return Workload("harvest", "regular jobs filling the cluster (r14, r4) and jobs that may harvest: o10a, o10b "
+                    "opportunistic \"true\", a6 \"auto\"; the stock arm runs them all as ordinary pods, and a "
+                    "second Stowage arm runs every job \"false\" (no harvesting)", jobs, without_harvest=True)
+
+
+WORKLOADS: Mapping[str, Callable[[], Workload]] = {"mixed": mixed, "two-queues": two_queues,
+                                                   "recurring": recurring, "harvest": harvest}
+
+
+def chosen(spec: str | None) -> list[str]:
+    """The workloads a comma list names (``None`` or empty: all), refused naming the unknown ones."""
+    names = [n.strip() for n in (spec or "").split(",") if n.strip()] or list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"STOWAGE_STOCK_WORKLOADS: {', '.join(unknown)} unknown; known: {', '.join(WORKLOADS)}")
+    return names
+
+
+# --- the pods' timeline ----------------------------------------------------------------------------------------
+
+
+def _ts(value: Any) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+class Timeline(TaskLedger):
+    """A :class:`TaskLedger` that also stamps, per pod object (uid), when its watch first showed it: ``created``
+    (first seen), ``released`` (no scheduling gate), ``bound`` (``spec.nodeName``), ``running`` (phase Running or
+    later), ``finished`` (Succeeded or Failed); wall clock of this process. The API's own times (1 s resolution)
+    are kept beside them: ``created_api``, ``bound_api`` (PodScheduled), ``finished_api``."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        super().__init__(api, namespace)
+        self.stamps: dict[str, dict[str, Any]] = {}
+
+    def _record(self, pod: client.V1Pod) -> None:
+        super()._record(pod)
+        now = time.time()
+        meta, spec, status = pod.metadata, pod.spec, pod.status
+        phase = status.phase if status else None
+        with self._lock:
+            s = self.stamps.setdefault(meta.uid, {"name": meta.name, "created": now,
+                                                  "created_api": _ts(meta.creation_timestamp)})
+            s["labels"], s["phase"] = dict(meta.labels or {}), phase
+            if spec is not None and not spec.scheduling_gates:
+                s.setdefault("released", now)
+            if spec is not None and spec.node_name:
+                s.setdefault("bound", now)
+                s["node"] = spec.node_name
+            if phase in ("Running", "Succeeded", "Failed") and spec is not None and spec.node_name:
+                s.setdefault("running", now)
+            if phase in ("Succeeded", "Failed"):
+                s.setdefault("finished", now)
+            for c in (status.conditions or []) if status else []:
+                if c.type == "PodScheduled" and c.status == "True":
+                    s.setdefault("bound_api", _ts(c.last_transition_time))
+            for c in (status.container_statuses or []) if status else []:
+                if c.state is not None and c.state.terminated is not None:
+                    s.setdefault("finished_api", _ts(c.state.terminated.finished_at))
+
+    def pod_stamps(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return copy.deepcopy(list(self.stamps.values()))
+
+
+# --- the two cluster arms ------------------------------------------------------------------------------------
+
+
+def _template_labels(job: BenchJob, group: Group) -> dict[str, str]:
+    return {LABEL_JOB: job.name, LABEL_GROUP: group.name}
+
+
+class StowageArm:
+    """The jobs as Stowage Jobs (``jobs.stowage.io``) in ``namespace``: the operator releases their tasks."""
+
+    kind = "stowage"
+
+    def __init__(self, stack: WholeStack, namespace: str) -> None:
+        self.stack, self.namespace = stack, namespace
+        self.ready: dict[tuple[str, str], float] = {}  # unused here: barriers are the operator's
+
+    def body(self, job: BenchJob) -> dict[str, Any]:
+        groups = [{"name": g.name, "replicas": g.tasks, "cpu": g.cpu, "memory": g.memory, "run_s": g.run_s,
+                   **({"dependsOn": list(g.depends_on)} if g.depends_on else {})} for g in job.groups]
+        body = self.stack.job_body(job.name, groups, queue=job.queue, opportunistic=job.opportunistic)
+        body["metadata"]["labels"] = dict(job.labels)
+        for task, g in zip(body["spec"]["tasks"], job.groups, strict=True):
+            task["template"]["metadata"]["labels"].update(_template_labels(job, g))
+        return body
+
+    def submit(self, job: BenchJob) -> None:
+        self.stack.create_job(self.namespace, self.body(job))
+
+    def done(self) -> set[str]:
+        """The jobs whose status says Succeeded (a Failed one stops the run)."""
+        out = set()
+        for name, j in self.stack.jobs(self.namespace).items():
+            phase = (j.get("status") or {}).get("phase")
+            if phase == "Failed":
+                raise AssertionError(f"Stowage Job {name} failed: {(j.get('status') or {}).get('conditions')}")
+            if phase == "Succeeded":
+                out.add(name)
+        return out
+
+
+class StockArm:
+    """One ``batch/v1`` Job per job and group (``<job>-<group>``), ``default-scheduler``; a group with
+    ``dependsOn`` is created once the Jobs it waits on are Complete (``ready`` keeps when that was seen)."""
+
+    kind = "stock"
+
+    def __init__(self, stack: WholeStack, namespace: str) -> None:
+        self.stack, self.namespace = stack, namespace
+        self.batch = client.BatchV1Api(stack.api)
+        self.jobs: dict[str, BenchJob] = {}
+        self.created: set[tuple[str, str]] = set()
+        self.ready: dict[tuple[str, str], float] = {}
+
+    def body(self, job: BenchJob, group: Group) -> dict[str, Any]:
+        from tests.support.fake_kubelet import ANN_RUN_SECONDS
+
+        pod_labels = {"app": job.name, **_template_labels(job, group)}
+        return {
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": f"{job.name}-{group.name}", "labels": {**job.labels, LABEL_JOB: job.name}},
+            "spec": {"parallelism": group.tasks, "completions": group.tasks, "backoffLimit": 2 * group.tasks,
+                     "template": {
+                         "metadata": {"labels": pod_labels, "annotations": {ANN_RUN_SECONDS: str(group.run_s)}},
+                         "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                                  "nodeSelector": {self.stack.node_label: self.stack.id},
+                                  "containers": [{"name": "main", "image": "busybox", "resources": {
+                                      "requests": {"cpu": group.cpu, "memory": group.memory}}}]}}},
+        }
+
+    def _create(self, job: BenchJob, group: Group) -> None:
+        self.batch.create_namespaced_job(self.namespace, self.body(job, group))
+        self.created.add((job.name, group.name))
+
+    def submit(self, job: BenchJob) -> None:
+        self.jobs[job.name] = job
+        for g in job.groups:
+            if not g.depends_on:
+                self._create(job, g)
+
+    def done(self) -> set[str]:
+        """The jobs all of whose batch Jobs are Complete; creates the groups whose barrier just opened."""
+        complete: set[str] = set()
+        for j in self.batch.list_namespaced_job(self.namespace).items:
+            conditions = {c.type: c.status for c in j.status.conditions or []} if j.status else {}
+            if conditions.get("Failed") == "True":
+                raise AssertionError(f"batch Job {j.metadata.name} failed: {j.status.conditions}")
+            if conditions.get("Complete") == "True":
+                complete.add(j.metadata.name)
+        now = time.time()
+        out = set()
+        for job in self.jobs.values():
+            for g in job.groups:
+                if (job.name, g.name) not in self.created and all(f"{job.name}-{d}" in complete for d in g.depends_on):
+                    self.ready[(job.name, g.name)] = now
+                    self._create(job, g)
+            if all(f"{job.name}-{g.name}" in complete for g in job.groups):
+                out.add(job.name)
+        return out
+
+
+# --- one run -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """What :func:`drive` saw: when each job was submitted and when its status said done (wall clock)."""
+
+    arm: str
+    workload: Workload
+    submitted: dict[str, float] = field(default_factory=dict)
+    status_done: dict[str, float] = field(default_factory=dict)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    barrier_seen: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+def drive(arm: StowageArm | StockArm, workload: Workload, timeout_s: float, poll_s: float = 0.25) -> Run:
+    """Submit every job on time and poll until every job is done (bounded by ``timeout_s``)."""
+    run = Run(arm.kind, workload)
+    start = time.time()
+    deadline = time.monotonic() + timeout_s
+    while len(run.status_done) < len(workload.jobs):
+        for job in workload.jobs:
+            if job.name in run.submitted:
+                continue
+            base = start if job.after is None else run.status_done.get(job.after)
+            if base is not None and time.time() >= base + job.at_s:
+                run.submitted[job.name] = time.time()
+                arm.submit(job)
+        for name in arm.done():
+            run.status_done.setdefault(name, time.time())
+        if time.monotonic() > deadline:
+            missing = sorted(j.name for j in workload.jobs if j.name not in run.status_done)
+            raise AssertionError(f"{arm.kind} arm of {workload.name}: not done after {timeout_s:.0f} s: {missing}")
+        time.sleep(poll_s)
+    run.barrier_seen = dict(arm.ready)
+    return run
+
+
+def run_arm(stack: WholeStack, arm_cls: type[StowageArm] | type[StockArm], workload: Workload, timeout_s: float,
+            prefix: str) -> Run:
+    """``workload`` through one cluster arm in a fresh namespace (deleted afterwards, waited for)."""
+    if arm_cls.kind == "stowage":
+        for queue, weight in workload.queues.items():
+            stack.create_queue(queue, weight=weight)
+    with stack.namespace(prefix) as ns:
+        timeline = Timeline(stack.api, ns).start()
+        try:
+            arm = arm_cls(stack, ns)
+            run = drive(arm, workload, timeout_s)
+            # The watch may trail the last status by a moment: wait until every job's pods show finished.
+            wait_for(lambda: _all_finished(timeline, workload), 30, "the pod watch to catch up", interval_s=0.5)
+            run.pods = timeline.pod_stamps()
+            if arm.kind == "stowage":
+                run.problems = timeline.problems(stack.jobs(ns))
+        finally:
+            timeline.stop()
+    with contextlib.suppress(AssertionError):  # best effort: the next arm should start on an idle cluster
+        wait_for(lambda: _namespace_gone(stack, ns), 180, f"namespace {ns} deleted", interval_s=1.0)
+    return run
+
+
+def _namespace_gone(stack: WholeStack, ns: str) -> bool:
+    try:
+        stack.core.read_namespace(ns)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def _all_finished(timeline: Timeline, workload: Workload) -> bool:
+    done: dict[tuple[str, str], int] = {}
+    for s in timeline.pod_stamps():
+        if s["phase"] == "Succeeded" and "finished" in s:
+            key = (s["labels"].get(LABEL_JOB, ""), s["labels"].get(LABEL_GROUP, ""))
+            done[key] = done.get(key, 0) + 1
+    return all(done.get((j.name, g.name), 0) >= g.tasks for j in workload.jobs for g in j.groups)
+
+
+# --- what a run measured --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """One arm's numbers (seconds). ``jct``: last task finished − submitted; ``status_jct``: the job's status said
+    done (polled every 0.25 s) − submitted; ``phases``: per succeeded pod, the seconds of each of :data:`PHASES`."""
+
+    arm: str
+    jct: dict[str, float]
+    finish: dict[str, float]
+    arrival: dict[str, float]
+    makespan: float
+    status_jct: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, list[float]] = field(default_factory=dict)
+    busy_cores: float = math.nan
+    pods: int = 0
+    failed_attempts: int = 0
+    opportunistic: int = 0
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)  # the simulator's JSON numbers (sim arms only)
+
+    @property
+    def mean_jct(self) -> float:
+        return statistics.fmean(self.jct.values()) if self.jct else math.nan
+
+    @property
+    def p95_jct(self) -> float:
+        return quantile(list(self.jct.values()), 0.95)
+
+    def order(self) -> list[str]:
+        return sorted(self.finish, key=lambda n: (self.finish[n], n))
+
+
+def cores_of(text: str) -> float:
+    """Cores in a cpu quantity (`2`, `7500m`)."""
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def measure(run: Run) -> Measured:
+    """JCTs, makespan, finish order and the per-pod phases of one cluster run."""
+    workload = run.workload
+    first = min(run.submitted.values())
+    succeeded: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    busy = 0.0
+    failed = opportunistic = 0
+    for s in run.pods:
+        key = (s["labels"].get(LABEL_JOB, ""), s["labels"].get(LABEL_GROUP, ""))
+        if key[0] not in run.submitted:
+            continue
+        group = next(g for g in workload.job(key[0]).groups if g.name == key[1])
+        if "bound" in s and "finished" in s:
+            busy += cores_of(group.cpu) * (s["finished"] - s["bound"])
+        if s["labels"].get(labels.LABEL_CLASS) == "opportunistic":
+            opportunistic += 1
+        if s["phase"] == "Succeeded" and "finished" in s:
+            succeeded.setdefault(key, []).append(s)
+        else:
+            failed += 1
+    problems = list(run.problems)
+    finish: dict[str, float] = {}
+    for job in workload.jobs:
+        for g in job.groups:
+            n = len(succeeded.get((job.name, g.name), []))
+            if n != g.tasks:
+                problems.append(f"{job.name}/{g.name}: {n} succeeded pods, {g.tasks} tasks")
+        ends = [s["finished"] for g in job.groups for s in succeeded.get((job.name, g.name), [])]
+        if ends:
+            finish[job.name] = max(ends)
+    phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
+    for job in workload.jobs:
+        for g in job.groups:
+            deps_end = [s["finished"] for d in g.depends_on for s in succeeded.get((job.name, d), [])]
+            ready = max([run.submitted[job.name], *deps_end])
+            for s in succeeded.get((job.name, g.name), []):
+                stamps = {**s, "ready": ready}
+                for name, a, b in PHASES:
+                    if a in stamps and b in stamps:
+                        phases[name].append(stamps[b] - stamps[a])
+    makespan = max(finish.values()) - first if finish else math.nan
+    return Measured(
+        arm=run.arm, jct={n: finish[n] - run.submitted[n] for n in finish}, finish=finish,
+        arrival={n: t - first for n, t in run.submitted.items()}, makespan=makespan,
+        status_jct={n: run.status_done[n] - run.submitted[n] for n in run.status_done}, phases=phases,
+        busy_cores=busy / makespan if makespan > 0 else math.nan, pods=len(run.pods), failed_attempts=failed,
+        opportunistic=opportunistic, problems=problems)
+
+
+# --- the simulator --------------------------------------------------------------------------------------------
+
+
+def simulator_workload(workload: Workload, arrivals: Mapping[str, float], nodes: int) -> dict[str, Any]:
+    """The workload as a ``stowage simulate`` file: the stack's nodes (allocatable 7.5 cores, 15 GiB, all
+    harvesting, as every node of the stack has a monitor), its Queues, every job arriving when ``arrivals`` says
+    (seconds after the first submission of the cluster run)."""
+    queues = dict(workload.queues) or {"default": 1.0}
+    return {
+        "nodes": [{"name": "node", "count": nodes, "cpu": ALLOCATABLE["cpu"], "memory": ALLOCATABLE["memory"]}],
+        "queues": [{"name": q, "weight": w} for q, w in queues.items()],
+        "jobs": [{"name": j.name, "queue": j.queue, "arrival": round(arrivals[j.name], 3),
+                  "opportunistic": j.opportunistic,
+                  "groups": [{"name": g.name, "tasks": g.tasks, "demand": {"cpu": g.cpu, "memory": g.memory},
+                              "duration": g.run_s, **({"dependsOn": list(g.depends_on)} if g.depends_on else {})}
+                             for g in j.groups]}
+                 for j in sorted(workload.jobs, key=lambda j: (arrivals[j.name], j.name))],
+    }
+
+
+def simulate(path: Path, preset: str, folder: Path) -> Measured:
+    """``stowage simulate --workload path --policy preset --json``: the summary numbers; each job's finish from the
+    same engine in this process (``stowage.sim.engine.simulate``; the CLI's JSON has no per-job numbers)."""
+    out = folder / f"{path.stem}-{preset}.json"
+    done = subprocess.run([str(STOWAGE), "simulate", "--workload", str(path), "--policy", preset, "--no-plots",
+                           "--report", str(folder / f"{path.stem}-{preset}-report"), "--force", "--json", str(out),
+                           "--jobs", "1"], capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"stowage simulate exited {done.returncode}:\n{done.stderr[-3000:]}")
+    report = json.loads(out.read_text())
+    summary = {**report.get("reference_runs", {}), **report["policies"]}[preset]
+    measured = Measured(arm=f"sim {preset}", jct={}, finish={}, arrival={}, makespan=summary["makespan_s"],
+                        summary=summary)
+    measured.busy_cores = summary["utilization"]["cpu"]["allocated"] * _cluster_cores(path)
+    measured.opportunistic = round(summary.get("opportunistic_fraction", 0.0) * summary.get("tasks", 0))
+    measured.failed_attempts = int(summary.get("evictions", 0))
+    try:
+        from stowage.sim.engine import SimConfig
+        from stowage.sim.engine import simulate as engine_simulate
+        from stowage.sim.traces.workload_file import load_workload_file
+
+        loaded = load_workload_file(path)
+        result = engine_simulate(loaded, preset, config=SimConfig(pass_delay_s=report["engine"]["pass_delay_s"]))
+        for job, jct, arrival in zip(loaded.jobs, result.jct, result.arrival, strict=True):
+            if not math.isnan(float(jct)):
+                measured.jct[job.name] = float(jct)
+                measured.finish[job.name] = float(arrival) + float(jct)
+                measured.arrival[job.name] = float(arrival)
+    except Exception as exc:  # the order is a bonus; the CLI's numbers stand without it
+        measured.notes.append(f"per-job numbers unavailable: {exc!r}")
+    if not measured.jct or abs(measured.mean_jct - summary["jct_mean_s"]) > 0.01 * max(summary["jct_mean_s"], 1):
+        measured.notes.append(f"the CLI's mean JCT {summary['jct_mean_s']:.1f} s differs from the in-process run's")
+    return measured
+
+
+def _cluster_cores(path: Path) -> float:
+    doc = yaml.safe_load(path.read_text())
+    return sum(cores_of(str(n["cpu"])) * int(n.get("count", 1)) for n in doc["nodes"])
+
+
+def sim_mean(m: Measured) -> float:
+    """The simulator's own mean JCT (its JSON), else the one from the per-job numbers."""
+    return float(m.summary.get("jct_mean_s", m.mean_jct))
+
+
+def sim_p95(m: Measured) -> float:
+    return float(m.summary.get("jct_p95_s", m.p95_jct))
+
+
+# --- the report ------------------------------------------------------------------------------------------------
+
+
+def _f(x: float, digits: int = 0) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return "–" if not b or math.isnan(a) or math.isnan(b) else f"{a / b:.2f}"
+
+
+@dataclass
+class Pair:
+    """A cluster arm and the simulator's prediction of it."""
+
+    label: str
+    cluster: Measured
+    sim: Measured
+
+    def means(self) -> tuple[float, float]:
+        return self.cluster.mean_jct, sim_mean(self.sim)
+
+
+def headline(stock: Pair, stowage: Pair) -> dict[str, float]:
+    """The ratios of the summary table: stowage ÷ stock in the cluster and in the simulator, cluster ÷ sim."""
+    return {
+        "jct cluster": stowage.cluster.mean_jct / stock.cluster.mean_jct,
+        "makespan cluster": stowage.cluster.makespan / stock.cluster.makespan,
+        "jct sim": sim_mean(stowage.sim) / sim_mean(stock.sim),
+        "makespan sim": stowage.sim.makespan / stock.sim.makespan,
+        "stock cluster/sim jct": stock.cluster.mean_jct / sim_mean(stock.sim),
+        "stock cluster/sim makespan": stock.cluster.makespan / stock.sim.makespan,
+        "stowage cluster/sim jct": stowage.cluster.mean_jct / sim_mean(stowage.sim),
+        "stowage cluster/sim makespan": stowage.cluster.makespan / stowage.sim.makespan,
+    }
+
+
+def workload_report(workload: Workload, pairs: Sequence[Pair], cores: float) -> list[str]:
+    """Markdown for one workload: numbers per arm, the ratios, where each pod's time went, finish orders."""
+    stock = pairs[0]
+    lines = [f"### `{workload.name}`: {workload.description}", "",
+             f"{len(workload.jobs)} jobs, {workload.tasks} tasks, "
+             f"{sum(g.tasks * g.run_s * cores_of(g.cpu) for j in workload.jobs for g in j.groups):.0f} core-seconds "
+             f"on {cores:g} allocatable cores.", "",
+             "| arm | mean JCT s | p95 JCT s | makespan s | mean JCT ÷ stock | makespan ÷ stock | "
+             "cluster ÷ sim: mean JCT | cluster ÷ sim: makespan | cpu allocated (mean cores) | pods (failed, opp.) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for pair in pairs:
+        c, s = pair.cluster, pair.sim
+        lines.append(
+            f"| {pair.label}, cluster | {_f(c.mean_jct)} | {_f(c.p95_jct)} | {_f(c.makespan)} | "
+            f"{_ratio(c.mean_jct, stock.cluster.mean_jct)} | {_ratio(c.makespan, stock.cluster.makespan)} | "
+            f"{_ratio(c.mean_jct, sim_mean(s))} | {_ratio(c.makespan, s.makespan)} | {_f(c.busy_cores, 1)} | "
+            f"{c.pods} ({c.failed_attempts}, {c.opportunistic}) |")
+        lines.append(
+            f"| {pair.label}, sim `{s.arm.removeprefix('sim ')}` | {_f(sim_mean(s))} | {_f(sim_p95(s))} | "
+            f"{_f(s.makespan)} | {_ratio(sim_mean(s), sim_mean(stock.sim))} | {_ratio(s.makespan, stock.sim.makespan)} "
+            f"| | | {_f(s.busy_cores, 1)} | ({s.failed_attempts} evicted, {s.opportunistic}) |")
+    lines += ["", "Where each succeeded pod's time went, cluster (mean / p95 s; *ready* = the job's submission, or "
+              "the end of the groups it depends on):", "",
+              "| arm | pods | " + " | ".join(name for name, _, _ in PHASES) + " | ready → finished |",
+              "|---|---|" + "---|" * (len(PHASES) + 1)]
+    for pair in pairs:
+        p = pair.cluster.phases
+        total = [sum(v) for v in zip(*(p[name] for name, _, _ in PHASES), strict=False)]
+        cells = [f"{_f(statistics.fmean(v), 2)} / {_f(quantile(v, 0.95), 1)}" if v else "–"
+                 for v in (p[name] for name, _, _ in PHASES)]
+        lines.append(f"| {pair.label} | {len(p[PHASES[0][0]])} | " + " | ".join(cells) +
+                     f" | {_f(statistics.fmean(total), 1) if total else '–'} |")
+    status_lag = [f"{pair.label} {_f(statistics.fmean(pair.cluster.status_jct[n] - pair.cluster.jct[n] for n in pair.cluster.jct), 2)} s"  # noqa: E501
+                  for pair in pairs if pair.cluster.jct]
+    lines += ["", "Last task finished → the job's status said done (mean): " + ", ".join(status_lag) + ".", ""]
+    queues = sorted({j.queue for j in workload.jobs})
+    if len(queues) > 1:
+        lines.append("Mean JCT by queue (stock has no queues: its jobs grouped the same way):")
+        lines.append("")
+        for pair in pairs:
+            cells = []
+            for q in queues:
+                names = [j.name for j in workload.jobs if j.queue == q]
+                for m in (pair.cluster, pair.sim):
+                    vals = [m.jct[n] for n in names if n in m.jct]
+                    cells.append(f"{q} {'cluster' if m is pair.cluster else 'sim'} {_f(statistics.fmean(vals))}"
+                                 if vals else f"{q} –")
+            lines.append(f"- {pair.label}: " + ", ".join(cells))
+        lines.append("")
+    recurring_jobs = [j.name for j in workload.jobs if labels.LABEL_RECURRING in j.labels]
+    if recurring_jobs:
+        lines.append("JCT of each recurring run (s), cluster / sim:")
+        lines.append("")
+        for pair in pairs:
+            lines.append(f"- {pair.label}: " + ", ".join(
+                f"{n} {_f(pair.cluster.jct.get(n, math.nan))} / {_f(pair.sim.jct.get(n, math.nan))}"
+                for n in recurring_jobs))
+        lines.append("")
+    lines.append("Finish order (first to last):")
+    lines.append("")
+    for pair in pairs:
+        lines.append(f"- {pair.label}, cluster: {', '.join(pair.cluster.order())}")
+        lines.append(f"- {pair.label}, sim: {', '.join(pair.sim.order()) or '–'}")
+    notes = [f"{pair.label}: {p}" for pair in pairs for p in (*pair.cluster.problems, *pair.cluster.notes,
+                                                                 *pair.sim.notes)]
+    if notes:
+        lines += ["", "Problems and notes:", "", *[f"- {n}" for n in notes]]
+    return [*lines, ""]
+
+
+def summary_table(rows: Iterable[tuple[str, str, dict[str, float]]]) -> list[str]:
+    """Markdown: per workload (and Stowage arm), stowage ÷ stock in the cluster and the simulator, cluster ÷ sim."""
+    out = ["| workload | arm | mean JCT stowage ÷ stock: cluster | sim | makespan stowage ÷ stock: cluster | sim | "
+           "cluster ÷ sim, stock: JCT / makespan | cluster ÷ sim, stowage: JCT / makespan |",
+           "|---|---|---|---|---|---|---|---|"]
+    for name, arm, h in rows:
+        out.append(f"| {name} | {arm} | {h['jct cluster']:.2f} | {h['jct sim']:.2f} | {h['makespan cluster']:.2f} | "
+                   f"{h['makespan sim']:.2f} | {h['stock cluster/sim jct']:.2f} / {h['stock cluster/sim makespan']:.2f}"
+                   f" | {h['stowage cluster/sim jct']:.2f} / {h['stowage cluster/sim makespan']:.2f} |")
+    return out
