@@ -1,8 +1,8 @@
 """A ``DispatchView`` as arrays on one resource axis, and the capacity each pass of the dispatcher packs into.
 
 ``view_arrays`` lines nodes, running pods, queues and groups up on cpu, memory, disk, network, then extended
-resource names; the job helpers give per-job queue, arrival and Tetris remaining work; ``bandwidth_capped``
-and ``harvestable`` are the free vectors of the regular and opportunistic pools. Pure: no state, no I/O.
+resource names; the job helpers give per-job queue and arrival; ``bandwidth_room`` is what declared bandwidth
+leaves, ``harvestable`` the opportunistic pool's free vectors. Pure: no state, no I/O.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from numpy.typing import NDArray
 from stowage.operator.dispatch_records import DispatchView, PendingGroup, QueueRecord
 
 from stowage.config import HarvestSettings
-from stowage.policy import harvest, remaining_work
+from stowage.policy import harvest
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK, ResourceVector
 
 __all__ = [
     "VectorRows",
     "ViewArrays",
-    "bandwidth_capped",
+    "bandwidth_mask",
+    "bandwidth_room",
     "harvestable",
     "job_arrival",
     "job_queue",
-    "job_work",
     "queue_records",
     "view_arrays",
 ]
@@ -144,19 +144,15 @@ def job_arrival(a: ViewArrays) -> NDArray[np.float64]:
     return out
 
 
-def job_work(a: ViewArrays, mean_cap: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Tetris remaining work per job: Σ groups duration × remaining tasks × Σ_r d_r/C̄_r."""
-    dur = np.array([g.expected_duration_s for g in a.groups], dtype=np.float64)
-    left = np.array([max(g.remaining_tasks, 0) for g in a.groups], dtype=np.float64)
-    return remaining_work.remaining_work(dur * left, a.demand, a.job, len(a.job_keys), mean_cap)
+def bandwidth_mask(a: ViewArrays) -> NDArray[np.bool_]:
+    """(R,) the declared-bandwidth columns (disk, network): not Kubernetes resources, capped by the extender."""
+    return np.array([r in (DISK, NETWORK) for r in a.resources], dtype=bool)
 
 
-def bandwidth_capped(a: ViewArrays, avail: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Declared bandwidth counts for every pod, regular or opportunistic (the extender's filter)."""
-    bw = np.array([r in (DISK, NETWORK) for r in a.resources], dtype=bool)
-    out = avail.copy()
-    out[:, bw] = np.minimum(out[:, bw], np.maximum(a.alloc[:, bw] - a.reg_alloc[:, bw] - a.opp_alloc[:, bw], 0.0))
-    return out
+def bandwidth_room(a: ViewArrays) -> NDArray[np.float64]:
+    """(N, R) ``allocatable − every pod's declared demand``: what the extender's filter leaves on the bandwidth
+    columns for any pod, regular or opportunistic (read on ``bandwidth_mask``'s columns only)."""
+    return a.alloc - a.reg_alloc - a.opp_alloc
 
 
 def harvestable(h: HarvestSettings, view: DispatchView, a: ViewArrays, now: float) -> NDArray[np.float64]:

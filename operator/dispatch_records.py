@@ -87,7 +87,8 @@ class PendingGroup:
     group: str = ""
     intent: Opportunistic = Opportunistic.FALSE
     expected_duration_s: float = math.nan
-    """Expected duration of one task (``expectedDuration``, or history); NaN unknown (no remaining work)."""
+    """The user's hint of one task's duration (``expectedDuration``, ``stowage.io/expected-duration``); NaN: none
+    (the decision then estimates it, ``stowage.policy.estimates``)."""
     arrival_s: float = math.nan
     """The job's creation time (clock seconds): FIFO order, FSP arrival."""
     remaining_tasks: int = 0
@@ -100,6 +101,14 @@ class PendingGroup:
     """Tasks released by an earlier pass whose pods are not bound yet."""
     features: Mapping[str, str] | None = None
     """Classifier features; None → ``dispatch.task_features`` of queue, job, group, demand and progress."""
+    finished_tasks: int = 0
+    """Tasks of the group that succeeded (the estimator's phase statistics)."""
+    finished_mean_s: float = math.nan
+    """Mean run time of those tasks (``jobs.run_span``); NaN when none."""
+    running_elapsed_s: float = 0.0
+    """The longest any running task of the group has run so far (a lower bound on its duration); 0: none."""
+    recurring_key: str | None = None
+    """``estimates.recurring_key`` of the Job (earlier runs' history); None for a plain gated pod."""
 
 
 @dataclass(frozen=True, slots=True)

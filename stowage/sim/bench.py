@@ -16,7 +16,7 @@ import time
 
 import click
 
-from stowage.sim.cli import pass_delay_option
+from stowage.sim.cli import oracle_option, pass_delay_option
 from stowage.sim.presets import PRESETS
 
 __all__ = ["bench_simulator"]
@@ -37,9 +37,10 @@ __all__ = ["bench_simulator"]
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the timings and each run's summary as JSON.")
 @pass_delay_option
+@oracle_option
 def bench_simulator(workload_spec: str, nodes: int | None, arrivals: str, first_jobs: int | None,
                     max_sim_s: float | None, policies: tuple[str, ...], seed: int, json_path: str | None,
-                    pass_delay_s: float) -> None:
+                    pass_delay_s: float, oracle_durations: bool) -> None:
     """Time the simulator on a large trace: wall and CPU seconds, events and tasks per second, per preset."""
     from stowage.sim import presets
     from stowage.sim.engine import MAX_SIM_S, SimConfig, Simulation
@@ -53,7 +54,8 @@ def bench_simulator(workload_spec: str, nodes: int | None, arrivals: str, first_
     load_s = time.perf_counter() - t0
     click.echo(f"{workload.name}: {len(workload.nodes)} nodes, {len(workload.jobs)} jobs, "
                f"{workload.task_count} tasks (loaded in {load_s:.1f}s)")
-    config = SimConfig(pass_delay_s=pass_delay_s, max_sim_s=MAX_SIM_S if max_sim_s is None else max_sim_s)
+    config = SimConfig(pass_delay_s=pass_delay_s, max_sim_s=MAX_SIM_S if max_sim_s is None else max_sim_s,
+                       oracle_durations=oracle_durations)
     rows = []
     for name in policies or PRESETS:
         start, cpu = time.perf_counter(), time.process_time()

@@ -34,6 +34,12 @@ pass_delay_option = click.option(
          "between share it), as the operator's dispatcher does; 0: a pass at every event (slower: on the FB-2009 "
          "batch day 5x the events). Kube-like presets are event-driven either way.")
 
+oracle_option = click.option(
+    "--oracle-durations", "oracle_durations", is_flag=True,
+    help="tetris and stowage read each task's true duration from the workload instead of estimating it from what "
+         "a cluster knows (stated expectedDuration, finished tasks, elapsed time, earlier runs, the queue's prior). "
+         "An upper bound no cluster reaches; the report says which was used.")
+
 __all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "parse_hours", "parse_usage", "report_folder", "simulate"]
 
 EXIT_INCOMPLETE = 3
@@ -153,6 +159,7 @@ def _say(text: str) -> None:
               help="When stderr is not a terminal, a progress line this often (0: none). A terminal gets a bar.")
 @click.option("--check", is_flag=True, help="Check the simulator's invariants at every event (slow).")
 @pass_delay_option
+@oracle_option
 def simulate(
     workload_spec: str,
     policies: tuple[str, ...],
@@ -178,6 +185,7 @@ def simulate(
     progress_every: float,
     check: bool,
     pass_delay_s: float,
+    oracle_durations: bool,
 ) -> None:
     """Replay a workload under each scheduling policy and compare them.
 
@@ -207,7 +215,8 @@ def simulate(
         if arrivals == "batch":
             workload = workload.with_batch_arrivals()
         chosen = list(dict.fromkeys(policies)) or list(PRESETS)
-        config = SimConfig(settings=settings, usage=usage, check=check, max_sim_s=max_sim_s, pass_delay_s=pass_delay_s)
+        config = SimConfig(settings=settings, usage=usage, check=check, max_sim_s=max_sim_s, pass_delay_s=pass_delay_s,
+                           oracle_durations=oracle_durations)
         plan = sizing.plan_runs(workload, chosen, config=config, processes=processes, limits=limits)
     except StowageError as exc:
         raise _fail(exc) from exc
@@ -217,6 +226,9 @@ def simulate(
     _say(f"workload: {workload.name}: {len(workload.nodes)} nodes, {len(workload.jobs)} jobs, "
          f"{workload.task_count} tasks; seed {seed}")
     _say(plan.describe())
+    _say("durations: " + ("the workload's true durations (--oracle-durations: an upper bound no cluster reaches)"
+                          if oracle_durations else "estimated from what a cluster knows (--oracle-durations for "
+                          "the upper bound)"))
     skipped = workload.model.get("skipped")
     if isinstance(skipped, dict) and any(skipped.values()):
         # What a reader leaves out is said here, not only in the report's model.
@@ -245,7 +257,7 @@ def simulate(
         problems.append(f"interrupted (Ctrl-C): finished {', '.join(runs.results) or 'none'}; "
                         f"not finished {', '.join(runs.unfinished)}")
     doc = report.build_report(workload, runs.results, shown=chosen, settings=settings, usage=usage, seed=seed,
-                              problems=problems, pass_delay_s=pass_delay_s)
+                              problems=problems, pass_delay_s=pass_delay_s, oracle_durations=oracle_durations)
     text = json.dumps(doc, indent=2)  # insertion order: deterministic, policies as asked
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(text + "\n")

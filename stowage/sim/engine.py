@@ -71,6 +71,9 @@ class SimConfig:
     at most once per this many seconds, as the operator's throttle (``dispatch.PASS_DELAY_S``) does: a change
     after a quiet spell gets its pass at once, changes within the delay of a pass share the next one.
     0: a pass at every event (``--pass-delay``)."""
+    oracle_durations: bool = False
+    """The packing presets' decision reads each task's true duration instead of estimating it from what a
+    cluster knows (``--oracle-durations``): an upper bound, never what a cluster gets."""
 
 
 def resource_axis(workload: Workload) -> tuple[str, ...]:
@@ -139,6 +142,7 @@ class Simulation:
         self.j_source = np.array(jobs, dtype=np.int64)  # engine job index → index in workload.jobs
         problems: list[str] = []
         g_job, g_demand, g_dur, g_tasks, g_usage, g_deps, self.g_name = [], [], [], [], [], [], []
+        self.g_expected: list[float | None] = []  # the workload's expectedDuration per group (a hint), None: none
         self.j_groups: list[list[int]] = []
         biggest = self.cluster.cap.max(axis=0)
         for j, job in enumerate(self.jobs):
@@ -162,6 +166,7 @@ class Simulation:
                 g_job.append(j)
                 g_demand.append(d)
                 g_dur.append(max(float(g.duration_s), 0.0))
+                self.g_expected.append(g.expected_duration_s)
                 g_tasks.append(int(g.tasks))
                 g_usage.append(math.nan if g.usage is None else float(g.usage))
                 g_deps.append([names[dep] for dep in g.depends_on if dep in names])

@@ -35,14 +35,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.errors import InvalidInput
-from stowage.policy import harvest
+from stowage.policy import decide, harvest
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
 __all__ = ["PRESETS", "Preset", "make"]
 
-OPP_FALSE, OPP_AUTO, OPP_TRUE = 0, 1, 2  # JobSpec.opportunistic as the engine codes it
+# JobSpec.opportunistic as the engine codes it: the decision's intent codes
+OPP_FALSE, OPP_AUTO, OPP_TRUE = decide.INTENT_FALSE, decide.INTENT_AUTO, decide.INTENT_TRUE
 
 
 class Preset:
@@ -110,9 +111,11 @@ def _factories() -> dict[str, object]:
         "binpack": lambda: KubePreset("binpack", "most"),
         "drf": lambda: KubePreset("drf", "least", order="drf"),
         "load-aware": lambda: KubePreset("load-aware", "tlp"),
-        "tetris": lambda: PackingPreset("tetris", harvesting=False, job_order=False, classifier=False),
+        "tetris": lambda: PackingPreset("tetris", harvesting=False, job_order=False, classifier=False,
+                                          guard=False),
         "ubis": lambda: KubePreset("ubis", "least", harvesting=True),
-        "stowage": lambda: PackingPreset("stowage", harvesting=True, job_order=True, classifier=True),
+        "stowage": lambda: PackingPreset("stowage", harvesting=True, job_order=True, classifier=True,
+                                           guard=True),
     }
 
 

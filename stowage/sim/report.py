@@ -101,12 +101,13 @@ def build_report(
     seed: int,
     problems: list[str] | None = None,
     pass_delay_s: float = 0.0,
+    oracle_durations: bool = False,
 ) -> dict[str, Any]:
     """The report for the presets in ``shown`` that finished; ``results`` may hold extra reference runs.
 
     Reference runs that finished without being in ``shown`` go to ``reference_runs``. ``problems``:
     what makes the results incomplete (``status``); without a reference run its numbers are null.
-    ``pass_delay_s``: ``SimConfig.pass_delay_s`` of the runs, recorded under ``engine``.
+    ``pass_delay_s``, ``oracle_durations``: ``SimConfig``'s of the runs, recorded under ``engine``.
     """
     ref = results.get(SLOWDOWN_REFERENCE)
     base = results.get(RATIO_BASELINE)
@@ -124,7 +125,7 @@ def build_report(
             "seed": seed,
         },
         "settings": as_dict(settings),
-        "engine": {"pass_delay_s": pass_delay_s},
+        "engine": {"pass_delay_s": pass_delay_s, "oracle_durations": oracle_durations},
         "reference": {"ratios": RATIO_BASELINE, "slowdown": SLOWDOWN_REFERENCE},
         "status": {"complete": not problems, "problems": list(problems or [])},
         "policies": _summaries(asked, results, ref, base),

@@ -44,6 +44,7 @@ class TaskGroup:
     duration_s: float  # when running alone at full speed
     usage: float | None = None  # fraction of demand really used; None → the engine's usage model
     depends_on: tuple[str, ...] = ()
+    expected_duration_s: float | None = None  # what the user states (expectedDuration): a hint, not the truth
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,3 +65,33 @@ def test_adapters_never_import_each_other(folder: str) -> None:
     others = tuple(name for f, name in PARTS.items() if f not in (folder, "stowage/policy"))
     bad = [(f, m) for f, m in _imports(folder) if m.startswith(others)]
     assert bad == []
+
+
+# --- one decision path (issue #19) ---------------------------------------------------------------
+
+
+def _calls(path: str) -> set[str]:
+    """Dotted names called in ``path`` (``dispatch.pack``, ``self.decider.decide``, …)."""
+    tree = ast.parse((ROOT / path).read_text(), filename=path)
+    return {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+
+
+@pytest.mark.parametrize("path", ["operator/dispatcher.py", "stowage/sim/packing.py"])
+def test_the_operator_and_the_simulator_run_the_one_decision_and_no_copy_of_it(path: str) -> None:
+    """Both call ``decide.Decider``; neither runs a packing pass, the classifier or job order itself."""
+    calls = _calls(path)
+    assert "decide.Decider" in calls
+    deciding = ("dispatch.pack", "dispatch.job_ranks", "fairness.after_pass", "fairness.deprived_queues",
+                "remaining_work.remaining_work", "estimates.estimate", "alignment.feasible")
+    own = sorted(c for c in calls if c in deciding or c.startswith("ordering.")
+                 or c.endswith(("is_short", "FspTracker", ".pack")))
+    assert own == [], f"{path} runs part of the decision itself: {own}"
+
+
+def test_only_the_decision_runs_packing_passes() -> None:
+    """``dispatch.pack`` is called by ``stowage/policy/decide.py`` and by nothing else in the product (the
+    dispatcher benchmark times it alone on the decision's own inputs)."""
+    callers = sorted(str(p.relative_to(ROOT)) for folder in ("stowage", "operator", "extender", "node-monitor")
+                     for p in (ROOT / folder).rglob("*.py")
+                     if p.name != "bench.py" and "dispatch.pack" in _calls(str(p.relative_to(ROOT))))
+    assert callers == ["stowage/policy/decide.py"]

@@ -29,7 +29,7 @@ from stowage.operator.dispatcher import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic, PodClass
 from stowage.model import JobOrder
-from stowage.policy import alignment, harvest
+from stowage.policy import alignment, estimates, harvest
 from stowage.resources import ResourceVector
 from stowage.sim import presets
 from stowage.sim.engine import SimConfig, Simulation
@@ -354,8 +354,8 @@ def _workload(seed: int) -> Workload:
     return Workload("parity", nodes, queues, tuple(jobs), {"source": "tests"})
 
 
-def _first_pass_of_the_stowage_preset(wl: Workload) -> tuple[Simulation, Counter]:
-    sim = Simulation(wl, presets.make("stowage"), SimConfig(trace=True, max_sim_s=0.0), 0)
+def _first_pass_of_the_stowage_preset(wl: Workload, oracle: bool) -> tuple[Simulation, Counter]:
+    sim = Simulation(wl, presets.make("stowage"), SimConfig(trace=True, max_sim_s=0.0, oracle_durations=oracle), 0)
     sim.run()  # every job arrives at 0; the run stops after the first scheduling pass
     assert sim.log is not None
     out: Counter = Counter()
@@ -364,24 +364,28 @@ def _first_pass_of_the_stowage_preset(wl: Workload) -> tuple[Simulation, Counter
     return sim, out
 
 
-def _same_state_as_a_view(wl: Workload, sim: Simulation) -> DispatchView:
+def _same_state_as_a_view(wl: Workload, sim: Simulation, oracle: bool) -> DispatchView:
     return DispatchView(
         nodes=[NodeRecord(n.name, n.capacity, n.harvest, usage=ResourceVector()) for n in wl.nodes],
         running=[],
         queues=[QueueRecord(q.name, q.weight, q.opportunistic_allowed, q.job_order) for q in wl.queues],
         groups=[PendingGroup(key=f"{job.name}/{g.name}", queue=job.queue, demand=g.demand, releasable=g.tasks,
                              job=job.name, group=g.name, intent=Opportunistic(job.opportunistic),
-                             expected_duration_s=g.duration_s, arrival_s=job.arrival_s, remaining_tasks=g.tasks)
+                             expected_duration_s=g.duration_s if oracle else math.nan, arrival_s=job.arrival_s,
+                             remaining_tasks=g.tasks)
                 for job in sim.jobs for g in job.groups],  # the simulator's group order (ties: first row)
     )
 
 
+@pytest.mark.parametrize("oracle", [False, True], ids=["estimates", "oracle"])
 @pytest.mark.parametrize("seed", range(25))
-def test_the_dispatcher_releases_what_one_pass_of_the_simulators_stowage_preset_places(seed: int) -> None:
+def test_the_dispatcher_releases_what_one_pass_of_the_simulators_stowage_preset_places(seed: int, oracle: bool) -> None:
+    """Both run ``decide.Decider.decide``: on the same view they release the same tasks to the same nodes, with
+    the estimates a cluster has (no duration stated) and with the durations stated (the simulator's oracle)."""
     wl = _workload(seed)
-    sim, expected = _first_pass_of_the_stowage_preset(wl)
+    sim, expected = _first_pass_of_the_stowage_preset(wl, oracle)
     got: Counter = Counter()
-    for r in Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(_same_state_as_a_view(wl, sim)):
+    for r in Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(_same_state_as_a_view(wl, sim, oracle)):
         got[(r.group_key, r.pod_class, r.node_hint)] += r.count
     assert got == expected
     assert sum(expected.values()) > 0
@@ -404,17 +408,20 @@ def test_state_survives_a_restart_as_json() -> None:
                                              grp("small", cpu=1.0, memory=1.0, tasks=100, duration=1.0)])
     d.decide(view)
     state = json.loads(json.dumps(d.state_dict()))
-    assert state["version"] == 3 and state["deficits"] == {}  # deficits only with queue_share_deficit_s > 0
+    assert state["version"] == 4 and state["deficits"] == {}  # deficits only with queue_share_deficit_s > 0
     restarted = Dispatcher(s, clock=lambda: 0.0)
     restarted.load_state(state)
     assert restarted.state_dict() == d.state_dict()
     previous = Dispatcher(s, clock=lambda: 0.0)  # the previous release's state (version 2) is still read
-    previous.load_state({k: v for k, v in state.items() if k != "deficits"} | {"version": 2})
-    assert previous.state_dict() == d.state_dict()
+    previous.load_state({k: v for k, v in state.items() if k not in ("deficits", "priors", "history")}
+                        | {"version": 2})
+    fresh = estimates.DurationPriors(s.estimates).state_dict(), estimates.RecurringHistory(s.estimates).state_dict()
+    assert (previous.state_dict()["priors"], previous.state_dict()["history"]) == fresh  # learned nothing yet
+    assert previous.state_dict() | {"priors": state["priors"], "history": state["history"]} == d.state_dict()
     assert restarted.classifier.class_counts == d.classifier.class_counts == (3, 3)
     for f in (short, long_, {**short, "stage": "reduce"}):
         assert restarted.classifier.probability_short(f) == d.classifier.probability_short(f)
-    assert restarted._skips == {"big": 1}
+    assert restarted.decider.skips == {"big": 1}
 
 
 @pytest.mark.parametrize("bad", [{"version": 99}, {"version": 1}, {"version": 1, "classifier": {}}])

@@ -85,11 +85,11 @@ def test_the_deficits_round_trip_bit_for_bit() -> None:
     clock = [0.0]
     d = _a_owed(clock)
     state = _saved(d)
-    assert state["version"] == 3
+    assert state["version"] == 4
     assert state["deficits"]["regular"]["queues"] == ["a", "b"]
     assert state["deficits"]["regular"]["deficit"] == [1.5, -1.5] and state["deficits"]["regular"]["at"] == 3.0
     again = _restarted(state, lambda: clock[0])
-    assert again._deficits == d._deficits  # every float the same bits: == on the frozen records
+    assert again.decider.deficits == d.decider.deficits  # every float the same bits: == on the frozen records
     assert again.state_dict() == d.state_dict()
 
 
@@ -126,8 +126,8 @@ def test_the_time_the_operator_was_down_accrues_nothing() -> None:
     clock[0] = 3601.0  # an hour later; b's four tasks still hold the node as before the restart
     restarted = _restarted(state, lambda: clock[0])
     assert released(restarted.decide(_view(3))) == {"b-small": 1}, "a is still owed 0.5, not 0.5 + 1800"
-    assert restarted._deficits["regular"][1].deficit == (0.5, -0.5)
-    assert restarted._deficits["regular"][1].at == 3601.0, "the first pass is the new reference time"
+    assert restarted.decider.deficits["regular"][1].deficit == (0.5, -0.5)
+    assert restarted.decider.deficits["regular"][1].at == 3601.0, "the first pass is the new reference time"
     assert released(d.decide(_view(3))) == {"a-big": 1}, "without the restart the hour counts"
     clock[0] = 3603.0  # after the first pass time counts again: 2 s more with b holding the node, a owed 1.5
     assert released(restarted.decide(_view(3))) == {"a-big": 1}
@@ -155,7 +155,7 @@ def test_queues_deleted_while_down_drop_out_and_new_ones_start_at_zero() -> None
                         groups=[grp("a-big", "a", tasks=50, duration=600.0),
                                 grp("new-small", "new", tasks=50, duration=5.0)])
     restarted.decide(view)
-    names, deficits = restarted._deficits["regular"]
+    names, deficits = restarted.decider.deficits["regular"]
     assert names == ("new", "a")
     # At the pass (before its shares count) new was at 0 and a at 1.5; the pass leaves them as its shares say.
     assert deficits.active == (True, True) and deficits.at == 4.0 and deficits.deficit == (0.0, 1.5)
@@ -167,7 +167,7 @@ def test_a_version_2_state_loads_with_no_deficits() -> None:
     state["version"] = 2
     del state["deficits"]
     restarted = _restarted(state, lambda: clock[0])
-    assert restarted._deficits == {} and restarted.state_dict()["version"] == 3
+    assert restarted.decider.deficits == {} and restarted.state_dict()["version"] == 4
     clock[0] = 4.0
     assert released(restarted.decide(_view(2, a_running=1))) == {"b-small": 1}
 

@@ -54,7 +54,7 @@ def test_simulate_writes_the_json_contract_for_every_preset(tiny: Path, tmp_path
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert doc == json.loads((report_dir / "report.json").read_text())
-    assert doc["engine"] == {"pass_delay_s": 0.0}
+    assert doc["engine"] == {"pass_delay_s": 0.0, "oracle_durations": False}
     assert doc["workload"]["jobs"] == 2 and doc["workload"]["tasks"] == 7
     assert doc["workload"]["usage_model"]["mean_fraction"] == 0.5
     assert list(doc["policies"]) == list(PRESETS)

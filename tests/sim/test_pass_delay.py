@@ -64,10 +64,11 @@ def test_simulate_models_the_operators_delay_by_default_and_says_so(tmp_path) ->
             str(out)]
     done = CliRunner().invoke(simulate, args)
     assert done.exit_code == 0, done.output
-    assert json.loads(out.read_text())["engine"] == {"pass_delay_s": PASS_DELAY_S} and PASS_DELAY_S > 0
+    assert json.loads(out.read_text())["engine"] == {"pass_delay_s": PASS_DELAY_S, "oracle_durations": False}
+    assert PASS_DELAY_S > 0
     done = CliRunner().invoke(simulate, [*args, "--pass-delay", "0", "--force"])
     assert done.exit_code == 0, done.output
-    assert json.loads(out.read_text())["engine"] == {"pass_delay_s": 0.0}
+    assert json.loads(out.read_text())["engine"] == {"pass_delay_s": 0.0, "oracle_durations": False}
 
 
 def test_bench_and_simulate_take_the_flag() -> None:

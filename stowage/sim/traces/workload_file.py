@@ -18,6 +18,7 @@ The contract (every key; anything else is rejected)::
             demand: {cpu: 2, memory: 3Gi, disk: 50Mi}
             duration: 10       # seconds when it runs alone at full speed
             usage: 1.0         # optional fraction (0, 1] of demand really used; default: the usage model
+            expectedDuration: 12  # optional: what the user states (the estimator's hint; `duration` is the truth)
           - {name: reduce, tasks: 2, demand: {cpu: 1, memory: 2Gi}, duration: 20, dependsOn: [map]}
 
 Nodes: ``name``, ``cpu`` and ``memory`` required; ``disk`` and ``network`` (bytes/s) and
@@ -59,7 +60,7 @@ _TOP_KEYS = ("nodes", "queues", "jobs")
 _NODE_KEYS = ("name", "count", "harvest", *CORE_RESOURCES)
 _QUEUE_KEYS = ("name", "weight", "jobOrder", "opportunistic")
 _JOB_KEYS = ("name", "queue", "arrival", "opportunistic", "priority", "groups")
-_GROUP_KEYS = ("name", "tasks", "demand", "duration", "usage", "dependsOn")
+_GROUP_KEYS = ("name", "tasks", "demand", "duration", "usage", "dependsOn", "expectedDuration")
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _NAME_ALLOWED = "a name of letters, digits, '-', '_' or '.' (starting and ending alphanumeric)"
 _RESOURCES_ALLOWED = "cpu, memory, disk, network or an extended resource such as nvidia.com/gpu"
@@ -295,6 +296,10 @@ def _groups(chk: _Checker, raw: object, job_path: str, nodes: Sequence[NodeSpec]
         if usage is not None and (not _is_number(usage) or not 0 < usage <= 1):
             chk.add(f"{path}.usage", f"a fraction in (0, 1], {_got(usage)}")
             ok = False
+        expected = entry.get("expectedDuration")
+        if expected is not None and (not _is_number(expected) or expected <= 0):
+            chk.add(f"{path}.expectedDuration", f"a positive number of seconds, {_got(expected)}")
+            ok = False
         demand = _demand(chk, entry.get("demand"), f"{path}.demand", nodes) if "demand" in entry else None
         depends = entry.get("dependsOn", [])
         if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
@@ -304,7 +309,7 @@ def _groups(chk: _Checker, raw: object, job_path: str, nodes: Sequence[NodeSpec]
             declared[name] = (path, list(depends))
         if ok and name is not None and tasks is not None and demand is not None and path == f"{prefix}[{name}]":
             groups.append(TaskGroup(name, tasks, demand, float(duration), None if usage is None else float(usage),
-                                    tuple(depends)))
+                                    tuple(depends), None if expected is None else float(expected)))
     for group, (path, depends) in declared.items():
         known = ", ".join(g for g in declared if g != group) or "none"
         for dep in depends:
@@ -453,6 +458,8 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
                 group["usage"] = g.usage
             if g.depends_on:
                 group["dependsOn"] = list(g.depends_on)
+            if g.expected_duration_s is not None:
+                group["expectedDuration"] = g.expected_duration_s
             groups.append(group)
         entry = {"name": job.name, "queue": job.queue, "arrival": job.arrival_s,
                  "opportunistic": job.opportunistic.value, "groups": groups}

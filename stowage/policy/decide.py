@@ -1,0 +1,471 @@
+"""One dispatch decision: which waiting tasks start now, where, and as which class.
+
+The one decision path of Stowage. The operator's dispatcher (``stowage.operator.dispatcher``) builds a
+``DecideInput`` from its informers and acts on the ``Decision``; the simulator's packing presets
+(``stowage.sim.packing``) build one from the simulation's arrays and place what it returns. Neither keeps a
+copy of the orchestration below.
+
+``Decider.decide(inp)``:
+
+1. **Estimates** (``estimates``, Tetris §4.1): each group's task duration from what a cluster knows (the
+   user's hint, the group's finished tasks, earlier runs, the queue's prior; running tasks' elapsed time as a
+   lower bound), or the caller's ``DecideInput.duration_s`` (the simulator's oracle, an upper bound). Remaining
+   work ``p(job)`` (``remaining_work``) and FSP job sizes come from them, never NaN.
+2. **Regular pass** (``dispatch.pack``) over the groups whose intent is not ``true`` (every group when the
+   caller harvests nothing), on ``DecideInput.regular_free``.
+3. **Opportunistic pass** over the groups still releasable whose intent is ``true``, or ``auto`` and the
+   short/long classifier calls them short (OPERA §III-B), in queues that allow it, on
+   ``DecideInput.harvestable``; only groups that fit some node's harvestable room are asked about.
+
+Both passes cap disk and network at what the declared bandwidth of every pod leaves (the extender's filter),
+share queues by weighted DRF per pool with the fairness knob (or the queue deficits of fairness over time),
+order jobs per queue (FIFO, SRTF, FSP), boost groups at the barrier, apply queue quotas and the starvation
+guard, and pick by Tetris alignment + remaining work. A placement's demand comes off its node's free vector
+before the next one is chosen, so a decision never places more than fits.
+
+State kept between decisions (``Decider``): the classifier, the duration priors per queue and the recurring
+jobs' history (what the estimator learns), FSP trackers per queue, the starvation guard's skip counts and held
+nodes (by group key), and each pool's queue deficits. Pure and deterministic: the clock comes in as
+``DecideInput.now``; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from stowage.config import StowageSettings
+from stowage.model import JobOrder, Pool
+from stowage.policy import alignment, classifier, dispatch, estimates, fairness, ordering, remaining_work
+
+__all__ = [
+    "INTENT_AUTO",
+    "INTENT_FALSE",
+    "INTENT_TRUE",
+    "DecideInput",
+    "Decider",
+    "Decision",
+    "chains",
+]
+
+INTENT_FALSE: Final = 0
+"""``stowage.io/opportunistic: "false"``: never opportunistic."""
+INTENT_AUTO: Final = 1
+"""``"auto"``: regular while it fits, else opportunistic if the classifier calls it short."""
+INTENT_TRUE: Final = 2
+"""``"true"``: opportunistic only."""
+
+POOLS: Final = (Pool.REGULAR, Pool.OPPORTUNISTIC)
+
+
+@dataclass(frozen=True, slots=True)
+class DecideInput:
+    """One decision's view as arrays: N nodes, R resources, S demand shapes, G groups, J jobs, Q queues.
+
+    List every group of every unfinished job (remaining work and FSP sizes count them all); ``releasable`` says
+    which may start now. Nothing here is changed by the decision.
+    """
+
+    now: float
+    capacity: NDArray[np.float64]
+    """(N, R) node capacity (allocatable)."""
+    regular_free: NDArray[np.float64]
+    """(N, R) ``allocatable − Σ requests of regular pods`` (``harvest.regular_available``)."""
+    bandwidth: NDArray[np.bool_]
+    """(R,) the declared-bandwidth columns (disk, network): capped at ``bandwidth_room``."""
+    bandwidth_room: NDArray[np.float64]
+    """(N, R) ``capacity − every pod's declared demand`` (read on the ``bandwidth`` columns only)."""
+    shapes: NDArray[np.float64]
+    """(S, R) distinct per-task demands."""
+    group_shape: NDArray[np.int64]
+    """(G,) each group's row of ``shapes``."""
+    group_key: Sequence[Hashable]
+    """(G,) stable across decisions: the starvation guard's counts and holds, and ``estimates()``, use them."""
+    group_job: NDArray[np.int64]
+    group_queue: NDArray[np.int64]
+    releasable: NDArray[np.int64]
+    """(G,) tasks that may start now (barrier open, not suspended, not released yet)."""
+    remaining: NDArray[np.int64]
+    """(G,) tasks not finished (waiting or running): remaining work counts them."""
+    intent: NDArray[np.int64]
+    """(G,) ``INTENT_FALSE`` / ``INTENT_AUTO`` / ``INTENT_TRUE``."""
+    finished_fraction: NDArray[np.float64]
+    """(G,) finished / total tasks of the group (barrier knob)."""
+    evidence: estimates.Evidence
+    """(G,) what the cluster knows of each group's task duration. Its ``prior_s`` is not read: the decider
+    fills in its own learned priors (``Decider.priors``)."""
+    job_key: Sequence[Hashable]
+    """(J,) stable job identities (FSP trackers)."""
+    job_arrival: NDArray[np.float64]
+    """(J,) creation times (FIFO order, FSP arrival); ``inf``/NaN: unknown (FSP: now)."""
+    queue_name: Sequence[str]
+    """(Q,) the queues, by name (priors, deficits)."""
+    queue_weight: NDArray[np.float64]
+    queue_order: Sequence[JobOrder]
+    queue_opportunistic: NDArray[np.bool_]
+    """(Q,) ``spec.opportunistic: Allow``."""
+    queue_alloc: NDArray[np.float64]
+    """(2, Q, R) what each queue holds, regular pool then opportunistic pool."""
+    pool_total: NDArray[np.float64]
+    """(R,) the denominator of dominant shares."""
+    node_key: Sequence[Hashable]
+    """(N,) stable node identities (held nodes survive by them)."""
+    harvestable: Callable[[], NDArray[np.float64]] | None = None
+    """(N, R) ``A_opp`` (``harvest.harvestable``), asked only when some group may harvest; None: no
+    opportunistic pass, every group is regular."""
+    queue_quota: NDArray[np.float64] | None = None
+    """(Q, R) ``spec.quota`` per pool (``+inf`` where none); None: no queue has one."""
+    features: Callable[[int], Mapping[str, str]] | None = None
+    """Classifier features of group ``g`` (``dispatch.task_features``); asked only for ``auto`` groups that could
+    harvest."""
+    duration_s: NDArray[np.float64] | None = None
+    """(G,) true task durations: the oracle (an upper bound, never what a cluster has); None: estimates."""
+    group_children: Sequence[Sequence[int]] | None = None
+    """(G,) groups that wait on each group (``packing.critical_path_fraction``); None: no chains."""
+    regular_changed: bool = True
+    """False: nothing freed regular capacity or added regular work since the last decision (skip that pass)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one decision placed, in the order it chose them."""
+
+    placements: list[tuple[int, int, Pool]]
+    """(group, node, pool) per task."""
+    skipped: NDArray[np.bool_]
+    """(G,) groups passed over (starvation guard)."""
+    duration_s: NDArray[np.float64]
+    """(G,) the task duration estimates the decision used."""
+    source: NDArray[np.int8]
+    """(G,) where each came from (``estimates.Source``; the oracle counts as ``HINT``)."""
+
+
+class Decider:
+    """``decide`` and what it learns and keeps between decisions (module docstring).
+
+    ``job_order``: each queue's ``jobOrder`` masks jobs (False: the ``tetris`` preset, no job mask);
+    ``use_classifier``: ``auto`` groups are asked about (False: any ``auto`` group that fits may harvest);
+    ``guard``: the starvation guard (``packing.starvation_skip_limit``; False: off whatever the setting).
+    """
+
+    def __init__(self, settings: StowageSettings, *, job_order: bool = True, use_classifier: bool = True,
+                 guard: bool = True,
+                 on_pass: Callable[[Pool, dispatch.PassInput, dispatch.PassResult], None] | None = None) -> None:
+        self.settings = settings
+        self.knobs = settings.packing if guard else replace(settings.packing, starvation_skip_limit=0)
+        self.job_order = job_order
+        self.on_pass = on_pass
+        self.classifier = (classifier.ShortLongClassifier(settings.classifier.short_task_threshold_s)
+                           if use_classifier else None)
+        self.priors = estimates.DurationPriors(settings.estimates)
+        self.history = estimates.RecurringHistory(settings.estimates)
+        self.skips: dict[Hashable, int] = {}
+        self.held: dict[tuple[Hashable, str], Hashable] = {}  # (group key, pool) → node key
+        self.deficits: dict[Pool, tuple[tuple[str, ...], fairness.QueueDeficits]] = {}
+        self.resume_deficits = False  # restored: the next decision's time is their reference time
+        self._fsp: dict[str, ordering.FspTracker] = {}
+        self._fsp_jobs: dict[Hashable, str] = {}
+        self._ranks_kept: dict[str, tuple[bytes, NDArray[np.float64]]] = {}
+        self._last_keys: Sequence[Hashable] = ()
+        self._last_estimates: tuple[NDArray[np.float64], NDArray[np.int8]] = (np.zeros(0), np.zeros(0, np.int8))
+        self._last_index: dict[Hashable, int] | None = None
+
+    # --- learning ---------------------------------------------------------------------------------
+
+    def observe_finished(self, features: Mapping[str, str] | None, duration_s: float, *, queue: str,
+                         group: str = "", recurring_key: str | None = None,
+                         group_key: Hashable | None = None) -> tuple[float, str] | None:
+        """Learn from one finished task: the classifier (OPERA: "upon the completion of tasks"), the queue's
+        duration prior and the recurring job's history. Returns the (estimate, source) the last decision held
+        for ``group_key`` (None: no key, or not in it), for the estimate-error metric."""
+        if self.classifier is not None and features is not None:
+            self.classifier.observe(features, duration_s)
+        self.priors.observe(queue, duration_s)
+        if recurring_key is not None:
+            self.history.observe(recurring_key, group, duration_s)
+        if group_key is None:
+            return None
+        if self._last_index is None:
+            self._last_index = {k: i for i, k in enumerate(self._last_keys)}
+        i = self._last_index.get(group_key)
+        if i is None:
+            return None
+        dur, src = self._last_estimates
+        return float(dur[i]), estimates.SOURCE_NAMES[int(src[i])]
+
+    def estimates(self) -> dict[Hashable, tuple[float, str]]:
+        """group key → (task duration estimate, source name) at the last decision."""
+        dur, src = self._last_estimates
+        return {k: (float(d), estimates.SOURCE_NAMES[int(s)])
+                for k, d, s in zip(self._last_keys, dur.tolist(), src.tolist(), strict=True)}
+
+    def estimate(self, inp: DecideInput) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+        """(G,) task duration and source per group: the oracle if given, else ``estimates.estimate``."""
+        g = len(inp.group_key)
+        if inp.duration_s is not None:
+            return np.asarray(inp.duration_s, dtype=np.float64), np.full(g, estimates.Source.HINT, np.int8)
+        priors = self.priors.priors(inp.queue_name)[inp.group_queue] if g else np.zeros(0)
+        out = estimates.estimate(replace(inp.evidence, prior_s=priors), self.settings.estimates)
+        return out.duration_s, out.source
+
+    # --- the decision -----------------------------------------------------------------------------
+
+    def decide(self, inp: DecideInput) -> Decision:
+        """Estimates, regular pass, opportunistic pass (module docstring)."""
+        now = inp.now
+        n_groups = len(inp.group_key)
+        dur, source = self.estimate(inp)
+        self._last_keys, self._last_estimates, self._last_index = inp.group_key, (dur, source), None
+        self._forget(inp)
+        placements: list[tuple[int, int, Pool]] = []
+        skipped = np.zeros(n_groups, dtype=bool)
+        if n_groups == 0 or len(inp.node_key) == 0 or not (inp.releasable > 0).any():
+            return Decision(placements, skipped, dur, source)
+        if self.resume_deficits:  # restored deficits: the time since the last pass before the restart accrues nothing
+            self.deficits = {p: (names, d.resumed(now)) for p, (names, d) in self.deficits.items()}
+            self.resume_deficits = False
+        knobs = self.knobs
+        cap = np.asarray(inp.capacity, dtype=np.float64)
+        mean_cap = cap.mean(axis=0)
+        demand = np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape]
+        n_jobs = len(inp.job_key)
+        left = dur * np.maximum(inp.remaining, 0)
+        work = remaining_work.remaining_work(left, demand, inp.group_job, n_jobs, mean_cap)
+        if self.job_order:
+            self._fsp_arrive(inp, left, demand, now)
+        releasable = np.array(inp.releasable, dtype=np.int64)
+        queue_alloc = np.array(inp.queue_alloc, dtype=np.float64)
+        room = np.array(inp.bandwidth_room, dtype=np.float64)
+        bw = np.asarray(inp.bandwidth, dtype=bool)
+        skips = np.zeros(n_groups, dtype=np.int64)
+        rows = np.flatnonzero(releasable > 0).tolist()
+        if self.skips:
+            skips[rows] = [self.skips.get(inp.group_key[g], 0) for g in rows]
+        node_index = ({k: i for i, k in enumerate(inp.node_key)} if self.held else {})
+        durations = dur if knobs.bottleneck_weight > 0 or knobs.critical_path_fraction > 0 else None
+        paths = (chains(dur, inp.group_children) if knobs.critical_path_fraction > 0
+                 and inp.group_children is not None else None)
+
+        def capped(avail: NDArray[np.float64]) -> NDArray[np.float64]:
+            out = np.array(avail, dtype=np.float64)
+            out[:, bw] = np.minimum(out[:, bw], np.maximum(room[:, bw], 0.0))
+            return out
+
+        def rank(jobs: NDArray[np.int64]) -> NDArray[np.float64]:
+            return self._job_ranks(inp, jobs, work, now)
+
+        def run(pool: Pool, pending: NDArray[np.int64], avail: NDArray[np.float64]) -> None:
+            p = 0 if pool is Pool.REGULAR else 1
+            held = np.full(n_groups, -1, dtype=np.int64)
+            if self.held:
+                for g in np.flatnonzero(pending > 0).tolist():
+                    node = self.held.get((inp.group_key[g], pool.value))
+                    if node is not None:
+                        held[g] = node_index.get(node, -1)
+            deficits = self._queue_deficits(pool, inp.queue_name)
+            passed = dispatch.PassInput(
+                capacity=cap, available=avail, shapes=inp.shapes, group_shape=inp.group_shape,
+                group_job=inp.group_job, group_queue=inp.group_queue, pending=pending,
+                finished_fraction=inp.finished_fraction, job_work=work, queue_alloc=queue_alloc[p],
+                pool_total=inp.pool_total, queue_weight=inp.queue_weight,
+                job_rank=rank if self.job_order else None, skips=skips, held=held, queue_quota=inp.queue_quota,
+                queue_overdue=None if deficits is None else deficits.overdue(knobs.queue_share_deficit_s,
+                                                                             inp.queue_weight, now),
+                group_duration_s=durations, group_path_s=paths)
+            result = dispatch.pack(passed, knobs)
+            if self.on_pass is not None:
+                self.on_pass(pool, passed, result)
+            for pl in result.placements:
+                g, n = pl.group, pl.node
+                releasable[g] -= 1
+                room[n] -= demand[g]
+                queue_alloc[p, inp.group_queue[g]] += demand[g]
+                placements.append((g, n, pool))
+            skipped[:] |= result.skipped
+            if deficits is not None:  # the shares this pass leaves hold until the next one
+                waiting = pending - np.bincount([pl.group for pl in result.placements], minlength=n_groups)
+                self.deficits[pool] = (tuple(inp.queue_name), fairness.after_pass(
+                    deficits, queue_alloc[p], inp.pool_total, inp.queue_weight, inp.group_queue[waiting > 0], now))
+            for g in np.flatnonzero(pending > 0).tolist():
+                node = int(result.held[g])
+                if node >= 0:
+                    self.held[(inp.group_key[g], pool.value)] = inp.node_key[node]
+                else:
+                    self.held.pop((inp.group_key[g], pool.value), None)
+
+        harvesting = inp.harvestable is not None
+        intent = np.asarray(inp.intent, dtype=np.int64)
+        if inp.regular_changed:
+            regular = np.where(intent != INTENT_TRUE, releasable, 0) if harvesting else releasable.copy()
+            if (regular > 0).any():
+                run(Pool.REGULAR, regular, capped(inp.regular_free))
+        if harvesting:
+            assert inp.harvestable is not None
+            eligible = (np.asarray(inp.queue_opportunistic, dtype=bool)[inp.group_queue] & (intent != INTENT_FALSE)
+                        & (releasable > 0))
+            if eligible.any():
+                avail = capped(inp.harvestable())
+                eligible &= self._fits_some_node(inp, eligible, avail)
+                if self.classifier is not None and inp.features is not None:
+                    self._ask_classifier(inp, eligible & (intent == INTENT_AUTO), eligible)
+                if eligible.any():
+                    run(Pool.OPPORTUNISTIC, np.where(eligible, releasable, 0), avail)
+        self._count_skips(inp, placements, skipped)
+        return Decision(placements, skipped, dur, source)
+
+    @staticmethod
+    def _fits_some_node(inp: DecideInput, rows: NDArray[np.bool_], avail: NDArray[np.float64]) -> NDArray[np.bool_]:
+        """(G,) rows whose shape fits some node's ``avail`` (only the shapes of ``rows`` are checked)."""
+        present, shape_of = np.unique(inp.group_shape[rows], return_inverse=True)
+        out = np.zeros(rows.shape[0], dtype=bool)
+        out[np.flatnonzero(rows)] = alignment.feasible(np.asarray(inp.shapes)[present], avail).any(axis=1)[
+            shape_of.reshape(-1)]
+        return out
+
+    def _ask_classifier(self, inp: DecideInput, auto: NDArray[np.bool_], eligible: NDArray[np.bool_]) -> None:
+        """``auto`` rows stay eligible only if the classifier calls them short; each distinct set of features is
+        asked once."""
+        assert self.classifier is not None and inp.features is not None
+        answers: dict[tuple[tuple[str, str], ...], bool] = {}
+        for g in np.flatnonzero(auto).tolist():
+            features = inp.features(g)
+            key = tuple(sorted(features.items()))
+            if key not in answers:
+                answers[key] = self.classifier.is_short(features)
+            eligible[g] = answers[key]
+
+    def _count_skips(self, inp: DecideInput, placements: list[tuple[int, int, Pool]],
+                     skipped: NDArray[np.bool_]) -> None:
+        """A group that got a task is no longer starved; one passed over counts one more skip."""
+        got = {g for g, _, _ in placements}
+        for g in got:
+            key = inp.group_key[g]
+            self.skips.pop(key, None)
+            for pool in POOLS:
+                self.held.pop((key, pool.value), None)
+        for g in np.flatnonzero(skipped).tolist():
+            if g not in got:
+                key = inp.group_key[g]
+                self.skips[key] = self.skips.get(key, 0) + 1
+
+    def _forget(self, inp: DecideInput) -> None:
+        """Drop the guard's state of groups that left the view (finished, deleted)."""
+        if not self.skips and not self.held:
+            return
+        known = set(inp.group_key)
+        for key in [k for k in self.skips if k not in known]:
+            del self.skips[key]
+        for hk in [k for k in self.held if k[0] not in known]:
+            del self.held[hk]
+
+    # --- job order --------------------------------------------------------------------------------
+
+    def _fsp_arrive(self, inp: DecideInput, left: NDArray[np.float64], demand: NDArray[np.float64],
+                    now: float) -> None:
+        """New jobs of FSP queues enter their queue's virtual processor-sharing system, sized in "whole
+        cluster" seconds on their dominant resource from the estimates; jobs that left the view leave it."""
+        fsp_queues = [q for q, order in enumerate(inp.queue_order) if order is JobOrder.FSP]
+        if not fsp_queues and not self._fsp_jobs:
+            return
+        job_queue = np.zeros(len(inp.job_key), dtype=np.int64)
+        job_queue[inp.group_job] = inp.group_queue
+        present = {key: j for j, key in enumerate(inp.job_key)}
+        for job, q in list(self._fsp_jobs.items()):
+            j = present.get(job)
+            if j is None or inp.queue_name[int(job_queue[j])] != q:
+                self._fsp[q].remove(job)
+                del self._fsp_jobs[job]
+        if not fsp_queues:
+            return
+        total = np.where(inp.pool_total > 0, inp.pool_total, 1.0)
+        size = np.zeros(len(inp.job_key))
+        np.add.at(size, inp.group_job, left * (demand / total).max(axis=1, initial=0.0))
+        in_fsp = np.isin(job_queue, fsp_queues)
+        new = [j for j in np.flatnonzero(in_fsp).tolist() if inp.job_key[j] not in self._fsp_jobs]
+        arrival = np.asarray(inp.job_arrival, dtype=np.float64)
+        for j in sorted(new, key=lambda j: (arrival[j], j)):
+            q = inp.queue_name[int(job_queue[j])]
+            tracker = self._fsp.setdefault(q, ordering.FspTracker(1.0))
+            t = float(arrival[j]) if math.isfinite(arrival[j]) else now
+            if inp.job_key[j] not in tracker:  # one that left the view and came back is still tracked
+                tracker.arrive(inp.job_key[j], t, float(size[j]), 1.0)
+            self._fsp_jobs[inp.job_key[j]] = q
+
+    def _job_ranks(self, inp: DecideInput, jobs: NDArray[np.int64], work: NDArray[np.float64],
+                   now: float) -> NDArray[np.float64]:
+        """``dispatch.job_ranks`` per queue; a FIFO or SRTF queue whose jobs, arrivals and (SRTF) work are those of
+        the last ask gets the same ranks again. FSP queues are always asked (asking advances their tracker)."""
+        job_queue = np.zeros(len(inp.job_key), dtype=np.int64)
+        job_queue[inp.group_job] = inp.group_queue
+        queues = job_queue[jobs]
+        rank = np.empty(jobs.size, dtype=np.float64)
+        arrival = np.asarray(inp.job_arrival, dtype=np.float64)
+
+        def fsp_order(q: int) -> list[int]:
+            tracker = self._fsp.get(inp.queue_name[q])
+            if tracker is None:
+                return []
+            tracker.advance(now)
+            index = {inp.job_key[j]: j for j in np.flatnonzero(job_queue == q).tolist()}
+            return [index[k] for k in tracker.order() if k in index]
+
+        for q in np.unique(queues).tolist():
+            sel = np.flatnonzero(queues == q)
+            js = jobs[sel]
+            order = inp.queue_order[q]
+            if order is JobOrder.FSP:
+                rank[sel] = dispatch.job_ranks(js, job_queue, inp.queue_order, arrival, work, fsp_order)
+                continue
+            key = js.tobytes() + arrival[js].tobytes() + (work[js].tobytes() if order is JobOrder.SRTF else b"")
+            name = inp.queue_name[q]
+            kept = self._ranks_kept.get(name)
+            if kept is None or kept[0] != key:
+                kept = self._ranks_kept[name] = (key, dispatch.job_ranks(js, job_queue, inp.queue_order, arrival,
+                                                                         work, fsp_order))
+            rank[sel] = kept[1]
+        return rank
+
+    # --- fairness over time -----------------------------------------------------------------------
+
+    def _queue_deficits(self, pool: Pool, names: Sequence[str]) -> fairness.QueueDeficits | None:
+        """The pool's deficits listed by ``names`` (fairness over time); None when it is off (deficit 0)."""
+        if self.knobs.queue_share_deficit_s <= 0:
+            return None
+        before, state = self.deficits.get(pool, ((), fairness.QueueDeficits()))
+        return state.reordered(before, list(names))
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the decider learned and holds, JSON-serialisable except the deficits (``self.deficits``, which
+        the caller serialises): the classifier, priors, history, the guard's skip counts and holds."""
+        return {
+            "classifier": self.classifier.state_dict() if self.classifier is not None else None,
+            "priors": self.priors.state_dict(),
+            "history": self.history.state_dict(),
+            "skips": [[k, v] for k, v in sorted(self.skips.items(), key=lambda kv: str(kv[0]))],
+            "held": [[k, p, n] for (k, p), n in sorted(self.held.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))],
+        }
+
+
+def chains(duration: NDArray[np.float64], children: Sequence[Sequence[int]]) -> NDArray[np.float64]:
+    """(G,) each group's duration plus the longest chain of durations through the groups that wait on it."""
+    out = np.full(duration.shape[0], np.nan)
+    for start in range(duration.shape[0]):
+        stack, open_ = [start], {start}
+        while stack:  # iterative depth-first: a deep chain of barriers cannot overflow the call stack
+            g = stack[-1]
+            todo = [c for c in children[g] if np.isnan(out[c]) and c not in open_]  # (a cycle is cut)
+            if todo:  # one at a time: the stack is then a path, and open_ its groups
+                stack.append(todo[0])
+                open_.add(todo[0])
+                continue
+            open_.discard(g)
+            stack.pop()
+            out[g] = duration[g] + max((out[c] for c in children[g] if not np.isnan(out[c])), default=0.0)
+    return out
