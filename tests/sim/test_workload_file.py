@@ -158,7 +158,8 @@ REJECTED = [
     ),
     pytest.param(
         _set("jobs.0.groups.0.durations", 3),
-        ["jobs[etl-1].groups[map].durations: unknown key; allowed: name, tasks, demand, duration, usage, dependsOn, expectedDuration"],
+        ["jobs[etl-1].groups[map].durations: unknown key; allowed: name, tasks, demand, duration, usage, dependsOn, "
+         "expectedDuration"],
         id="unknown-group-key",
     ),
     pytest.param(
