@@ -100,7 +100,7 @@ def test_stock_against_stowage(name: str, healthy: WholeStack, default_scheduler
     for label, arm, variant in arms:
         slug = label.replace(", ", "-").replace(" ", "-")
         run = stock.run_arm(stack, arm, variant, ARM_TIMEOUT_S, prefix=f"bench-{slug}")
-        measured = stock.measure(run)
+        measured = stock.measure(run, stock.cores_of(stock.ALLOCATABLE["cpu"]))
         path = tmp_path / f"{name}-{slug}.yaml"
         path.write_text(yaml.safe_dump(stock.simulator_workload(variant, measured.arrival, len(stack.nodes)),
                                        sort_keys=False))

@@ -417,6 +417,7 @@ class Measured:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)  # the simulator's JSON numbers (sim arms only)
+    room_waits: list[float] = field(default_factory=list)  # per regular pod: see room_waits()
 
     @property
     def mean_jct(self) -> float:
@@ -435,25 +436,66 @@ def cores_of(text: str) -> float:
     return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
-def measure(run: Run) -> Measured:
-    """JCTs, makespan, finish order and the per-pod phases of one cluster run."""
+def room_waits(pods: Sequence[tuple[str, float, float, float, float]], allocatable: float) -> list[float]:
+    """Per regular pod ``(node, cores, ready, bound, finished)``: the seconds it waited, before its bind, while the
+    node it was bound to already had room for it (free cores ≥ its cores, counting the regular pods bound there and
+    not finished), from when it was ready. 0 for a pod bound the moment room appeared; the control loop's delay
+    (a scheduler retry, a dispatcher pass, a pod create) otherwise. ``finished`` may be ``inf`` (never seen to end).
+    A bind the stamps show without room (the watch saw the finish after the bind) counts 0."""
+    by_node: dict[str, list[tuple[float, float, int]]] = {}
+    for i, (node, cores, _, bound, finished) in enumerate(pods):
+        events = by_node.setdefault(node, [])
+        events.append((bound, -cores, i))
+        if not math.isinf(finished):
+            events.append((finished, cores, -1))
+    out = []
+    for events in by_node.values():
+        events.sort(key=lambda e: (e[0], e[1] < 0))  # at one instant, a finish frees room before a bind takes it
+        free_after, free = [], allocatable
+        for _, delta, _ in events:
+            free += delta
+            free_after.append(free)
+        for k, (bound, delta, i) in enumerate(events):
+            if i < 0:
+                continue
+            j = k - 1
+            while j >= 0 and free_after[j] >= -delta - 1e-9:
+                j -= 1
+            if j + 1 == k and k > 0:
+                out.append(0.0)
+                continue
+            since = events[j + 1][0] if j >= 0 else -math.inf
+            out.append(max(0.0, bound - max(since, pods[i][2])))
+    return out
+
+
+def measure(run: Run, allocatable_cores: float = 7.5) -> Measured:
+    """JCTs, makespan, finish order, the per-pod phases and the waits with room of one cluster run."""
     workload = run.workload
     first = min(run.submitted.values())
     succeeded: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    mine = [s for s in run.pods if s["labels"].get(LABEL_JOB) in run.submitted]
+    for s in mine:
+        if s["phase"] == "Succeeded" and "finished" in s:
+            succeeded.setdefault((s["labels"][LABEL_JOB], s["labels"].get(LABEL_GROUP, "")), []).append(s)
+    ready: dict[tuple[str, str], float] = {}
+    for job in workload.jobs:
+        for g in job.groups:
+            deps_end = [s["finished"] for d in g.depends_on for s in succeeded.get((job.name, d), [])]
+            ready[(job.name, g.name)] = max([run.submitted[job.name], *deps_end])
     busy = 0.0
     failed = opportunistic = 0
-    for s in run.pods:
-        key = (s["labels"].get(LABEL_JOB, ""), s["labels"].get(LABEL_GROUP, ""))
-        if key[0] not in run.submitted:
-            continue
-        group = next(g for g in workload.job(key[0]).groups if g.name == key[1])
+    regular: list[tuple[str, float, float, float, float]] = []
+    for s in mine:
+        key = (s["labels"][LABEL_JOB], s["labels"].get(LABEL_GROUP, ""))
+        cores = cores_of(next(g for g in workload.job(key[0]).groups if g.name == key[1]).cpu)
         if "bound" in s and "finished" in s:
-            busy += cores_of(group.cpu) * (s["finished"] - s["bound"])
+            busy += cores * (s["finished"] - s["bound"])
         if s["labels"].get(labels.LABEL_CLASS) == "opportunistic":
             opportunistic += 1
-        if s["phase"] == "Succeeded" and "finished" in s:
-            succeeded.setdefault(key, []).append(s)
-        else:
+        elif "bound" in s and "node" in s:
+            regular.append((s["node"], cores, ready[key], s["bound"], s.get("finished", math.inf)))
+        if not (s["phase"] == "Succeeded" and "finished" in s):
             failed += 1
     problems = list(run.problems)
     finish: dict[str, float] = {}
@@ -466,22 +508,19 @@ def measure(run: Run) -> Measured:
         if ends:
             finish[job.name] = max(ends)
     phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
-    for job in workload.jobs:
-        for g in job.groups:
-            deps_end = [s["finished"] for d in g.depends_on for s in succeeded.get((job.name, d), [])]
-            ready = max([run.submitted[job.name], *deps_end])
-            for s in succeeded.get((job.name, g.name), []):
-                stamps = {**s, "ready": ready}
-                for name, a, b in PHASES:
-                    if a in stamps and b in stamps:
-                        phases[name].append(stamps[b] - stamps[a])
+    for key, pods in succeeded.items():
+        for s in pods:
+            stamps = {**s, "ready": ready[key]}
+            for name, a, b in PHASES:
+                if a in stamps and b in stamps:
+                    phases[name].append(stamps[b] - stamps[a])
     makespan = max(finish.values()) - first if finish else math.nan
     return Measured(
         arm=run.arm, jct={n: finish[n] - run.submitted[n] for n in finish}, finish=finish,
         arrival={n: t - first for n, t in run.submitted.items()}, makespan=makespan,
         status_jct={n: run.status_done[n] - run.submitted[n] for n in run.status_done}, phases=phases,
-        busy_cores=busy / makespan if makespan > 0 else math.nan, pods=len(run.pods), failed_attempts=failed,
-        opportunistic=opportunistic, problems=problems)
+        busy_cores=busy / makespan if makespan > 0 else math.nan, pods=len(mine), failed_attempts=failed,
+        opportunistic=opportunistic, problems=problems, room_waits=room_waits(regular, allocatable_cores))
 
 
 # --- the simulator --------------------------------------------------------------------------------------------
@@ -491,7 +530,7 @@ def simulator_workload(workload: Workload, arrivals: Mapping[str, float], nodes:
     """The workload as a ``stowage simulate`` file: the stack's nodes (allocatable 7.5 cores, 15 GiB, all
     harvesting, as every node of the stack has a monitor), its Queues, every job arriving when ``arrivals`` says
     (seconds after the first submission of the cluster run)."""
-    queues = dict(workload.queues) or {"default": 1.0}
+    queues = {**{j.queue: 1.0 for j in workload.jobs}, **workload.queues}  # a Queue not created: `default`, weight 1
     return {
         "nodes": [{"name": "node", "count": nodes, "cpu": ALLOCATABLE["cpu"], "memory": ALLOCATABLE["memory"]}],
         "queues": [{"name": q, "weight": w} for q, w in queues.items()],
@@ -622,6 +661,14 @@ def workload_report(workload: Workload, pairs: Sequence[Pair], cores: float) -> 
                  for v in (p[name] for name, _, _ in PHASES)]
         lines.append(f"| {pair.label} | {len(p[PHASES[0][0]])} | " + " | ".join(cells) +
                      f" | {_f(statistics.fmean(total), 1) if total else '–'} |")
+    lines += ["", "Waited with room: per regular pod, the seconds before its bind during which the node it ran on "
+              "already had room for it (from when it was ready; the simulator's is 0, or the 0.2 s pass delay):", ""]
+    for pair in pairs:
+        w = pair.cluster.room_waits
+        waited = [x for x in w if x > 0.5]
+        lines.append(f"- {pair.label}: {len(waited)} of {len(w)} pods waited > 0.5 s; mean {_f(statistics.fmean(w), 2)}"
+                     f" s, p95 {_f(quantile(w, 0.95), 1)} s, max {_f(max(w, default=math.nan), 1)} s, total "
+                     f"{_f(sum(w))} pod-s" if w else f"- {pair.label}: –")
     status_lag = [f"{pair.label} {_f(statistics.fmean(pair.cluster.status_jct[n] - pair.cluster.jct[n] for n in pair.cluster.jct), 2)} s"  # noqa: E501
                   for pair in pairs if pair.cluster.jct]
     lines += ["", "Last task finished → the job's status said done (mean): " + ", ".join(status_lag) + ".", ""]
