@@ -57,6 +57,10 @@ class Informer:
     thread and must not block for long. ``on_resync()``, if given, runs before every list and every
     new watch, so at least every ``watch_timeout_s`` (refresh a related object there); its errors
     are logged, not fatal. ``synced`` is set after the first successful list.
+
+    ``on_error(exc)``, if given, sees every failure the loop backs off from (not a routine 410).
+    When it returns True the consumer has reported the failure itself (an optional resource:
+    one warning, not one per retry) and the retry is logged at DEBUG instead of WARNING.
     """
 
     def __init__(
@@ -69,6 +73,7 @@ class Informer:
         on_event: Callable[[str, dict[str, Any]], None],
         params: Mapping[str, Any] | None = None,
         on_resync: Callable[[], None] | None = None,
+        on_error: Callable[[Exception], bool] | None = None,
         watch_timeout_s: int = 300,
         request_timeout_s: float = 30.0,
         backoff: Backoff | None = None,
@@ -81,6 +86,7 @@ class Informer:
         self._on_replace = on_replace
         self._on_event = on_event
         self._on_resync = on_resync
+        self._on_error = on_error
         self._watch_timeout_s = int(watch_timeout_s)
         self._request_timeout_s = float(request_timeout_s)
         self._backoff = backoff or Backoff()
@@ -135,8 +141,18 @@ class Informer:
                 delay = self._backoff.next_delay()
                 if isinstance(exc, api.ApiError) and exc.retry_after_s is not None:
                     delay = max(delay, exc.retry_after_s)  # the server said how long it needs
-                log.warning("informer %s: %s; retrying in %.1fs", self.name, self.last_error, delay)
+                level = logging.DEBUG if self._reported(exc) else logging.WARNING
+                log.log(level, "informer %s: %s; retrying in %.1fs", self.name, self.last_error, delay)
                 self._stop.wait(delay)
+
+    def _reported(self, exc: Exception) -> bool:
+        if self._on_error is None:
+            return False
+        try:
+            return bool(self._on_error(exc))
+        except Exception:  # a broken hook must not stop the loop: log the failure as usual
+            log.exception("informer %s: on_error hook failed", self.name)
+            return False
 
     def _resync(self) -> None:
         if self._on_resync is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from kubernetes import client
 
+from stowage.kube.api import ApiError
 from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import Backoff, Informer, cluster_informers
 from stowage.labels import LABEL_CLASS, LABEL_HARVEST
@@ -205,3 +207,30 @@ def test_a_long_list_is_read_page_by_page(cluster: KubeEmulator, model: ClusterM
     finally:
         for informer in informers:
             informer.stop()
+
+
+@pytest.mark.parametrize("hook", ["reports", "declines", "raises"])
+def test_an_on_error_hook_sees_each_failure_and_may_quiet_the_retry_log(
+    cluster: KubeEmulator, caplog: pytest.LogCaptureFixture, hook: str
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="stowage.kube.informer")
+    seen: list[Exception] = []
+
+    def on_error(exc: Exception) -> bool:
+        seen.append(exc)
+        if hook == "raises":
+            raise RuntimeError("broken hook")
+        return hook == "reports"
+
+    # kmock serves only declared resources: every list of this one answers 404.
+    informer = Informer(cluster.client, "/apis/example.com/v1/widgets", name="widgets", on_replace=lambda _: None,
+                        on_event=lambda *_: None, on_error=on_error,
+                        backoff=Backoff(base_s=0.01, cap_s=0.05, rng=random.Random(1))).start()
+    try:
+        wait_until(lambda: len(seen) >= 3)
+    finally:
+        informer.stop()
+    assert all(isinstance(e, ApiError) and e.status == 404 for e in seen)
+    retries = [r for r in caplog.records if r.getMessage().startswith("informer widgets: ApiError")]
+    assert retries and {r.levelno for r in retries} == {logging.DEBUG if hook == "reports" else logging.WARNING}
+    assert any("on_error hook failed" in r.getMessage() for r in caplog.records) is (hook == "raises")
