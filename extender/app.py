@@ -42,6 +42,7 @@ from stowage.extender.events import EVENT_INVALID, EVENT_NOT_PLACED, PodEvents
 from stowage.extender.messages import REASONS
 from stowage.extender.metrics import ExtenderMetrics
 from stowage.extender.pods import PodRequest, parse_pod
+from stowage.extender.queues import QueueWeights
 
 from stowage import __version__
 from stowage.config import StowageSettings
@@ -211,7 +212,7 @@ class _Extender:
         model: ClusterModel,
         utilization: Utilization,
         metrics: ExtenderMetrics,
-        queue_weights: Mapping[str, float] | None,
+        queue_weights: QueueWeights,
         events: PodEvents | None = None,
     ) -> None:
         self.settings = settings
@@ -375,7 +376,8 @@ class _Extender:
         if pod.ours and candidates:
             resources, total = self.model.totals()
             pending = {pod.queue} if pod.queue else set()
-            over = preemption.over_share_queues(self.model.pods(), resources, total, self.queue_weights, pending)
+            weights = self.queue_weights.weights()
+            over = preemption.over_share_queues(self.model.pods(), resources, total, weights, pending)
 
         def lookup(uid: str) -> preemption.VictimInfo | None:
             return infos.get(uid) or self._victim_info(uid)
@@ -389,11 +391,13 @@ def create_app(
     utilization: Utilization,
     *,
     metrics: ExtenderMetrics | None = None,
-    queue_weights: Mapping[str, float] | None = None,
+    queue_weights: QueueWeights | None = None,
     events: PodEvents | None = None,
 ) -> FastAPI:
     """Build the extender app over a cluster model and a utilization feed (both owned by the caller).
 
+    ``queue_weights``: the live Queue weights preempt uses (fed by the caller's Queue informer); without
+    it every queue weighs 1 and ``/readyz`` says the Queues were never read.
     ``events``: where Events about pods placed nowhere go (started and stopped by the caller); none by default.
     """
 
@@ -403,7 +407,8 @@ def create_app(
         return names, snap.resources, snap.harvestable
 
     metrics = metrics or ExtenderMetrics(harvestable)
-    ext = _Extender(settings, model, utilization, metrics, queue_weights, events)
+    weights = queue_weights if queue_weights is not None else QueueWeights()
+    ext = _Extender(settings, model, utilization, metrics, weights, events)
     app = _ExtenderAPI(
         title="Stowage scheduler extender",
         version=__version__,
@@ -481,9 +486,15 @@ def create_app(
 
     @app.get("/readyz", summary="Readiness: node and pod caches have synced")
     async def readyz() -> Response:
+        # Utilization and Queue weights degrade answers (nothing harvests; every queue weighs 1) but never
+        # readiness: they are reported, not waited for.
         waiting = [n for n, ev in (("nodes", model.nodes_synced), ("pods", model.pods_synced)) if not ev.is_set()]
-        util = utilization.current.error
-        body = {"status": "ready" if not waiting else "not ready", "waiting_for": waiting, "utilization_error": util}
+        body = {
+            "status": "ready" if not waiting else "not ready",
+            "waiting_for": waiting,
+            "utilization_error": utilization.current.error,
+            "queue_weights_error": weights.error,
+        }
         return _json(body, 200 if not waiting else 503)
 
     @app.get("/metrics", summary="Prometheus metrics")

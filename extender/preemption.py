@@ -2,8 +2,8 @@
 
 - An opportunistic victim is always acceptable: it runs on borrowed capacity.
 - A regular victim is acceptable only if its queue is above its fair share
-  (weighted DRF over the regular pool, ``policy.fairness``); a regular pod without
-  a queue, or one Stowage has never seen, is protected.
+  (weighted DRF over the regular pool, ``policy.fairness``, with the Queues' live
+  weights); a regular pod without a queue, or one Stowage has never seen, is protected.
 - The scheduler's dry run picked the *minimum* victim set for each node, so a node
   with any unacceptable victim is dropped whole (evicting only part of the set
   would kill pods without making room), and so is a node left without victims:
@@ -40,7 +40,8 @@ def over_share_queues(
     """Queues whose dominant share of the regular pool exceeds their weighted fair share.
 
     ``allocated`` (Q,R) sums the requests of each queue's regular pods; ``total`` (R,)
-    is the cluster's allocatable; weights default to 1 (Queue CRs are the operator's).
+    is the cluster's allocatable; ``weights`` are the Queues' ``spec.weight`` (the extender's
+    ``queues.QueueWeights``), 1 for a queue missing from them.
     A queue is active when it has regular pods running or is in ``pending`` (the
     preemptor's queue). With ``s_q = max_r(alloc_qr/total_r)/w_q`` (policy.fairness
     .dominant_shares) and fair share ``f_q = w_q/Σ_active w``, the queue is over its

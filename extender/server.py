@@ -1,4 +1,4 @@
-"""Wiring: informers → cluster model, Prometheus → utilization, both → the app, served by uvicorn.
+"""Wiring: informers → cluster model and Queue weights, Prometheus → utilization, all → the app, served by uvicorn.
 
 ``ExtenderRuntime`` owns the background threads; ``serve()`` blocks until SIGTERM/SIGINT
 (uvicorn handles the signals) and then stops them.
@@ -20,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 from stowage.extender.app import create_app
 from stowage.extender.events import PodEvents
+from stowage.extender.queues import QueueWeights
 
 from stowage.config import StowageSettings
 from stowage.kube.api import KubeClient
@@ -52,11 +53,13 @@ def listen_socket(host: str, port: int) -> socket.socket:
         raise
     return sock
 
-#: Only pods that occupy a node matter; a pod leaving this selector arrives as DELETED.
-
 
 class ExtenderRuntime:
-    """Start informers and the utilization feed, build the app; ``close()`` stops everything."""
+    """Start informers (nodes, pods, Queues) and the utilization feed, build the app; ``close()`` stops everything.
+
+    Readiness waits for the node and pod informers only: Queues the extender may not read leave
+    every queue at weight 1 (``stowage.extender.queues``), reported by ``/readyz``.
+    """
 
     def __init__(
         self,
@@ -69,14 +72,20 @@ class ExtenderRuntime:
     ) -> None:
         self.settings = settings
         self.model = ClusterModel(recent_window_s=settings.harvest.ramp_up_s)
-        self.informers = cluster_informers(api, self.model, watch_timeout_s=watch_timeout_s)
+        self.queue_weights = QueueWeights()
+        self.informers = [
+            *cluster_informers(api, self.model, watch_timeout_s=watch_timeout_s),
+            self.queue_weights.informer(api, watch_timeout_s=watch_timeout_s),
+        ]
         reader = (
             PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s) if prometheus_url else None
         )
         self.utilization = Utilization(reader, interval_s=prometheus_interval_s)
         # Events about pods placed nowhere: posted off the request path, counted in the app's metrics.
         self.events = PodEvents(api.create_event, on_outcome=lambda outcome: self._count_event(outcome))
-        self.app: FastAPI = create_app(settings, self.model, self.utilization, events=self.events)
+        self.app: FastAPI = create_app(
+            settings, self.model, self.utilization, queue_weights=self.queue_weights, events=self.events
+        )
 
     def _count_event(self, outcome: str) -> None:
         self.app.state.metrics.events.labels(outcome).inc()

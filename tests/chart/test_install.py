@@ -231,6 +231,11 @@ RBAC_CASES = [
     ("scheduler", "create", "events", "batch", "", "", "", True),
     ("scheduler", "update", "leases", "kube-system", "coordination.k8s.io", "stowage-scheduler", "", True),
     ("scheduler", "get", "configmaps", "kube-system", "", "extension-apiserver-authentication", "", True),
+    # the extender's Queue informer (preempt's weights): read only
+    ("scheduler", "list", "queues", "", "stowage.io", "", "", True),
+    ("scheduler", "watch", "queues", "", "stowage.io", "", "", True),
+    ("scheduler", "patch", "queues", "", "stowage.io", "", "", False),
+    ("scheduler", "list", "jobs", "", "stowage.io", "", "", False),
     ("scheduler", "create", "pods", "batch", "", "", "", False),
     ("scheduler", "update", "nodes", "", "", "", "", False),
     ("scheduler", "create", "pods", "batch", "", "p", "eviction", False),

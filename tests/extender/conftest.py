@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 from stowage.extender.app import create_app
 from stowage.extender.events import PodEvents
+from stowage.extender.queues import QueueWeights
 from stowage.extender.server import serving
 
 from stowage.config import StowageSettings
@@ -70,7 +71,7 @@ WorldFactory = Callable[..., World]
 
 @pytest.fixture
 def make_world() -> Iterator[WorldFactory]:
-    """``make_world(nodes, pods=(), samples=None, settings=None)`` → a served :class:`World`."""
+    """``make_world(nodes, pods=(), samples=None, settings=None, queue_weights=None)`` → a served :class:`World`."""
     stack: list[Any] = []
 
     def build(
@@ -79,6 +80,7 @@ def make_world() -> Iterator[WorldFactory]:
         samples: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
         settings: StowageSettings | None = None,
         synced: bool = True,
+        queue_weights: QueueWeights | None = None,
     ) -> World:
         settings = settings or StowageSettings()
         clock = Clock()
@@ -89,7 +91,7 @@ def make_world() -> Iterator[WorldFactory]:
         utilization = Utilization(None)
         posted: list[dict[str, Any]] = []
         events = PodEvents(lambda _ns, body: posted.append(body), min_interval_s=0.0).start()
-        app = create_app(settings, model, utilization, events=events)
+        app = create_app(settings, model, utilization, events=events, queue_weights=queue_weights)
         served = serving(app)
         url = served.__enter__()
         http = httpx.Client(timeout=10.0)

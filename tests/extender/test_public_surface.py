@@ -15,6 +15,7 @@ MODULES = [
     "stowage.extender.metrics",
     "stowage.extender.pods",
     "stowage.extender.preemption",
+    "stowage.extender.queues",
     "stowage.extender.scoring",
     "stowage.extender.server",
     "stowage.extender.snapshot",

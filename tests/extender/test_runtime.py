@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import httpx
@@ -13,7 +14,7 @@ from stowage.extender.messages import REASONS
 from stowage.extender.server import ExtenderRuntime, serving
 
 from stowage.config import StowageSettings
-from tests.extender.objects import extender_args, node, opportunistic_pod, regular_pod
+from tests.extender.objects import extender_args, node, opportunistic_pod, preemption_args, regular_pod
 from tests.support.kube import kube_emulator, wait_until, write_kubeconfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -87,3 +88,33 @@ def test_a_taken_port_is_a_clear_error_before_anything_starts(tmp_path) -> None:
         )
     assert result.exit_code == 1
     assert f"cannot listen on 127.0.0.1:{port} (--host/--port): Address already in use" in result.output
+
+
+def test_without_the_queue_crd_the_runtime_serves_with_every_queue_at_weight_1(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # kmock serves only declared resources: queues.stowage.io answers 404, as without the CRD.
+    caplog.set_level(logging.INFO, logger="stowage.extender.queues")
+    caplog.set_level(logging.DEBUG, logger="stowage.kube.informer")  # last: it also sets caplog's handler level
+    with kube_emulator() as cluster:
+        core = client.CoreV1Api(cluster.api)
+        core.create_node(api_node("n1"))
+        core.create_namespaced_pod("batch", regular_pod("hog-0", cpu="12", memory="1Gi", queue="hog", node_name="n1"))
+        runtime = ExtenderRuntime(StowageSettings(), cluster.client, prometheus_url=None)
+        with runtime, serving(runtime.app) as url, httpx.Client(timeout=10.0) as http:
+            wait_until(lambda: http.get(f"{url}/readyz").status_code == 200, 30)
+
+            def queue_retries() -> list[logging.LogRecord]:
+                return [r for r in caplog.records if r.name == "stowage.kube.informer"
+                        and r.getMessage().startswith("informer queues:")]
+
+            wait_until(lambda: len(queue_retries()) >= 3, 30)  # the informer keeps retrying ...
+            assert {r.levelno for r in queue_retries()} == {logging.DEBUG}  # ... quietly
+            warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "Queues" in r.getMessage()]
+            assert len(warnings) == 1 and "HTTP 404" in warnings[0].getMessage()
+            ready = http.get(f"{url}/readyz").json()
+            assert "HTTP 404" in ready["queue_weights_error"] and "weighs 1" in ready["queue_weights_error"]
+            victims = {"n1": [regular_pod("hog-0", cpu="12", memory="1Gi", queue="hog", node_name="n1")]}
+            answer = http.post(f"{url}/preempt", json=preemption_args(regular_pod("new-0", queue="research"),
+                                                                      victims, cache=True)).json()
+            # hog holds 12 of 16 cores against a fair share of 1/2 (weights 1): its pod may go.
+            assert answer == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "uid-hog-0"}], "NumPDBViolations": 0}}}
