@@ -28,7 +28,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from stowage.operator import crd, tasks
 from stowage.operator.dispatcher import PendingGroup
@@ -38,11 +38,11 @@ from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.kube import api
 from stowage.kube.records import parse_timestamp
-from stowage.policy import dispatch
+from stowage.policy import dispatch, estimates
 from stowage.resources import ResourceVector
 
-__all__ = ["LEARNED_WINDOW_S", "JobBook", "JobKey", "LearnedTasks", "post_event", "register", "rfc3339", "run_span",
-           "task_pod_job"]
+__all__ = ["LEARNED_WINDOW_S", "GroupEvidence", "JobBook", "JobKey", "LearnedTasks", "Lesson", "group_evidence",
+           "job_recurring_key", "post_event", "register", "rfc3339", "run_span", "running_since", "task_pod_job"]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,25 @@ def task_pod_job(pod: Mapping[str, Any]) -> JobKey | None:
     return None
 
 
+class Lesson(NamedTuple):
+    """One finished task to learn from (``Dispatcher.observe_finished``'s arguments)."""
+
+    features: dict[str, str]  # what the classifier is asked about (dispatch.task_features)
+    duration_s: float  # its run span (run_span: first container start → last container finish)
+    queue: str
+    group_key: str  # namespace/job/group: the PendingGroup key the dispatcher estimated it under
+    group: str
+    recurring_key: str | None  # the Job's estimates.recurring_key
+
+
+class GroupEvidence(NamedTuple):
+    """What a group's pods say about its tasks' duration (the estimator's evidence, ``policy.estimates``)."""
+
+    finished: int = 0  # succeeded tasks whose run span is known
+    mean_s: float = math.nan  # their mean run span; NaN: none
+    running_since: float = math.inf  # the earliest container start among its running tasks; inf: none running
+
+
 @dataclass
 class _Entry:
     job: dict[str, Any] | None = None
@@ -116,6 +135,9 @@ class _Entry:
     dirty: bool = True
     plan: tasks.JobPlan | None = None
     blocked: dict[str, tuple[str, str]] = field(default_factory=dict)  # as planned (a change plans again)
+    # Run spans of the Job's succeeded pods (uid → (group, seconds)), kept when a pod is deleted: a phase's mean.
+    spans: dict[str, tuple[str, float]] = field(default_factory=dict)
+    evidence: dict[str, GroupEvidence] | None = None  # per group, from the pods; None: the pods changed since
 
 
 class JobBook:
@@ -147,8 +169,11 @@ class JobBook:
             entry = self._entries.setdefault(key, _Entry())
             old = entry.job
             entry.job = dict(job)
-            same_spec = old is not None and old.get("spec") == job.get("spec") and \
-                (old.get("metadata") or {}).get("uid") == (job.get("metadata") or {}).get("uid")
+            uid = (job.get("metadata") or {}).get("uid")
+            same_uid = old is not None and (old.get("metadata") or {}).get("uid") == uid
+            same_spec = same_uid and old is not None and old.get("spec") == job.get("spec")
+            if not same_uid:  # a new Job (perhaps of an old name): its predecessor's runs are not its own
+                entry.spans, entry.evidence = {}, None
             entry.dirty = entry.dirty or not same_spec or entry.written is None
         self.on_change()
 
@@ -174,6 +199,7 @@ class JobBook:
         with self._lock:
             for key, entry in list(self._entries.items()):
                 entry.pods = by_job.pop(key, {})
+                entry.evidence = None
                 entry.dirty = True
                 if entry.job is None and not entry.pods:
                     del self._entries[key]
@@ -196,11 +222,13 @@ class JobBook:
                 cached = entry.pods.get(name) or {}
                 if cached.get("metadata", {}).get("uid") == uid:
                     del entry.pods[name]
+                    entry.evidence = None
                     status = entry.written if entry.written is not None else (entry.job or {}).get("status")
                     if not tasks.attempt_recorded(status, key[1], cached):
                         entry.gone[name] = _as_gone(cached, rfc3339(self._clock()))
             else:
                 entry.pods[name] = dict(pod)
+                entry.evidence = None
             if outcome is tasks.Outcome.EVICTED and uid not in self._counted:
                 self._counted.add(uid)
                 group = str((meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP))
@@ -284,8 +312,12 @@ class JobBook:
                    for g in (job.get("spec") or {}).get("tasks") or []}
         return tasks.blocked_groups(queue, queues is None or queue in queues, demands, node_shapes)
 
-    def pending_groups(self, plans: Mapping[JobKey, tasks.JobPlan]) -> list[PendingGroup]:
-        """One :class:`PendingGroup` per unfinished group of every unfinished Job (the dispatcher wants them all)."""
+    def pending_groups(self, plans: Mapping[JobKey, tasks.JobPlan], now: float) -> list[PendingGroup]:
+        """One :class:`PendingGroup` per unfinished group of every unfinished Job (the dispatcher wants them all).
+
+        With the estimator's evidence (:meth:`evidence`): each group's finished tasks and their mean run span, the
+        longest a running task has run at ``now`` (clock seconds: the caller's clock), and the Job's recurring key.
+        """
         out = []
         for key, plan in plans.items():
             job = self.job(key)
@@ -294,11 +326,14 @@ class JobBook:
             spec_groups = {str(g.get("name")): g for g in (job.get("spec") or {}).get("tasks") or []}
             arrival = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
             progress = _progress(plan)
+            evidence = self.evidence(key)
+            recurring = job_recurring_key(job)
             for g in plan.groups:
                 demand = self.task_demand(job, g.name)
                 if demand is None or g.remaining == 0:
                     continue
                 duration = (spec_groups.get(g.name) or {}).get("expectedDuration")
+                ev = evidence.get(g.name) or GroupEvidence()
                 out.append(PendingGroup(
                     key=f"{key[0]}/{key[1]}/{g.name}", queue=tasks.job_queue(job), demand=demand,
                     releasable=len(g.releasable), namespace=key[0], job=f"{key[0]}/{key[1]}", group=g.name,
@@ -306,18 +341,34 @@ class JobBook:
                     expected_duration_s=float(duration) if duration is not None else math.nan,
                     arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=g.remaining,
                     finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
-                    unbound=g.unbound))
+                    unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,
+                    running_elapsed_s=max(now - ev.running_since, 0.0) if math.isfinite(ev.running_since) else 0.0,
+                    recurring_key=recurring))
         return out
 
-    def lessons(self, key: JobKey, plan: tasks.JobPlan,
-                mean_capacity: Mapping[str, float]) -> list[tuple[dict[str, str], float]]:
-        """``(features, duration_s)`` of the Job's tasks that succeeded and were not learned from yet.
+    def evidence(self, key: JobKey) -> dict[str, GroupEvidence]:
+        """Per group of the Job, :func:`group_evidence` of its pods; recomputed only when its pods changed (the run
+        spans of succeeded pods are kept when they are deleted). {} for a Job not in the book."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.job is None:
+                return {}
+            if entry.evidence is None:
+                uid = (entry.job.get("metadata") or {}).get("uid")
+                entry.evidence = group_evidence([*entry.pods.values(), *entry.gone.values()], entry.spans,
+                                                owner_uid=str(uid) if uid else None)
+            return entry.evidence
+
+    def lessons(self, key: JobKey, plan: tasks.JobPlan, mean_capacity: Mapping[str, float]) -> list[Lesson]:
+        """One :class:`Lesson` per task of the Job that succeeded and was not learned from yet.
 
         The features are the ones the dispatcher asks the classifier about (``dispatch.task_features``:
-        queue, job, group, the demand as fractions of the mean node, the Job's progress).
+        queue, job, group, the demand as fractions of the mean node, the Job's progress); the duration is the
+        task's run span (:func:`run_span`), the same the group's ``finished_mean_s`` averages.
         """
         job = self.job(key)
         out = []
+        recurring = job_recurring_key(job) if job is not None else None
         for pod in plan.finished if job is not None else ():
             uid = str((pod.get("metadata") or {}).get("uid"))
             span = run_span(pod)
@@ -328,15 +379,21 @@ class JobBook:
             demand = self.task_demand(job, group)
             if demand is None:
                 continue
+            queue = tasks.job_queue(job)
             normalised = {r: v / mean_capacity[r] if mean_capacity.get(r, 0) > 0 else v for r, v in demand.items()}
-            features = dispatch.task_features(tasks.job_queue(job), key[1], group, normalised, _progress(plan))
-            out.append((features, span[1] - span[0]))
+            features = dispatch.task_features(queue, key[1], group, normalised, _progress(plan))
+            out.append(Lesson(features, span[1] - span[0], queue, f"{key[0]}/{key[1]}/{group}", group, recurring))
         return out
 
     # --- writing ---------------------------------------------------------------------------------
 
-    def apply(self, key: JobKey, plan: tasks.JobPlan) -> None:
-        """Write the plan's status (when it changed), post its Events, delete what it says; errors are logged."""
+    def apply(self, key: JobKey, plan: tasks.JobPlan,
+              estimates: Mapping[str, tuple[float, str]] | None = None) -> None:
+        """Write the plan's status (when it changed), post its Events, delete what it says; errors are logged.
+
+        ``estimates``: group name → (task seconds, source) from the dispatcher's last decision, shown as
+        ``status.estimate`` (:func:`tasks.estimate_status`; None: the estimates written before are kept).
+        """
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.job is None:
@@ -344,10 +401,14 @@ class JobBook:
             job = entry.job
             current = entry.written if entry.written is not None else (job.get("status") or {})
             evictions = dict(entry.evictions)
-        changed = _comparable(plan.status) != _comparable(current)
+        status = plan.status
+        estimate = tasks.estimate_status(plan.groups, estimates, current.get("estimate"))
+        if estimate is not None:
+            status = {**plan.status, "estimate": estimate}
+        changed = _comparable(status) != _comparable(current)
         if changed:
             try:
-                self._client.patch(job_path(key, "/status"), {"status": plan.status})
+                self._client.patch(job_path(key, "/status"), {"status": status})
             except api.ApiError as exc:
                 if exc.status == 404:
                     return  # deleted meanwhile
@@ -359,7 +420,7 @@ class JobBook:
                 self.mark_dirty(key)
                 return
             with self._lock:
-                entry.written = plan.status
+                entry.written = status
                 entry.gone = {n: p for n, p in entry.gone.items() if not tasks.attempt_recorded(plan.status, key[1], p)}
                 for group, n in evictions.items():  # now part of status.groups[group].evicted
                     left = entry.evictions.get(group, 0) - n
@@ -440,6 +501,60 @@ def run_span(pod: Mapping[str, Any]) -> tuple[float, float] | None:
     if not starts:
         return None
     return min(starts), max(max(ends), min(starts))
+
+
+def running_since(pod: Mapping[str, Any]) -> float | None:
+    """When a running pod's containers started (the earliest ``state.running.startedAt``); None if none runs."""
+    starts = [parse_timestamp((((c or {}).get("state") or {}).get("running") or {}).get("startedAt"))
+              for c in (pod.get("status") or {}).get("containerStatuses") or []]
+    known = [s for s in starts if s is not None]
+    return min(known) if known else None
+
+
+def group_evidence(pods: Iterable[Mapping[str, Any]], spans: dict[str, tuple[str, float]] | None = None,
+                   owner_uid: str | None = None) -> dict[str, GroupEvidence]:
+    """Per task group (label ``stowage.io/task-group``), what a Job's pods say about its tasks' duration.
+
+    ``finished``/``mean_s``: the succeeded pods whose run span (:func:`run_span`) is known, and its mean;
+    ``running_since``: the earliest container start among the pods running now (:func:`running_since`; a pod
+    being deleted or disrupted does not count). ``spans`` (uid → (group, seconds)), when given, is updated with
+    the succeeded pods and read whole, so a succeeded pod deleted since still counts. ``owner_uid``: only pods
+    whose controller reference has that uid (a Job's predecessor of the same name left its own).
+    """
+    spans = {} if spans is None else spans
+    since: dict[str, float] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if owner_uid is not None and not any(
+                ref.get("uid") == owner_uid for ref in meta.get("ownerReferences") or () if ref.get("controller")):
+            continue
+        group = str((meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP, ""))
+        outcome = tasks.pod_outcome(pod)
+        if outcome is tasks.Outcome.SUCCEEDED:
+            span = run_span(pod)
+            if span is not None:
+                spans[str(meta.get("uid"))] = (group, span[1] - span[0])
+        elif outcome is tasks.Outcome.ACTIVE and (pod.get("status") or {}).get("phase") == "Running":
+            start = running_since(pod)
+            if start is not None:
+                since[group] = min(since.get(group, math.inf), start)
+    totals: dict[str, list[float]] = {}
+    for group, seconds in spans.values():
+        totals.setdefault(group, []).append(seconds)
+    out = {g: GroupEvidence(len(v), math.fsum(v) / len(v)) for g, v in totals.items()}
+    for group, start in since.items():
+        out[group] = out.get(group, GroupEvidence())._replace(running_since=start)
+    return out
+
+
+def job_recurring_key(job: Mapping[str, Any]) -> str:
+    """:func:`stowage.policy.estimates.recurring_key` of a Job (its label ``stowage.io/recurring``, generateName,
+    else its name without a trailing run number)."""
+    meta = job.get("metadata") or {}
+    generate = meta.get("generateName")
+    return estimates.recurring_key(str(meta.get("namespace") or ""), str(meta.get("name") or ""),
+                                   {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+                                   str(generate) if generate else None)
 
 
 def _progress(plan: tasks.JobPlan) -> float:

@@ -9,6 +9,7 @@
 | ``stowage_job_completion_seconds`` | histogram | queue | creation → completion of each Job that succeeded |
 | ``stowage_dispatch_total`` | counter | class | tasks released, by the class given (regular, opportunistic) |
 | ``stowage_release_to_bind_seconds`` | histogram | | release (pod created / gate removed) → ``PodScheduled`` |
+| ``stowage_estimate_ratio`` | histogram | source | a finished task's estimate ÷ its actual run time, per source |
 
 The queue gauges are computed at scrape time from the last numbers the dispatch loop published
 (:meth:`OperatorMetrics.publish_queues`), so a deleted queue's series disappear with it.
@@ -27,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from stowage.labels import METRICS, PodClass
 from stowage.model import Pool
+from stowage.policy.estimates import SOURCE_NAMES
 
 __all__ = ["OperatorMetrics", "QueueNumbers", "serve"]
 
@@ -34,6 +36,8 @@ __all__ = ["OperatorMetrics", "QueueNumbers", "serve"]
 _JOB_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
 # A released pod waits for kube-scheduler (and the extender for opportunistic pods): milliseconds to minutes.
 _BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, float("inf"))
+# Estimate ÷ actual: 1 is exact; below it the task ran longer than estimated, above it shorter.
+_RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 10.0, float("inf"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,12 @@ class OperatorMetrics:
         self.release_to_bind = Histogram(
             METRICS.RELEASE_TO_BIND_SECONDS, "Seconds from the dispatcher's release to the pod's PodScheduled",
             buckets=_BIND_BUCKETS, registry=self.registry)
+        self.estimate_ratio = Histogram(
+            METRICS.ESTIMATE_RATIO, "A finished task's estimated duration (at the dispatcher's last decision) divided "
+            "by its actual run time, by the estimate's source", ["source"], buckets=_RATIO_BUCKETS,
+            registry=self.registry)
+        for source in SOURCE_NAMES:  # every source's series from the start: rate() needs them
+            self.estimate_ratio.labels(source)
 
     def publish_queues(self, queues: Sequence[QueueNumbers]) -> None:
         self._queues.set(queues)

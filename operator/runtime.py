@@ -11,7 +11,8 @@ What runs (one :class:`OperatorRuntime` per operator process)::
 
     loop (every interval_s, and soon after any event: at most one pass per pass_delay_s):
       1. peering: act only while no other operator of the same peering outranks this one (cli.Peering)
-      2. Job plans (tasks.plan_job) → status, Events, deletions (JobBook.apply); finished tasks → classifier
+      2. Job plans (tasks.plan_job) → status (with the last decision's estimates), Events, deletions
+         (JobBook.apply); finished tasks → classifier, duration priors, recurring history; stowage_estimate_ratio
       3. view = DispatchView(nodes, running pods, queues, pending groups of Jobs, gated plain pods, utilization)
       4. releases = Dispatcher.decide(view)
       5. apply: create the Job pods (converted when opportunistic) / remove the gate of plain pods;
@@ -301,13 +302,13 @@ class OperatorRuntime:
         self._expire_releases(now)
         mean = self._mean_capacity()
         plans = self.jobs.plans(self._in_flight_for, mean, self._blocked_for())
+        held = self.job_estimates()
         for key, plan in plans.items():
             if not self.dry_run:
-                self.jobs.apply(key, plan)
-            for features, duration in self.jobs.lessons(key, plan, mean):
-                self.dispatcher.observe_finished(features, duration)
+                self.jobs.apply(key, plan, held.get(key))
+            self.learn(key, plan, mean)
         self._ungate_released_task_pods()
-        view = self.build_view(plans)
+        view = self.build_view(plans, now)
         releases = self.dispatcher.decide(view)
         taken: dict[str, int] = {}  # group key → tasks of its plan used by this pass's earlier releases
         applied = [r for r in releases if self._apply_release(r, plans, taken)]
@@ -320,6 +321,31 @@ class OperatorRuntime:
             if not self.dry_run:
                 self.save_state()
         return applied
+
+    # --- estimates: learned from finished tasks, shown in the Jobs' status ---------------------------
+
+    def learn(self, key: jobs.JobKey, plan: tasks.JobPlan, mean_capacity: Mapping[str, float]) -> int:
+        """Teach the dispatcher the Job's tasks that succeeded since (classifier, queue prior, recurring history)
+        and observe ``stowage_estimate_ratio{source}``: the estimate its last decision held for the task's group
+        ÷ the task's run time. Returns how many tasks it learned from."""
+        lessons = self.jobs.lessons(key, plan, mean_capacity)
+        for lesson in lessons:
+            held = self.dispatcher.observe_finished(
+                lesson.features, lesson.duration_s, queue=lesson.queue, group_key=lesson.group_key,
+                recurring_key=lesson.recurring_key, group=lesson.group)
+            if held is not None and lesson.duration_s > 0 and math.isfinite(held[0]):
+                self.metrics.estimate_ratio.labels(held[1]).observe(held[0] / lesson.duration_s)
+        return len(lessons)
+
+    def job_estimates(self) -> dict[jobs.JobKey, dict[str, tuple[float, str]]]:
+        """The dispatcher's last estimates (``Dispatcher.estimates``) by Job: group name → (task seconds, source);
+        plain pods' (``namespace/pod``) are left out."""
+        out: dict[jobs.JobKey, dict[str, tuple[float, str]]] = {}
+        for group_key, (seconds, source) in self.dispatcher.estimates().items():
+            parts = str(group_key).split("/")
+            if len(parts) == 3:
+                out.setdefault((parts[0], parts[1]), {})[parts[2]] = (float(seconds), str(source))
+        return out
 
     # --- in flight -------------------------------------------------------------------------------
 
@@ -359,10 +385,12 @@ class OperatorRuntime:
 
     # --- the view --------------------------------------------------------------------------------
 
-    def build_view(self, plans: Mapping[jobs.JobKey, tasks.JobPlan]) -> DispatchView:
-        """This pass's :class:`DispatchView`: nodes (+ fresh utilization), bound pods, queues, pending groups."""
+    def build_view(self, plans: Mapping[jobs.JobKey, tasks.JobPlan], now: float | None = None) -> DispatchView:
+        """This pass's :class:`DispatchView`: nodes (+ fresh utilization), bound pods, queues, pending groups
+        (running tasks' elapsed time at ``now``, the runtime's clock if None)."""
+        now = self.clock() if now is None else now
         return DispatchView(nodes=self._nodes(), running=self._running(), queues=self._queue_records(),
-                            groups=[*self.jobs.pending_groups(plans), *self._plain_groups()])
+                            groups=[*self.jobs.pending_groups(plans, now), *self._plain_groups()])
 
     def _nodes(self) -> list[NodeRecord]:
         names = self.cluster.node_names()

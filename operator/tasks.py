@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ __all__ = [
     "Phase",
     "TaskRef",
     "attempt_recorded",
+    "estimate_status",
     "format_indexes",
     "owner_reference",
     "parse_indexes",
@@ -710,3 +712,54 @@ def _remaining_work(job: Mapping[str, Any], groups_spec: Sequence[Mapping[str, A
     work = remaining_work.remaining_work(durations, demands, [0] * len(durations), 1,
                                          [mean_capacity[r] for r in resources])
     return round(float(work[0]), 3)
+
+
+# --- the dispatcher's estimates in the status ------------------------------------------------------
+
+
+def _two_digits(seconds: float) -> float:
+    """``seconds`` to 2 significant digits (a status that follows a growing estimate changes in ≤ 10 % steps)."""
+    return float(f"{seconds:.2g}")
+
+
+def _estimate_entry(value: Any) -> dict[str, Any] | None:
+    """A ``status.estimate.groups.<g>`` entry read back (ours, or a predecessor's); None when unusable."""
+    if not isinstance(value, Mapping):
+        return None
+    seconds, source = value.get("taskSeconds"), value.get("source")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not isinstance(source, str):
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return {"taskSeconds": seconds, "source": source}
+
+
+def estimate_status(groups: Sequence[GroupPlan], estimates: Mapping[str, tuple[float, str]] | None,
+                    old: Any = None) -> dict[str, Any] | None:
+    """``status.estimate`` of a Job: the dispatcher's duration estimates and the work they leave.
+
+    ``estimates``: group name → (one task's estimated seconds, source name: ``estimates.SOURCE_NAMES``) from the
+    dispatcher's last decision; ``old``: the ``status.estimate`` written before. A group keeps its last estimate
+    when the decision no longer holds one (it finished, or the decision has not run yet since a restart), so a
+    merge patch never has to delete it. ``taskSeconds`` is rounded to 2 significant digits, so the status
+    changes with the estimate, not with every second a running task adds to it::
+
+        {"remainingWorkSeconds": Σ over the groups of (pending + running tasks) × taskSeconds,
+         "groups": {<group>: {"taskSeconds": 120.0, "source": "phase"}}}
+
+    None when no group of the Job has an estimate (none written yet, none held).
+    """
+    names = {g.name for g in groups}
+    out: dict[str, dict[str, Any]] = {}
+    old_groups = old.get("groups") if isinstance(old, Mapping) else None
+    for name, value in (old_groups.items() if isinstance(old_groups, Mapping) else ()):
+        entry = _estimate_entry(value)
+        if name in names and entry is not None:
+            out[name] = entry
+    for name, (seconds, source) in (estimates or {}).items():
+        if name in names and math.isfinite(seconds) and seconds > 0:
+            out[name] = {"taskSeconds": _two_digits(seconds), "source": str(source)}
+    if not out:
+        return None
+    remaining = math.fsum((g.pending + g.running) * out[g.name]["taskSeconds"] for g in groups if g.name in out)
+    return {"remainingWorkSeconds": round(remaining, 3), "groups": dict(sorted(out.items()))}

@@ -13,6 +13,7 @@ import pytest
 from stowage.operator import crd
 
 from stowage import labels
+from stowage.policy import estimates
 from tests.operator.conftest import RawApi
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -242,6 +243,29 @@ def test_status_is_written_only_through_its_subresource(kube: RawApi, ns: str) -
     assert written["status"] == {"phase": "Running", "groups": {"a": {"pending": 0, "running": 1}}}  # pruned
 
 
+def test_the_estimate_status_is_kept_as_the_operator_writes_it_and_a_bad_source_refused(kube: RawApi,
+                                                                                       ns: str) -> None:
+    kube.ok("POST", crd.JOB.path(namespace=ns), _job("j", [_task("map"), _task("reduce")]))
+    estimate = {"remainingWorkSeconds": 246.5, "groups": {"map": {"taskSeconds": 120.0, "source": "elapsed"},
+                                                          "reduce": {"taskSeconds": 6.5, "source": "prior"}}}
+    written = kube.ok("PATCH", crd.JOB.path("j", ns) + "/status",
+                      {"status": {"phase": "Running", "estimate": estimate}},
+                      content_type="application/merge-patch+json")
+    assert written["status"]["estimate"] == estimate
+    for bad, field in (({"groups": {"map": {"taskSeconds": 1, "source": "oracle"}}}, "source"),
+                       ({"remainingWorkSeconds": -1}, "remainingWorkSeconds")):
+        status, answer = kube.request("PATCH", crd.JOB.path("j", ns) + "/status", {"status": {"estimate": bad}},
+                                      content_type="application/merge-patch+json")
+        assert status == 422 and field in answer["message"], answer
+
+
+def test_the_estimate_sources_are_the_estimators() -> None:
+    (_, job) = crd.load_crds()
+    estimate = _schema(job)["properties"]["status"]["properties"]["estimate"]["properties"]
+    source = estimate["groups"]["additionalProperties"]["properties"]["source"]
+    assert tuple(source["enum"]) == estimates.SOURCE_NAMES
+
+
 # --- printer columns -----------------------------------------------------------------------------
 
 
@@ -257,13 +281,16 @@ def test_job_printer_columns_show_queue_phase_done_and_opportunistic_running(kub
     kube.ok("POST", crd.JOB.path(namespace=ns), _job("fresh"))
     kube.ok("PATCH", crd.JOB.path("etl", ns) + "/status",
             {"status": {"phase": "Running", "tasksTotal": 10, "tasksSucceeded": 3, "progress": "3/10",
-                        "opportunisticRunning": 2, "remainingWork": 12.5}},
+                        "opportunisticRunning": 2, "remainingWork": 12.5,
+                        "estimate": {"remainingWorkSeconds": 840.0,
+                                     "groups": {"a": {"taskSeconds": 120.0, "source": "phase"}}}}},
             content_type="application/merge-patch+json")
     names, rows = _table(kube, crd.JOB.path(namespace=ns))
-    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Age", "Opportunistic", "Suspended", "Remaining"]
-    assert rows["etl"][:5] == ["etl", "batch", "Running", "3/10", 2]
-    assert rows["etl"][6:] == ["auto", False, 12.5]
-    assert rows["fresh"][:5] == ["fresh", "default", None, None, None]  # nothing written yet: empty cells
+    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Est. Remaining", "Age", "Opportunistic",
+                     "Suspended", "Remaining"]
+    assert rows["etl"][:6] == ["etl", "batch", "Running", "3/10", 2, 840]
+    assert rows["etl"][7:] == ["auto", False, 12.5]
+    assert rows["fresh"][:6] == ["fresh", "default", None, None, None, None]  # nothing written yet: empty cells
 
 
 def test_queue_printer_columns_show_weight_and_shares_side_by_side(kube: RawApi, queue_name: str) -> None:

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from stowage import labels
+from stowage.policy.estimates import SOURCE_NAMES
 from tests.operator.support import OperatorStack, job_body, metric, wait_for
 from tests.scheduler.stack import Proc
 
@@ -74,6 +75,13 @@ def test_a_job_of_two_groups_with_a_barrier_runs_to_succeeded(operator_stack: Op
     assert metric(text, "stowage_dispatch_total", {"class": "regular"}) >= 4
     assert metric(text, "stowage_release_to_bind_seconds_count") >= 4
     assert "exists already" not in operator.tail(1_000_000), "a running operator never tries a task twice"
+    # The dispatcher's estimates (issue #19): in the status, and each finished task measured against them.
+    estimate = status["estimate"]
+    assert estimate["remainingWorkSeconds"] == 0, estimate
+    assert estimate["groups"]["map"]["source"] in ("hint", "elapsed"), estimate  # expectedDuration 4 (or outrun)
+    assert estimate["groups"]["map"]["taskSeconds"] >= 4, estimate
+    assert estimate["groups"]["reduce"]["source"] in SOURCE_NAMES and estimate["groups"]["reduce"]["taskSeconds"] > 0
+    assert metric(text, "stowage_estimate_ratio_count") >= 4, "every finished task observed against its estimate"
 
 
 def test_an_evicted_opportunistic_task_is_rerun_and_the_job_still_succeeds(operator_stack: OperatorStack,
