@@ -271,7 +271,7 @@ class Decider:
             passed = dispatch.PassInput(
                 capacity=cap, available=avail, shapes=inp.shapes, group_shape=inp.group_shape,
                 group_job=inp.group_job, group_queue=inp.group_queue, pending=pending,
-                finished_fraction=inp.finished_fraction, job_work=work, queue_alloc=queue_alloc[p],
+                finished_fraction=inp.finished_fraction, job_work=work, queue_alloc=queue_alloc[p].copy(),
                 pool_total=inp.pool_total, queue_weight=inp.queue_weight,
                 job_rank=rank if self.job_order else None, skips=skips, held=held, queue_quota=inp.queue_quota,
                 queue_overdue=None if deficits is None else deficits.overdue(knobs.queue_share_deficit_s,

@@ -144,7 +144,7 @@ def test_the_classifier_keeps_what_it_learned_across_a_restart(operator_stack: O
         proc.stop()  # SIGTERM: the state is written on the way out
     saved = _state(stack)
     assert saved, "the classifier's state is in the ConfigMap"
-    assert saved["version"] == 3 and "default" in saved["deficits"]["regular"]["queues"], saved["deficits"]
+    assert saved["version"] == 4 and "default" in saved["deficits"]["regular"]["queues"], saved["deficits"]
     again = stack.start_operator(webhooks=False, extra=("--config", str(config)))
     try:
         wait_for(lambda: "classifier state loaded" in again.tail(200_000), 60, "the state loaded at start")
