@@ -9,7 +9,8 @@ whole stack's three fake nodes (the ``system`` fixture) as ``batch/v1`` Jobs und
 (started here, stopped by PID), then as Stowage Jobs (``harvest`` also without harvesting), then in
 ``stowage simulate`` (``kube-default`` for the stock run, ``stowage`` for the Stowage run) with every job arriving
 when the cluster run submitted it. Printed, and written as Markdown to ``STOWAGE_STOCK_REPORT`` (default
-``stock-report.md``) after each workload, with the workload files beside it (``<report>-<workload>-<arm>.yaml``).
+``stock-report.md``) after each workload, with the workload files beside it (``<report>-<workload>-<arm>.yaml``)
+and what each cluster run saw (``<report>-<workload>-<arm>-pods.json``: submissions, every pod's stamps).
 
 Knobs: ``STOWAGE_STOCK_WORKLOADS`` (comma list, default all), ``STOWAGE_STOCK_ARM_TIMEOUT_S`` (900: one arm),
 ``STOWAGE_STOCK_TIMEOUT_S`` (7200: the whole module), ``STOWAGE_STOCK_COMMIT`` (the commit to name when the code
@@ -100,6 +101,7 @@ def test_stock_against_stowage(name: str, healthy: WholeStack, default_scheduler
     for label, arm, variant in arms:
         slug = label.replace(", ", "-").replace(" ", "-")
         run = stock.run_arm(stack, arm, variant, ARM_TIMEOUT_S, prefix=f"bench-{slug}")
+        stock.dump(run, REPORT.with_name(f"{REPORT.stem}-{name}-{slug}-pods.json"))
         measured = stock.measure(run, stock.cores_of(stock.ALLOCATABLE["cpu"]))
         path = tmp_path / f"{name}-{slug}.yaml"
         path.write_text(yaml.safe_dump(stock.simulator_workload(variant, measured.arrival, len(stack.nodes)),

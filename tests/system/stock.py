@@ -378,6 +378,14 @@ def run_arm(stack: WholeStack, arm_cls: type[StowageArm] | type[StockArm], workl
     return run
 
 
+def dump(run: Run, path: Path) -> None:
+    """What a run saw, as JSON (submissions, status times, every pod's stamps), for another look later."""
+    path.write_text(json.dumps({"arm": run.arm, "workload": dataclasses.asdict(run.workload),
+                                "submitted": run.submitted, "status_done": run.status_done,
+                                "barrier_seen": {f"{j}/{g}": t for (j, g), t in run.barrier_seen.items()},
+                                "problems": run.problems, "pods": run.pods}, indent=1, default=str) + "\n")
+
+
 def _namespace_gone(stack: WholeStack, ns: str) -> bool:
     try:
         stack.core.read_namespace(ns)
@@ -401,7 +409,8 @@ def _all_finished(timeline: Timeline, workload: Workload) -> bool:
 @dataclass
 class Measured:
     """One arm's numbers (seconds). ``jct``: last task finished − submitted; ``status_jct``: the job's status said
-    done (polled every 0.25 s) − submitted; ``phases``: per succeeded pod, the seconds of each of :data:`PHASES`."""
+    done (polled every 0.25 s) − submitted; ``phases``: per class of pod (``regular``, ``opportunistic``), per
+    succeeded pod, the seconds of each of :data:`PHASES`."""
 
     arm: str
     jct: dict[str, float]
@@ -409,7 +418,7 @@ class Measured:
     arrival: dict[str, float]
     makespan: float
     status_jct: dict[str, float] = field(default_factory=dict)
-    phases: dict[str, list[float]] = field(default_factory=dict)
+    phases: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # pod class → phase → seconds
     busy_cores: float = math.nan
     pods: int = 0
     failed_attempts: int = 0
@@ -507,13 +516,15 @@ def measure(run: Run, allocatable_cores: float = 7.5) -> Measured:
         ends = [s["finished"] for g in job.groups for s in succeeded.get((job.name, g.name), [])]
         if ends:
             finish[job.name] = max(ends)
-    phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
+    phases: dict[str, dict[str, list[float]]] = {}  # pod class → phase → seconds per succeeded pod
     for key, pods in succeeded.items():
         for s in pods:
             stamps = {**s, "ready": ready[key]}
+            by_class = phases.setdefault(s["labels"].get(labels.LABEL_CLASS, "regular"),
+                                         {name: [] for name, _, _ in PHASES})
             for name, a, b in PHASES:
                 if a in stamps and b in stamps:
-                    phases[name].append(stamps[b] - stamps[a])
+                    by_class[name].append(stamps[b] - stamps[a])
     makespan = max(finish.values()) - first if finish else math.nan
     return Measured(
         arm=run.arm, jct={n: finish[n] - run.submitted[n] for n in finish}, finish=finish,
@@ -655,12 +666,13 @@ def workload_report(workload: Workload, pairs: Sequence[Pair], cores: float) -> 
               "| arm | pods | " + " | ".join(name for name, _, _ in PHASES) + " | ready → finished |",
               "|---|---|" + "---|" * (len(PHASES) + 1)]
     for pair in pairs:
-        p = pair.cluster.phases
-        total = [sum(v) for v in zip(*(p[name] for name, _, _ in PHASES), strict=False)]
-        cells = [f"{_f(statistics.fmean(v), 2)} / {_f(quantile(v, 0.95), 1)}" if v else "–"
-                 for v in (p[name] for name, _, _ in PHASES)]
-        lines.append(f"| {pair.label} | {len(p[PHASES[0][0]])} | " + " | ".join(cells) +
-                     f" | {_f(statistics.fmean(total), 1) if total else '–'} |")
+        for cls, p in sorted(pair.cluster.phases.items(), key=lambda kv: kv[0] != "regular"):
+            total = [sum(v) for v in zip(*(p[name] for name, _, _ in PHASES), strict=False)]
+            cells = [f"{_f(statistics.fmean(v), 2)} / {_f(quantile(v, 0.95), 1)}" if v else "–"
+                     for v in (p[name] for name, _, _ in PHASES)]
+            label = pair.label if len(pair.cluster.phases) == 1 else f"{pair.label}: {cls} pods"
+            lines.append(f"| {label} | {len(p[PHASES[0][0]])} | " + " | ".join(cells) +
+                         f" | {_f(statistics.fmean(total), 1) if total else '–'} |")
     lines += ["", "Waited with room: per regular pod, the seconds before its bind during which the node it ran on "
               "already had room for it (from when it was ready; the simulator's is 0, or the 0.2 s pass delay):", ""]
     for pair in pairs:
