@@ -446,18 +446,19 @@ def cores_of(text: str) -> float:
 
 
 def room_waits(pods: Sequence[tuple[str, float, float, float, float]], allocatable: float) -> list[float]:
-    """Per regular pod ``(node, cores, ready, bound, finished)``: the seconds it waited, before its bind, while the
-    node it was bound to already had room for it (free cores ≥ its cores, counting the regular pods bound there and
-    not finished), from when it was ready. 0 for a pod bound the moment room appeared; the control loop's delay
-    (a scheduler retry, a dispatcher pass, a pod create) otherwise. ``finished`` may be ``inf`` (never seen to end).
-    A bind the stamps show without room (the watch saw the finish after the bind) counts 0."""
+    """Per regular pod ``(node, cores, ready, bound, finished)``, in the order given: the seconds it waited, before
+    its bind, while the node it was bound to already had room for it (free cores ≥ its cores, counting the regular
+    pods bound there and not finished), from when it was ready. 0 for a pod bound the moment room appeared; the
+    control loop's delay (a scheduler retry, a dispatcher pass, a pod create) otherwise. ``finished`` may be
+    ``inf`` (never seen to end). A bind the stamps show without room (the watch saw the finish after the bind)
+    counts 0."""
     by_node: dict[str, list[tuple[float, float, int]]] = {}
     for i, (node, cores, _, bound, finished) in enumerate(pods):
         events = by_node.setdefault(node, [])
         events.append((bound, -cores, i))
         if not math.isinf(finished):
             events.append((finished, cores, -1))
-    out = []
+    out = [0.0] * len(pods)
     for events in by_node.values():
         events.sort(key=lambda e: (e[0], e[1] < 0))  # at one instant, a finish frees room before a bind takes it
         free_after, free = [], allocatable
@@ -471,10 +472,9 @@ def room_waits(pods: Sequence[tuple[str, float, float, float, float]], allocatab
             while j >= 0 and free_after[j] >= -delta - 1e-9:
                 j -= 1
             if j + 1 == k and k > 0:
-                out.append(0.0)
                 continue
             since = events[j + 1][0] if j >= 0 else -math.inf
-            out.append(max(0.0, bound - max(since, pods[i][2])))
+            out[i] = max(0.0, bound - max(since, pods[i][2]))
     return out
 
 
