@@ -36,6 +36,7 @@ import yaml
 from kubernetes import client
 
 from stowage import labels
+from tests.support.fake_kubelet import ANN_RUN_SECONDS
 from tests.support.stack import ALLOCATABLE, STOWAGE, TaskLedger, WholeStack, wait_for
 from tests.system.load import quantile
 
@@ -270,8 +271,6 @@ class StockArm:
         self.ready: dict[tuple[str, str], float] = {}
 
     def body(self, job: BenchJob, group: Group) -> dict[str, Any]:
-        from tests.support.fake_kubelet import ANN_RUN_SECONDS
-
         pod_labels = {"app": job.name, **_template_labels(job, group)}
         return {
             "apiVersion": "batch/v1", "kind": "Job",
