@@ -6,9 +6,16 @@ Markdown, between the ``makespan-table`` markers of ``--doc`` (default ``docs/si
 stdout (``--doc -``). Runs whose JSON is already there are not repeated (``--rerun`` repeats them), so
 the tables can be rebuilt from kept reports, one workload at a time (``--only NAME``).
 
+``tetris`` and ``stowage`` estimate task durations as a cluster would; each cell also gets a run of
+the two with ``--oracle-durations`` (the true durations, an upper bound), kept in
+``<case>-<usage>-oracle/`` and shown beside the estimated rows (``--no-oracle`` skips it). A kept
+report counts only if its ``engine.oracle_durations`` says which it is: one made before the simulator
+recorded it (or the other kind) is run again.
+
     .venv/bin/python scripts/makespan_table.py --jobs 2            # every workload, 0.5/0.7/0.9
     .venv/bin/python scripts/makespan_table.py --only embedded --doc -
     .venv/bin/python scripts/makespan_table.py --rerun --policy tetris --policy stowage   # after a change to them
+    .venv/bin/python scripts/makespan_table.py --no-oracle --only synthetic      # estimated durations only
 
 ``--policy`` runs only the named presets (``stowage simulate`` adds its references) and replaces their
 entries in the kept ``report.json``; the other presets' numbers stay as kept, and the report's
@@ -51,21 +58,56 @@ CASES = (
 )
 
 
-def command(case: Case, usage: float, out: Path, jobs: int, policies: Sequence[str] = ()) -> list[str]:
+ORACLE_PRESETS = ("tetris", "stowage")  # the presets that read durations; the others ignore --oracle-durations
+
+
+def command(case: Case, usage: float, out: Path, jobs: int, policies: Sequence[str] = (),
+            oracle: bool = False) -> list[str]:
     """The ``stowage simulate`` command line of one table block (printed in the doc as run)."""
     return ["stowage", "simulate", *case.args, "--usage", f"mean_fraction={usage}", "--no-plots",
             "--jobs", str(jobs), "--progress-every", "0", "--force", "--report", str(out),
+            *(["--oracle-durations"] if oracle else []),
             *(arg for name in policies for arg in ("--policy", name))]
 
 
-def run(case: Case, usage: float, out: Path, jobs: int, rerun: bool, policies: Sequence[str] = ()) -> dict:
-    """The kept report of one cell; run first when missing or ``rerun`` (only ``policies``, merged, if given)."""
-    folder = out / f"{case.name}-{usage}"
+def folder_of(case: Case, usage: float, out: Path, oracle: bool) -> Path:
+    return out / (f"{case.name}-{usage}" + ("-oracle" if oracle else ""))
+
+
+def kept(case: Case, usage: float, out: Path, oracle: bool) -> dict | None:
+    """The kept report of one cell if it is there and of the kind asked (estimated or oracle durations)."""
+    report = folder_of(case, usage, out, oracle) / "report.json"
+    if not report.exists():
+        return None
+    doc = json.loads(report.read_text())
+    # Reports from before the estimates have no engine.oracle_durations: their tetris and stowage
+    # read true durations, so they are neither kind.
+    if (doc.get("engine") or {}).get("oracle_durations") is not oracle:
+        return None
+    return doc
+
+
+def run(case: Case, usage: float, out: Path, jobs: int, rerun: bool, policies: Sequence[str] = (),
+        oracle: bool = False) -> dict:
+    """The kept report of one cell; run first when missing, stale or ``rerun`` (only ``policies``, merged, if given).
+
+    ``oracle``: the cell's ``--oracle-durations`` run of ``tetris`` and ``stowage`` (plus the references
+    ``stowage simulate`` adds), in its own folder.
+    """
+    folder = folder_of(case, usage, out, oracle)
     report = folder / "report.json"
-    if rerun or not report.exists():
-        partial = bool(policies) and report.exists()
+    doc = kept(case, usage, out, oracle)
+    if report.exists() and doc is None:
+        print(f"{report}: not a report of {'oracle' if oracle else 'estimated'} durations "
+              "(engine.oracle_durations); running it again", file=sys.stderr, flush=True)
+    if oracle:
+        policies = [p for p in policies if p in ORACLE_PRESETS] if policies else list(ORACLE_PRESETS)
+        if not policies:
+            return doc if doc is not None else run(case, usage, out, jobs, False, (), oracle)
+    if rerun or doc is None:
+        partial = doc is not None and bool(policies) and set(policies) != set(doc["policies"])
         target = folder / "partial" if partial else folder
-        cmd = command(case, usage, target, jobs, policies if partial else ())
+        cmd = command(case, usage, target, jobs, policies if partial or oracle else (), oracle)
         started = time.monotonic()
         print(f"running: {' '.join(cmd)}", file=sys.stderr, flush=True)
         done = subprocess.run([str(ROOT / ".venv/bin/stowage"), *cmd[1:]], cwd=ROOT, check=False,
@@ -74,30 +116,46 @@ def run(case: Case, usage: float, out: Path, jobs: int, rerun: bool, policies: S
             raise SystemExit(f"{case.name} at usage {usage}: stowage simulate exited {done.returncode}")
         print(f"  {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         if partial:
-            doc, new = json.loads(report.read_text()), json.loads((target / "report.json").read_text())
+            assert doc is not None
+            new = json.loads((target / "report.json").read_text())
             for name in policies:
                 doc["policies"][name] = new["policies"][name]
             doc["engine"] = new.get("engine")
             doc.setdefault("provenance", []).append(f"{', '.join(policies)}: {' '.join(cmd)}")
             report.write_text(json.dumps(doc, indent=2))
-    return json.loads(report.read_text())
+        doc = kept(case, usage, out, oracle)
+        if doc is None:
+            raise SystemExit(f"{report}: engine.oracle_durations is not {oracle} after the run")
+    return doc
 
 
-def block(case: Case, reports: dict[float, dict], jobs: int) -> list[str]:
-    """One workload's table: a row per usage fraction and preset."""
-    lines = [f"#### {case.title}", "", "`" + " ".join(command(case, USAGES[0], Path("DIR"), jobs)).replace(
-        f"mean_fraction={USAGES[0]}", "mean_fraction=U") + "`", "",
-        "| usage | preset | makespan | ×kube | ÷LB | mean JCT | ×kube | wasted task-s | evictions + OOM | slowed |",
-        "|---|---|---|---|---|---|---|---|---|---|"]
+def runs_of(doc: dict) -> dict[str, dict]:
+    return {**doc["policies"], **doc.get("reference_runs", {})}
+
+
+def block(case: Case, reports: dict[float, dict], oracles: dict[float, dict | None], jobs: int) -> list[str]:
+    """One workload's table: a row per usage fraction and preset, tetris and stowage also with the oracle."""
+    def generic(line: list[str]) -> str:
+        return "`" + " ".join(line).replace(f"mean_fraction={USAGES[0]}", "mean_fraction=U") + "`"
+
+    oracle_line = generic(command(case, USAGES[0], Path("DIR"), jobs, ORACLE_PRESETS, True))
+    header = "| usage | preset | makespan | ×kube | ÷LB | mean JCT | ×kube | wasted task-s | evictions + OOM | slowed |"
+    lines = [f"#### {case.title}", "", generic(command(case, USAGES[0], Path("DIR"), jobs)) + "; the "
+             f"\"(oracle)\" rows: {oracle_line}", "", header, "|---|---|---|---|---|---|---|---|---|---|"]
     for usage, doc in reports.items():
-        runs = {**doc["policies"], **doc.get("reference_runs", {})}
+        runs = runs_of(doc)
+        oracle = runs_of(oracles[usage]) if oracles.get(usage) else {}
         kube = runs["kube-default"]
-        for name in PRESETS:
-            p = runs.get(name)
+        rows = [(name, runs.get(name), kube) for name in PRESETS]
+        for name in ORACLE_PRESETS:
+            # The oracle run's own kube-default (the same numbers: it reads no durations) is its reference.
+            at = next(i for i, (n, _, _) in enumerate(rows) if n == name) + 1
+            rows.insert(at, (f"{name} (oracle)", oracle.get(name), oracle.get("kube-default", kube)))
+        for name, p, ref in rows:
             if p is None:
                 continue
-            mk = p["makespan_s"] / kube["makespan_s"] if kube["makespan_s"] else float("nan")
-            jct = p["jct_mean_s"] / kube["jct_mean_s"] if kube["jct_mean_s"] else float("nan")
+            mk = p["makespan_s"] / ref["makespan_s"] if ref["makespan_s"] else float("nan")
+            jct = p["jct_mean_s"] / ref["jct_mean_s"] if ref["jct_mean_s"] else float("nan")
             bold = "**" if name == "stowage" else ""
             lines.append(
                 f"| {usage} | {bold}{name}{bold} | {format_duration(p['makespan_s'])} | {bold}{mk:.3f}{bold} | "
@@ -107,29 +165,51 @@ def block(case: Case, reports: dict[float, dict], jobs: int) -> list[str]:
     return [*lines, ""]
 
 
-def targets(reports: dict[str, dict[float, dict]]) -> list[str]:
-    """The issue's targets for ``stowage`` in every cell, measured."""
-    lines = ["| workload | usage | makespan ×kube ≤ 1.00 | mean JCT ×kube ≤ 0.50 | best possible mean JCT ×kube | "
-             "slowed < 5 % | waste < ubis |",
-             "|---|---|---|---|---|---|---|"]
+def mark(ok: bool) -> str:
+    return "✓" if ok else "✗"
+
+
+def kept_gain(estimated: float, oracle: float) -> str:
+    """How much of the oracle's gain over kube-default (1 − ratio) the estimated run keeps (over 100 %: more)."""
+    if 1 - oracle < 0.005:  # no gain to keep (or a loss): a share of it means nothing
+        return "—"
+    if estimated > 1:
+        return "none (a loss)"
+    return f"{100 * (1 - estimated) / (1 - oracle):.0f} %"
+
+
+def waste_ok(p: dict, ubis: dict) -> str:
+    """``p``'s wasted task-seconds below ``ubis``'s (or both none)."""
+    w, wu = p["wasted_work_s"], ubis["wasted_work_s"]
+    return mark(w < wu or w == wu == 0)
+
+
+def targets(reports: dict[str, dict[float, dict]], oracles: dict[str, dict[float, dict | None]]) -> list[str]:
+    """The issue's targets for ``stowage`` in every cell, measured, estimated durations beside the oracle's."""
+    lines = ["| workload | usage | makespan ×kube ≤ 1.00 | (oracle) | gain kept | mean JCT ×kube ≤ 0.50 | (oracle) | "
+             "gain kept | best possible mean JCT ×kube | slowed < 5 % | (oracle) | waste < ubis | (oracle) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, by_usage in reports.items():
         for usage, doc in by_usage.items():
-            runs = {**doc["policies"], **doc.get("reference_runs", {})}
+            runs = runs_of(doc)
             s, k, u = runs["stowage"], runs["kube-default"], runs["ubis"]
-            mk = s["makespan_s"] / k["makespan_s"]
-            jct = s["jct_mean_s"] / k["jct_mean_s"]
-            slowed = s["slowed_jobs_fraction"]
+            mk, jct = s["makespan_s"] / k["makespan_s"], s["jct_mean_s"] / k["jct_mean_s"]
             # The mean-JCT lower bound is the workload's (critical paths); reports older than it lack the key.
             bound = s.get("jct_mean_lower_bound_s")
             best = f"{bound / k['jct_mean_s']:.2f}" if bound is not None and k["jct_mean_s"] else "—"
 
-            def mark(ok: bool) -> str:
-                return "✓" if ok else "✗"
-
-            lines.append(
-                f"| {name} | {usage} | {mk:.3f} {mark(mk <= 1.0)} | {jct:.2f} {mark(jct <= 0.5)} | {best} | "
-                f"{100 * slowed:.1f} % {mark(slowed < 0.05)} | {s['wasted_work_s']:,.0f} vs {u['wasted_work_s']:,.0f} "
-                f"{mark(s['wasted_work_s'] < u['wasted_work_s'] or s['wasted_work_s'] == u['wasted_work_s'] == 0)} |")
+            cells = [f"{mk:.3f} {mark(mk <= 1.0)}", "—", "—", f"{jct:.2f} {mark(jct <= 0.5)}", "—", "—", best,
+                     f"{100 * s['slowed_jobs_fraction']:.1f} % {mark(s['slowed_jobs_fraction'] < 0.05)}", "—",
+                     f"{s['wasted_work_s']:,.0f} vs {u['wasted_work_s']:,.0f} {waste_ok(s, u)}", "—"]
+            if oracles[name].get(usage):
+                o_runs = runs_of(oracles[name][usage])
+                o, ok = o_runs["stowage"], o_runs["kube-default"]
+                omk, ojct = o["makespan_s"] / ok["makespan_s"], o["jct_mean_s"] / ok["jct_mean_s"]
+                cells[1], cells[2] = f"{omk:.3f} {mark(omk <= 1.0)}", kept_gain(mk, omk)
+                cells[4], cells[5] = f"{ojct:.2f} {mark(ojct <= 0.5)}", kept_gain(jct, ojct)
+                cells[8] = f"{100 * o['slowed_jobs_fraction']:.1f} % {mark(o['slowed_jobs_fraction'] < 0.05)}"
+                cells[10] = f"{o['wasted_work_s']:,.0f} {waste_ok(o, u)}"
+            lines.append(f"| {name} | {usage} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -142,17 +222,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rerun", action="store_true", help="run again even where a report.json is kept")
     ap.add_argument("--policy", action="append", choices=PRESETS, default=[],
                     help="with --rerun: run only these presets and replace them in the kept reports")
+    ap.add_argument("--no-oracle", action="store_true",
+                    help="do not run tetris and stowage with --oracle-durations (the tables show '—' where missing)")
     args = ap.parse_args(argv)
     chosen = [c for c in CASES if not args.only or c.name in args.only]
     for case in chosen:
         for usage in USAGES:
             run(case, usage, args.out, args.jobs, args.rerun, args.policy)
-    # The tables cover every workload whose reports are all kept, run now or before.
-    kept = [c for c in CASES if all((args.out / f"{c.name}-{u}" / "report.json").exists() for u in USAGES)]
-    reports = {c.name: {u: run(c, u, args.out, args.jobs, False) for u in USAGES} for c in kept}
-    lines = [START, "", *targets(reports)]
-    for case in kept:
-        lines += block(case, reports[case.name], args.jobs)
+            if not args.no_oracle:
+                run(case, usage, args.out, args.jobs, args.rerun, args.policy, oracle=True)
+    # The tables cover every workload whose estimated reports are all kept, run now or before; the
+    # oracle's columns are filled where its report is kept.
+    shown = [c for c in CASES if all(kept(c, u, args.out, False) for u in USAGES)]
+    reports = {c.name: {u: kept(c, u, args.out, False) for u in USAGES} for c in shown}
+    oracles = {c.name: {u: kept(c, u, args.out, True) for u in USAGES} for c in shown}
+    lines = [START, "", *targets(reports, oracles)]  # type: ignore[arg-type]
+    for case in shown:
+        lines += block(case, reports[case.name], oracles[case.name], args.jobs)  # type: ignore[arg-type]
     lines.append(END)
     text = "\n".join(lines)
     if args.doc == "-":
@@ -165,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         body = body.rstrip("\n") + "\n\n" + text + "\n"
     doc.write_text(body)
-    print(f"tables for {', '.join(c.name for c in kept)} written to {doc}", file=sys.stderr)
+    print(f"tables for {', '.join(c.name for c in shown)} written to {doc}", file=sys.stderr)
     return 0
 
 
