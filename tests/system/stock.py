@@ -232,6 +232,7 @@ class StowageArm:
     def __init__(self, stack: WholeStack, namespace: str) -> None:
         self.stack, self.namespace = stack, namespace
         self.ready: dict[tuple[str, str], float] = {}  # unused here: barriers are the operator's
+        self.first_estimate: dict[str, dict[str, Any]] = {}  # job → status.estimate.groups when first written
 
     def body(self, job: BenchJob) -> dict[str, Any]:
         groups = [{"name": g.name, "replicas": g.tasks, "cpu": g.cpu, "memory": g.memory, "run_s": g.run_s,
@@ -249,6 +250,9 @@ class StowageArm:
         """The jobs whose status says Succeeded (a Failed one stops the run)."""
         out = set()
         for name, j in self.stack.jobs(self.namespace).items():
+            groups = ((j.get("status") or {}).get("estimate") or {}).get("groups")
+            if groups and name not in self.first_estimate:
+                self.first_estimate[name] = dict(groups)
             phase = (j.get("status") or {}).get("phase")
             if phase == "Failed":
                 raise AssertionError(f"Stowage Job {name} failed: {(j.get('status') or {}).get('conditions')}")
@@ -329,6 +333,7 @@ class Run:
     pods: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     barrier_seen: dict[tuple[str, str], float] = field(default_factory=dict)
+    first_estimate: dict[str, dict[str, Any]] = field(default_factory=dict)  # Stowage: status.estimate.groups
 
 
 def drive(arm: StowageArm | StockArm, workload: Workload, timeout_s: float, poll_s: float = 0.25) -> Run:
@@ -351,6 +356,7 @@ def drive(arm: StowageArm | StockArm, workload: Workload, timeout_s: float, poll
             raise AssertionError(f"{arm.kind} arm of {workload.name}: not done after {timeout_s:.0f} s: {missing}")
         time.sleep(poll_s)
     run.barrier_seen = dict(arm.ready)
+    run.first_estimate = dict(getattr(arm, "first_estimate", {}))
     return run
 
 
@@ -426,6 +432,7 @@ class Measured:
     notes: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)  # the simulator's JSON numbers (sim arms only)
     room_waits: list[float] = field(default_factory=list)  # per regular pod: see room_waits()
+    first_estimate: dict[str, dict[str, Any]] = field(default_factory=dict)  # job → its status's first estimate
 
     @property
     def mean_jct(self) -> float:
@@ -530,7 +537,8 @@ def measure(run: Run, allocatable_cores: float = 7.5) -> Measured:
         arrival={n: t - first for n, t in run.submitted.items()}, makespan=makespan,
         status_jct={n: run.status_done[n] - run.submitted[n] for n in run.status_done}, phases=phases,
         busy_cores=busy / makespan if makespan > 0 else math.nan, pods=len(mine), failed_attempts=failed,
-        opportunistic=opportunistic, problems=problems, room_waits=room_waits(regular, allocatable_cores))
+        opportunistic=opportunistic, problems=problems, room_waits=room_waits(regular, allocatable_cores),
+        first_estimate=run.first_estimate)
 
 
 # --- the simulator --------------------------------------------------------------------------------------------
@@ -706,6 +714,13 @@ def workload_report(workload: Workload, pairs: Sequence[Pair], cores: float) -> 
                 f"{n} {_f(pair.cluster.jct.get(n, math.nan))} / {_f(pair.sim.jct.get(n, math.nan))}"
                 for n in recurring_jobs))
         lines.append("")
+        truth = {(j.name, g.name): g.run_s for j in workload.jobs for g in j.groups}
+        for pair in pairs:
+            seen = [f"{n}/{g} {e.get('taskSeconds')} s ({e.get('source')}; true {truth.get((n, g))} s)"
+                    for n in recurring_jobs for g, e in sorted(pair.cluster.first_estimate.get(n, {}).items())]
+            if seen:
+                lines.append(f"First estimate in the Job's status, {pair.label}: " + ", ".join(seen) + ".")
+                lines.append("")
     lines.append("Finish order (first to last):")
     lines.append("")
     for pair in pairs:
