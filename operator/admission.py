@@ -4,8 +4,10 @@
 ``validate_queue(spec)``                        every problem of a Queue spec (``InvalidInput`` each)
 ``validate_job(spec, queue_exists, old_spec)``  every problem of a Job spec: unknown queue, a cycle in
                                                 ``dependsOn``, bad quantities in a task's template, ...
-``mutate_pod(pod, queue_exists)``               the JSON patch (RFC 6902) that admits a Stowage pod;
-                                                raises ``InvalidInput`` to refuse it
+``admit_pod(pod, queue_exists, ...)``           the JSON patch (RFC 6902) and warnings that admit a pod
+                                                Stowage's by scheduler name or one label (pod or
+                                                namespace); raises ``InvalidInput`` to refuse it
+``stowage_pod_condition()``                     CEL: the pods that name Stowage (the webhook's scope)
 ``convert_opportunistic(pod)``                  the opportunistic conversion, on a copy (the operator
                                                 also calls it when it creates an opportunistic task)
 ``review_pod_update(old, new)``                 every Stowage-owned key a pod UPDATE changes (refused
@@ -27,7 +29,8 @@ import copy
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stowage.operator import crd
@@ -35,22 +38,35 @@ from stowage.operator import crd
 from stowage import labels
 from stowage.errors import IntentError, InvalidInput, QuantityError
 from stowage.kube.records import container_limits, tracked
-from stowage.resources import CPU, MEMORY, ResourceVector, parse_quantity, pod_demand
+from stowage.resources import CPU, MEMORY, ResourceVector, format_quantity, parse_quantity, pod_demand
 
 __all__ = [
+    "DEFAULT_SCHEDULER",
     "JSONPatch",
+    "NamespaceQueue",
+    "PodAdmission",
     "QueueExists",
+    "QueueNames",
+    "admit_pod",
     "convert_opportunistic",
     "json_patch",
     "mutate_pod",
     "pod_update_condition",
     "review_pod_update",
+    "stowage_pod_condition",
     "validate_job",
     "validate_queue",
 ]
 
 QueueExists = Callable[[str], bool]
+#: The namespace's ``stowage.io/queue`` label (the default queue of its pods), or None.
+NamespaceQueue = Callable[[str], str | None]
+#: The names of the Queues that exist (for a refusal's message).
+QueueNames = Callable[[], Collection[str]]
 JSONPatch = list[dict[str, Any]]
+#: kube-scheduler's name, which the API server writes into a pod that names no scheduler before any webhook
+#: runs: at admission, naming it and naming none are the same.
+DEFAULT_SCHEDULER = "default-scheduler"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # A resource name as the API accepts it in requests/limits: "cpu", "nvidia.com/gpu", "hugepages-2Mi".
@@ -286,18 +302,55 @@ def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for kind in ("initContainers", "containers") for c in spec.get(kind) or [] if isinstance(c, dict)]
 
 
-def _demand(pod: Mapping[str, Any]) -> ResourceVector:
-    """What an opportunistic pod will use: its requests (limits where no request), else its limits.
+def _limit_bounds(pod: Mapping[str, Any]) -> dict[str, float]:
+    """The most the pod can ever use of each resource its limits bound, by resource.
 
-    The second step covers a pod converted by hand (explicit zero requests): its limits are then the
-    only statement of its use, the rule the extender applies to a pod without the annotation.
+    At any moment it runs its containers and sidecars (restartable init containers) together, or one
+    other init container: the bound is the larger of their limits' sum and that init container's limit.
+    A resource that one running container leaves unlimited has no bound, and is not in the result.
     """
-    positive = {k: v for k, v in tracked(pod_demand(pod)).items() if v > 0}
-    if not positive:
-        positive = {k: v for k, v in tracked(container_limits(pod)).items() if v > 0}
-    if not positive:
+    spec = pod.get("spec") or {}
+    inits = [c for c in spec.get("initContainers") or [] if isinstance(c, Mapping)]
+    running = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    running += [c for c in inits if c.get("restartPolicy") == "Always"]
+
+    def limits(container: Mapping[str, Any]) -> ResourceVector:
+        return ResourceVector.parse(((container.get("resources") or {}).get("limits")), "resources.limits")
+
+    per = [limits(c) for c in running]
+    one_at_a_time = [limits(c) for c in inits if c.get("restartPolicy") != "Always"]
+    names = set().union(*per) if per else set()
+    return {r: max([sum(lim[r] for lim in per), *(lim[r] for lim in one_at_a_time)])
+            for r in names if all(r in lim for lim in per)}
+
+
+def _demand(pod: Mapping[str, Any]) -> ResourceVector:
+    """What an opportunistic pod will use: the demand it states, the rest from its requests or limits.
+
+    The annotation ``stowage.io/demand`` the user wrote is kept as stated; each resource it leaves out
+    (or states as 0) comes from the pod's requests (limits where no request), or, when it requests
+    nothing, from its limits. That last step covers a pod converted by hand (explicit zero requests): its
+    limits are then the only statement of its use, the rule the extender applies to a pod without the
+    annotation. A stated amount above what the pod's limits let it use is a contradiction and refused.
+    """
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    where = f"metadata.annotations[{labels.ANN_DEMAND!r}]"
+    stated = (tracked(labels.parse_demand(annotations[labels.ANN_DEMAND], where))
+              if labels.ANN_DEMAND in annotations else ResourceVector())
+    derived = {k: v for k, v in tracked(pod_demand(pod)).items() if v > 0}
+    if not derived:
+        derived = {k: v for k, v in tracked(container_limits(pod)).items() if v > 0}
+    demand = ResourceVector({**derived, **stated.as_dict()})
+    if not demand:
         raise IntentError("spec.containers[*].resources", "no requests and no limits", _NO_DEMAND)
-    return ResourceVector(positive)
+    bounds = _limit_bounds(pod)
+    over = [f"{r}: demand {format_quantity(v, r)}, limit {format_quantity(bounds[r], r)}"
+            for r, v in sorted(stated.items()) if r in bounds and v > bounds[r]]
+    if over:
+        raise IntentError(where, annotations[labels.ANN_DEMAND],
+                          f"no resource above what the pod's limits let it use ({'; '.join(over)}): a demand "
+                          "it can never reach misplaces it; lower the demand or raise the containers' limits")
+    return demand
 
 
 def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -306,13 +359,15 @@ def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
     Exactly as docs/operator.md says: every container's (and init container's) cpu and memory
     requests become an explicit ``"0"`` (an absent key would be defaulted to the limit), limits stay;
     the first container requests and is limited to ``stowage.io/harvested: "1"`` (routes the pod
-    through the extender's harvest check); annotation ``stowage.io/demand`` holds the original
-    requests (limits where no request) as JSON quantities; ``priorityClassName:
+    through the extender's harvest check); annotation ``stowage.io/demand`` holds the demand the pod
+    states, completed from its original requests (limits where no request), as JSON quantities
+    (:func:`_demand`); ``priorityClassName:
     stowage-opportunistic`` with ``priority`` and ``preemptionPolicy`` removed (the Priority
     admission plugin fills them in again from the class, and refuses values that disagree with it);
     label ``stowage.io/class: opportunistic``.
 
-    Raises :class:`IntentError` when the pod has no requests and no limits (it would fit anywhere).
+    Raises :class:`IntentError` when the pod states no demand and has no requests and no limits (it
+    would fit anywhere), or states a demand above its limits.
     """
     out = copy.deepcopy(dict(pod))
     demand = _demand(out)
@@ -346,47 +401,37 @@ def _strip_harvest_resource(spec: dict[str, Any]) -> None:
                 resources[part].pop(labels.HARVEST_RESOURCE, None)
 
 
-def _admitted(pod: Mapping[str, Any], queue_exists: QueueExists) -> dict[str, Any]:
+def _admitted(pod: Mapping[str, Any], queue: str, intent: labels.Opportunistic, warnings: list[str]) -> dict[str, Any]:
+    """The pod as Stowage admits it into ``queue``: scheduler name, system labels, class, gate."""
     out = copy.deepcopy(dict(pod))
     meta = out.setdefault("metadata", {})
-    pod_labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    where = "metadata.labels"
-    raw_intent = pod_labels.get(labels.LABEL_OPPORTUNISTIC)
-    # A plain pod without the label opts out (DESIGN.md); "auto" is decided at admission too: its
-    # requests are immutable once created, so it stays regular.
-    intent = (labels.Opportunistic.parse(raw_intent, f"{where}[{labels.LABEL_OPPORTUNISTIC!r}]")
-              if raw_intent is not None else labels.Opportunistic.FALSE)
-    # The queue label is a system label on Job pods but the user's choice on a plain pod: kept when
-    # it names a Queue, refused when it names none (a typo must not land the pod in another queue).
-    queue = pod_labels.get(labels.LABEL_QUEUE)
-    if queue is None:
-        if not queue_exists(labels.DEFAULT_QUEUE):
-            raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", "(absent)",
-                              f"{_QUEUE_ALLOWED}; without the label the pod goes to queue "
-                              f"{labels.DEFAULT_QUEUE!r}, which does not exist")
-        queue = labels.DEFAULT_QUEUE
-    elif not queue_exists(queue):
-        raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", queue, _QUEUE_ALLOWED)
-
-    # System labels and annotations are the webhook's to set: whatever the user wrote goes.
-    pod_labels = {k: v for k, v in pod_labels.items() if k not in labels.SYSTEM_LABELS}
+    # System labels are the webhook's to set: whatever the user wrote goes.
+    pod_labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in labels.SYSTEM_LABELS}
     pod_labels[labels.LABEL_QUEUE] = queue
-    annotations = {k: v for k, v in annotations.items() if k != labels.ANN_DEMAND}
     meta["labels"] = pod_labels
-    if annotations or "annotations" in meta:
-        meta["annotations"] = annotations
+    annotations = dict(meta.get("annotations") or {})
     spec = out.setdefault("spec", {})
+    spec["schedulerName"] = labels.SCHEDULER_NAME
     _strip_harvest_resource(spec)
     if intent is labels.Opportunistic.TRUE:
-        out = convert_opportunistic(out)
-        spec = out["spec"]
-    else:
-        pod_labels[labels.LABEL_CLASS] = labels.PodClass.REGULAR.value
+        return _gate(convert_opportunistic(out))
+    if labels.ANN_DEMAND in annotations:
+        # Only an opportunistic pod's demand differs from its requests; a regular pod's is its requests.
+        warnings.append(f"annotation {labels.ANN_DEMAND} removed: this pod runs regular (without "
+                        f"{labels.LABEL_OPPORTUNISTIC}: \"true\"), so its requests are its demand")
+        del annotations[labels.ANN_DEMAND]
+        meta["annotations"] = annotations
+    pod_labels[labels.LABEL_CLASS] = labels.PodClass.REGULAR.value
+    return _gate(out)
+
+
+def _gate(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` with the admission gate appended (once, after the user's own gates)."""
+    spec = pod.setdefault("spec", {})
     gates = spec.get("schedulingGates") or []
     if not any(isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION for g in gates):
         spec["schedulingGates"] = [*gates, {"name": labels.GATE_ADMISSION}]
-    return out
+    return pod
 
 
 #: What admission decided on a pod, kept for its life: the system labels, the intent (``class: opportunistic``
@@ -445,21 +490,123 @@ def pod_update_condition() -> str:
     return " || ".join(changes)
 
 
-def mutate_pod(pod: Mapping[str, Any], queue_exists: QueueExists) -> JSONPatch:
-    """The JSON patch that admits a pod created by a user; ``[]`` for pods of other schedulers.
+@dataclass(frozen=True, slots=True)
+class PodAdmission:
+    """What admission decided on a pod CREATE: the JSON patch (``[]``: the pod stays as written) and warnings."""
 
-    For ``schedulerName: stowage-scheduler`` pods: the system labels (``stowage.io/class``,
-    ``stowage.io/job``, ``stowage.io/task-group``) and the ``stowage.io/demand`` annotation a user set
-    are removed or overwritten; ``stowage.io/queue`` is the pod's own label when it names an existing
-    Queue, ``default`` when absent; ``stowage.io/opportunistic: "true"`` gets the opportunistic
-    conversion (:func:`convert_opportunistic`), anything else (``auto``, ``false``, absent) stays regular
-    with ``stowage.io/class: regular``; the scheduling gate ``stowage.io/admission`` is added, and the
-    dispatcher releases the pod in fair order.
+    patch: JSONPatch
+    warnings: tuple[str, ...] = ()
 
-    Raises :class:`InvalidInput` naming the field to refuse the pod: a malformed
-    ``stowage.io/opportunistic``, a queue label naming no Queue (or no ``default`` Queue), an
-    opportunistic pod with no requests and no limits.
+
+def _no_namespace_queue(namespace: str) -> str | None:
+    return None
+
+
+def stowage_pod_condition() -> str:
+    """CEL for the pod webhook's ``matchConditions``: true iff the pod names Stowage itself.
+
+    By its scheduler name, a queue label, or an opportunistic label other than the opt-out ``"false"``
+    (a malformed value too: it must be refused, not ignored). Pods of a namespace labelled
+    ``stowage.io/queue`` reach the webhook through a second entry (a ``namespaceSelector``).
     """
-    if (pod.get("spec") or {}).get("schedulerName") != labels.SCHEDULER_NAME:
-        return []
-    return json_patch(pod, _admitted(pod, queue_exists))
+    opp = labels.LABEL_OPPORTUNISTIC
+    return (f"(has(object.spec.schedulerName) && object.spec.schedulerName == '{labels.SCHEDULER_NAME}') || "
+            f"(has(object.metadata.labels) && ('{labels.LABEL_QUEUE}' in object.metadata.labels || "
+            f"('{opp}' in object.metadata.labels && object.metadata.labels['{opp}'] != "
+            f"'{labels.Opportunistic.FALSE.value}')))")
+
+
+def _queue_allowed(queue: str, queue_names: QueueNames | None) -> str:
+    known = "" if queue_names is None else (", ".join(sorted(queue_names())) or "none yet") + "; "
+    return (f"the name of an existing Queue ({known}kubectl get sq), or create Queue {queue!r} first "
+            "(cluster-scoped, kind Queue, apiVersion stowage.io/v1alpha1: docs/operator.md)")
+
+
+def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
+              namespace_queue: NamespaceQueue = _no_namespace_queue,
+              queue_names: QueueNames | None = None) -> PodAdmission:
+    """Admit a pod created by a user: make it Stowage's if it asks to be, refuse what cannot be honoured.
+
+    A pod is Stowage's when it names the scheduler ``stowage-scheduler``, carries ``stowage.io/queue``
+    or ``stowage.io/opportunistic: "true"|"auto"`` (on the pod or its controller's template), or lives in
+    a namespace labelled ``stowage.io/queue`` (``namespace_queue(name)`` reads that label; a pod labelled
+    ``stowage.io/webhook: ignore`` opts out of it). Such a pod gets ``schedulerName: stowage-scheduler``;
+    the system labels (``stowage.io/class``, ``stowage.io/job``, ``stowage.io/task-group``) a user set go;
+    ``stowage.io/queue`` is its own label, else its namespace's, else ``default``; ``stowage.io/opportunistic:
+    "true"`` gets the opportunistic conversion (:func:`convert_opportunistic`, which keeps a stated
+    ``stowage.io/demand``), anything else stays regular with ``stowage.io/class: regular`` (a stated demand
+    is removed, with a warning); the scheduling gate ``stowage.io/admission`` is added, and the dispatcher
+    releases the pod in fair order. Any other pod is left as it is (``patch == []``).
+
+    A pod whose ``spec.schedulerName`` names another scheduler keeps it: with a Stowage label it is
+    refused (the two contradict each other), in a queue-labelled namespace it gets a warning. The API
+    server writes ``default-scheduler`` into a pod that names none before any webhook runs, so that name
+    counts as none.
+
+    Raises :class:`InvalidInput` naming the field to refuse the pod: a malformed ``stowage.io/opportunistic``,
+    a queue (the pod's, its namespace's, or ``default``) that does not exist (``queue_names()`` lists the
+    ones that do), a Stowage label on a pod of another scheduler, an opportunistic pod with no demand, a
+    stated demand above the pod's limits.
+    """
+    meta = pod.get("metadata") or {}
+    pod_labels = meta.get("labels") or {}
+    where = "metadata.labels"
+    raw_intent = pod_labels.get(labels.LABEL_OPPORTUNISTIC)
+    # Without the label a plain pod opts out of harvesting (DESIGN.md).
+    intent = (labels.Opportunistic.parse(raw_intent, f"{where}[{labels.LABEL_OPPORTUNISTIC!r}]")
+              if raw_intent is not None else labels.Opportunistic.FALSE)
+    own_queue = pod_labels.get(labels.LABEL_QUEUE)
+    asks = [f"{k}={pod_labels[k]}" for k in (labels.LABEL_QUEUE, labels.LABEL_OPPORTUNISTIC)
+            if k in pod_labels and (k == labels.LABEL_QUEUE or intent is not labels.Opportunistic.FALSE)]
+    opted_out = pod_labels.get(labels.LABEL_WEBHOOK) == labels.WEBHOOK_IGNORE
+    namespace = str(meta.get("namespace") or "")
+    ns_queue = namespace_queue(namespace) if own_queue is None and namespace and not opted_out else None
+    scheduler = (pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER
+
+    if scheduler not in (DEFAULT_SCHEDULER, labels.SCHEDULER_NAME):
+        if asks:
+            key = labels.LABEL_QUEUE if own_queue is not None else labels.LABEL_OPPORTUNISTIC
+            raise IntentError(f"{where}[{key!r}]", pod_labels[key],
+                              f"no Stowage label on a pod of another scheduler (spec.schedulerName {scheduler!r}): "
+                              f"remove spec.schedulerName (or set it to {labels.SCHEDULER_NAME!r}) to run the pod "
+                              "through Stowage, or remove the label to leave it to that scheduler")
+        if ns_queue is None:
+            return PodAdmission([])
+        return PodAdmission([], (f"namespace {namespace!r} is labelled {labels.LABEL_QUEUE}={ns_queue}, so its "
+                                 "pods run through Stowage; this pod names spec.schedulerName "
+                                 f"{scheduler!r} and stays with that scheduler, outside every Stowage queue",))
+    if scheduler != labels.SCHEDULER_NAME and not asks and ns_queue is None:
+        return PodAdmission([])  # kube-scheduler's pod: nothing asks for Stowage
+
+    # A typo in a queue name must not land the pod in another queue: refused, naming where it came from.
+    if own_queue is not None:
+        if not queue_exists(own_queue):
+            raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", own_queue, _queue_allowed(own_queue, queue_names))
+        queue = own_queue
+    elif ns_queue is not None:
+        if not queue_exists(ns_queue):
+            raise IntentError(f"namespace {namespace!r}: {where}[{labels.LABEL_QUEUE!r}]", ns_queue,
+                              f"{_queue_allowed(ns_queue, queue_names)}; it is the default queue of the "
+                              "namespace's pods")
+        queue = ns_queue
+    else:
+        if not queue_exists(labels.DEFAULT_QUEUE):
+            raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", "(absent)",
+                              f"{_QUEUE_ALLOWED}; without the label the pod goes to queue "
+                              f"{labels.DEFAULT_QUEUE!r}, which does not exist")
+        queue = labels.DEFAULT_QUEUE
+
+    warnings: list[str] = []
+    if opted_out and (asks or scheduler == labels.SCHEDULER_NAME):
+        warnings.append(f"{labels.LABEL_WEBHOOK}={labels.WEBHOOK_IGNORE} on a pod only keeps it out of its "
+                        "namespace's default queue; this pod names Stowage itself and runs through it")
+    if intent is labels.Opportunistic.AUTO:
+        warnings.append(f"{labels.LABEL_OPPORTUNISTIC}=auto on a plain pod runs it regular (its requests "
+                        "cannot change after creation); use \"true\" to run it on harvested capacity")
+    admitted = _admitted(pod, queue, intent, warnings)
+    return PodAdmission(json_patch(pod, admitted), tuple(warnings))
+
+
+def mutate_pod(pod: Mapping[str, Any], queue_exists: QueueExists) -> JSONPatch:
+    """The JSON patch of :func:`admit_pod` for a pod outside any queue-labelled namespace."""
+    return admit_pod(pod, queue_exists).patch

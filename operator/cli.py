@@ -348,7 +348,9 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
                 "SelfSubjectReview failed (see the warning above): allow 'create selfsubjectreviews' "
                 "(authentication.k8s.io; the default system:basic-user role does) and check the API server is up")
         trusted = (username,)
-        webhooks.register(registry, webhooks.kubernetes_queue_lookup(official), trusted_users=trusted)
+        webhooks.register(registry, webhooks.kubernetes_queue_lookup(official), trusted_users=trusted,
+                          namespace_queue=webhooks.kubernetes_namespace_queue(official),
+                          queue_names=webhooks.kubernetes_queue_names(official))
         port = options.webhook_port or None
         host = None if options.webhook_host in ("0.0.0.0", "::") else options.webhook_host
         server = webhooks.webhook_server(certfile=options.webhook_cert, pkeyfile=options.webhook_key,

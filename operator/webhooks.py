@@ -36,6 +36,7 @@ __all__ = [
     "FIELD_MANAGER",
     "HANDLER_IDS",
     "MUTATE_POD",
+    "MUTATE_POD_IN_QUEUE_NAMESPACE",
     "TIMEOUT_S",
     "VALIDATE_JOB",
     "VALIDATE_POD_UPDATE",
@@ -43,7 +44,9 @@ __all__ = [
     "ConfiguringServer",
     "configure",
     "kubernetes_applier",
+    "kubernetes_namespace_queue",
     "kubernetes_queue_lookup",
+    "kubernetes_queue_names",
     "register",
     "service_client_config",
     "webhook_configurations",
@@ -53,6 +56,9 @@ __all__ = [
 VALIDATE_QUEUE = "validate-queue.stowage.io"
 VALIDATE_JOB = "validate-job.stowage.io"
 MUTATE_POD = "mutate-pod.stowage.io"
+#: The second entry of the pod webhook (same handler, path ``/mutate-pod.stowage.io``): pods of queue-labelled
+#: namespaces that do not name Stowage themselves.
+MUTATE_POD_IN_QUEUE_NAMESPACE = "mutate-pod-in-queue-namespace.stowage.io"
 VALIDATE_POD_UPDATE = "validate-pod-update.stowage.io"
 HANDLER_IDS: tuple[str, ...] = (VALIDATE_QUEUE, VALIDATE_JOB, MUTATE_POD, VALIDATE_POD_UPDATE)
 #: Name of both the ValidatingWebhookConfiguration and the MutatingWebhookConfiguration.
@@ -82,16 +88,21 @@ def _apply_patch(ops: admission.JSONPatch, body: dict[str, Any]) -> None:
 
 
 def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
-             trusted_users: Collection[str] = ()) -> None:
+             trusted_users: Collection[str] = (), namespace_queue: admission.NamespaceQueue | None = None,
+             queue_names: admission.QueueNames | None = None) -> None:
     """Register the four admission handlers into ``registry``.
 
-    ``queue_lookup(name)`` says whether a Queue exists (e.g. :func:`kubernetes_queue_lookup`).
-    ``trusted_users`` are API usernames whose pods pass the pod webhooks unchanged: the operator's
-    own service account (``system:serviceaccount:<namespace>:<name>``), which creates a Job's pods
-    already labelled and, when opportunistic, converted, and removes their admission gates.
+    ``queue_lookup(name)`` says whether a Queue exists (e.g. :func:`kubernetes_queue_lookup`);
+    ``namespace_queue(namespace)`` gives a namespace's default queue (:func:`kubernetes_namespace_queue`;
+    None: no namespace defaults); ``queue_names()`` the existing Queues for a refusal's message
+    (:func:`kubernetes_queue_names`). ``trusted_users`` are API usernames whose pods pass the pod webhooks
+    unchanged: the operator's own service account (``system:serviceaccount:<namespace>:<name>``), which
+    creates a Job's pods already labelled and, when opportunistic, converted, and removes their admission gates.
     """
     trusted = frozenset(trusted_users)
     common: dict[str, Any] = {"registry": registry, "persistent": True}
+    lookups: dict[str, Any] = {k: v for k, v in (("namespace_queue", namespace_queue), ("queue_names", queue_names))
+                               if v is not None}
 
     @kopf.on.validate(crd.GROUP, crd.VERSION, crd.QUEUE.plural, id=VALIDATE_QUEUE,
                       operations=["CREATE", "UPDATE"], **common)
@@ -110,15 +121,12 @@ def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
         if userinfo.get("username") in trusted:
             return
         try:
-            ops = admission.mutate_pod(body, queue_lookup)
+            decided = admission.admit_pod(body, queue_lookup, **lookups)
         except InvalidInput as exc:
             raise kopf.AdmissionError(str(exc), code=422) from None
-        if ops:
-            patch.fns.append(functools.partial(_apply_patch, ops))
-        intent = ((body.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_OPPORTUNISTIC)
-        if ops and str(intent).strip().lower() == labels.Opportunistic.AUTO:
-            warnings.append(f"{labels.LABEL_OPPORTUNISTIC}=auto on a plain pod runs it regular (its requests "
-                            "cannot change after creation); use \"true\" to run it on harvested capacity")
+        if decided.patch:
+            patch.fns.append(functools.partial(_apply_patch, decided.patch))
+        warnings.extend(decided.warnings)
 
     @kopf.on.validate("v1", "pods", id=VALIDATE_POD_UPDATE, operations=["UPDATE"], **common)
     def validate_pod_update(body: Mapping[str, Any], old: Mapping[str, Any] | None, userinfo: Mapping[str, Any],
@@ -176,11 +184,14 @@ def webhook_configurations(client_config: Mapping[str, Any], *, name: str = CONF
 
     Every webhook fails closed (``failurePolicy: Fail``): a Stowage pod the webhook did not see must
     not run unconverted, and a Job or Queue must not skip validation. The pod webhook's scope keeps
-    everything else independent of it: only pods with ``schedulerName: stowage-scheduler``
-    (``matchConditions``), not in ``exempt_namespaces`` nor in a namespace labelled
-    ``stowage.io/webhook: ignore`` (``namespaceSelector``), not created by ``trusted_users``.
+    everything else independent of it: only pods that name Stowage (``admission.stowage_pod_condition``:
+    scheduler name, queue label, opportunistic label) and, in a second entry, the other pods of namespaces
+    labelled ``stowage.io/queue`` not labelled ``stowage.io/webhook: ignore`` themselves; never pods in
+    ``exempt_namespaces`` or in a namespace labelled ``stowage.io/webhook: ignore`` (``namespaceSelector``),
+    nor pods created by ``trusted_users``.
 
-    The pod UPDATE review (``validate-pod-update.stowage.io``) has the same scope and is called only when
+    The pod UPDATE review (``validate-pod-update.stowage.io``) sees pods that name the Stowage scheduler
+    (every pod the webhook admitted) and is called only when
     the update touches a key Stowage owns (``admission.pod_update_condition``, evaluated by the API server):
     the kubelet's status writes (a subresource), the scheduler's binding and every other update never
     wait on it, and a spoof is refused even while the operator is down.
@@ -208,34 +219,44 @@ def webhook_configurations(client_config: Mapping[str, Any], *, name: str = CONF
             **common,
         },
     ]
-    conditions = [{
-        "name": "stowage-scheduler-pods",
-        "expression": f"has(object.spec.schedulerName) && object.spec.schedulerName == '{labels.SCHEDULER_NAME}'",
-    }]
+    not_operator: list[dict[str, str]] = []
     if trusted_users:
         users = ", ".join(f"'{u}'" for u in sorted(trusted_users))
-        conditions.append({"name": "not-from-the-operator", "expression": f"!(request.userInfo.username in [{users}])"})
+        not_operator.append({"name": "not-from-the-operator",
+                             "expression": f"!(request.userInfo.username in [{users}])"})
+    # After admission every Stowage pod names the Stowage scheduler: that alone scopes the UPDATE review.
+    named = {"name": "stowage-scheduler-pods",
+             "expression": f"has(object.spec.schedulerName) && object.spec.schedulerName == '{labels.SCHEDULER_NAME}'"}
     validating.append({
         "name": VALIDATE_POD_UPDATE,
         "clientConfig": _with_path(client_config, VALIDATE_POD_UPDATE),
         "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["UPDATE"],
                    "scope": "Namespaced"}],
         "namespaceSelector": _pod_namespaces(exempt_namespaces),
-        "matchConditions": [*conditions, {"name": "changes-what-stowage-owns",
-                                          "expression": admission.pod_update_condition()}],
+        "matchConditions": [named, *not_operator, {"name": "changes-what-stowage-owns",
+                                                   "expression": admission.pod_update_condition()}],
         **common,
     })
-    mutating = [{
-        "name": MUTATE_POD,
+    pod_create: dict[str, Any] = {
         "clientConfig": _with_path(client_config, MUTATE_POD),
         "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"],
                    "scope": "Namespaced"}],
-        "namespaceSelector": _pod_namespaces(exempt_namespaces),
-        "matchConditions": conditions,
         # Our patch zeroes requests and records demand once; a second pass would record the zeros.
         "reinvocationPolicy": "Never",
         **common,
-    }]
+    }
+    stowage_pods = admission.stowage_pod_condition()
+    # Two entries, called in this order: the pods that name Stowage, then the other pods of namespaces labelled
+    # stowage.io/queue (not the ones the first entry admitted: by then they name the Stowage scheduler), unless
+    # the pod opts out with stowage.io/webhook: ignore.
+    mutating = [
+        {"name": MUTATE_POD, **pod_create, "namespaceSelector": _pod_namespaces(exempt_namespaces),
+         "matchConditions": [{"name": "stowage-pods", "expression": stowage_pods}, *not_operator]},
+        {"name": MUTATE_POD_IN_QUEUE_NAMESPACE, **pod_create,
+         "namespaceSelector": _pod_namespaces(exempt_namespaces, queue_labelled=True),
+         "objectSelector": _not_ignored(),
+         "matchConditions": [{"name": "not-a-stowage-pod", "expression": f"!({stowage_pods})"}, *not_operator]},
+    ]
     meta = {"name": name, "labels": {"app.kubernetes.io/name": "stowage", "app.kubernetes.io/component": "webhook"}}
     api_version = "admissionregistration.k8s.io/v1"
     return [
@@ -245,12 +266,18 @@ def webhook_configurations(client_config: Mapping[str, Any], *, name: str = CONF
     ]
 
 
-def _pod_namespaces(exempt_namespaces: Collection[str]) -> dict[str, Any]:
-    """The pod webhooks' ``namespaceSelector``: not exempt, not labelled ``stowage.io/webhook: ignore``."""
-    return {"matchExpressions": [
-        {"key": labels.LABEL_WEBHOOK, "operator": "NotIn", "values": [labels.WEBHOOK_IGNORE]},
-        {"key": _NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(exempt_namespaces)},
-    ]}
+def _not_ignored() -> dict[str, Any]:
+    """A selector of objects (or namespaces) not labelled ``stowage.io/webhook: ignore``."""
+    return {"matchExpressions": [{"key": labels.LABEL_WEBHOOK, "operator": "NotIn", "values": [labels.WEBHOOK_IGNORE]}]}
+
+
+def _pod_namespaces(exempt_namespaces: Collection[str], queue_labelled: bool = False) -> dict[str, Any]:
+    """The pod webhooks' ``namespaceSelector``: not exempt, not ignored; ``queue_labelled``: with a default queue."""
+    expressions = [*_not_ignored()["matchExpressions"],
+                   {"key": _NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(exempt_namespaces)}]
+    if queue_labelled:
+        expressions.append({"key": labels.LABEL_QUEUE, "operator": "Exists"})
+    return {"matchExpressions": expressions}
 
 
 class ConfiguringServer:
@@ -333,3 +360,32 @@ def kubernetes_queue_lookup(api_client: Any) -> QueueExists:
         return True
 
     return exists
+
+
+def kubernetes_queue_names(api_client: Any) -> admission.QueueNames:
+    """``queue_names`` for :func:`register`: the Queues that exist, listed when a refusal names them."""
+    from kubernetes import client
+
+    objects = client.CustomObjectsApi(api_client)
+
+    def names() -> list[str]:
+        listed = objects.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural)
+        return [q["metadata"]["name"] for q in listed.get("items") or []]
+
+    return names
+
+
+def kubernetes_namespace_queue(api_client: Any) -> admission.NamespaceQueue:
+    """``namespace_queue`` for :func:`register`: the namespace's ``stowage.io/queue`` label, read from the API.
+
+    A read, like the queue lookup: a namespace labelled a moment ago defaults its next pod. Any API error
+    propagates, and the webhook refuses (fails closed).
+    """
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+
+    def queue(namespace: str) -> str | None:
+        return (core.read_namespace(namespace).metadata.labels or {}).get(labels.LABEL_QUEUE)
+
+    return queue

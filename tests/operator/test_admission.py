@@ -231,8 +231,9 @@ def _admit(pod: dict[str, Any], queue_exists: Any = exists) -> dict[str, Any]:
 OPP = {labels.LABEL_OPPORTUNISTIC: "true"}
 
 
-def test_pods_of_other_schedulers_are_left_alone() -> None:
-    pod = _pod({labels.LABEL_CLASS: "opportunistic", labels.LABEL_OPPORTUNISTIC: "true"}, scheduler="default-scheduler")
+@pytest.mark.parametrize("scheduler", ["default-scheduler", "volcano"])
+def test_pods_that_name_no_stowage_label_nor_scheduler_are_left_alone(scheduler: str) -> None:
+    pod = _pod({labels.LABEL_CLASS: "opportunistic", labels.LABEL_OPPORTUNISTIC: "false"}, scheduler=scheduler)
     assert admission.mutate_pod(pod, no_queue) == []
 
 
@@ -298,7 +299,7 @@ def test_spoofed_system_labels_and_annotations_go() -> None:
 
 
 def test_the_opportunistic_conversion_exactly_as_documented() -> None:
-    pod = _pod({**OPP, labels.LABEL_CLASS: "regular"}, {labels.ANN_DEMAND: '{"cpu": "1m"}'},
+    pod = _pod({**OPP, labels.LABEL_CLASS: "regular"},
                containers=[_container("main", requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "3Gi"}),
                            _container("sidecar", limits={"cpu": "500m", "memory": "256Mi"})],
                initContainers=[_container("init", requests={"cpu": "4"})],

@@ -58,7 +58,9 @@ class AdmissionOperator:
 
     def _registry(self) -> kopf.OperatorRegistry:
         registry = kopf.OperatorRegistry()
-        webhooks.register(registry, webhooks.kubernetes_queue_lookup(self.kube.api), trusted_users=[OPERATOR_USER])
+        webhooks.register(registry, webhooks.kubernetes_queue_lookup(self.kube.api), trusted_users=[OPERATOR_USER],
+                          namespace_queue=webhooks.kubernetes_namespace_queue(self.kube.api),
+                          queue_names=webhooks.kubernetes_queue_names(self.kube.api))
 
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
@@ -260,7 +262,7 @@ def test_an_auto_pod_stays_regular_with_a_warning(kube: RawApi, ns: str) -> None
                  "an opportunistic pod must state what it will use: set resources.requests or resources.limits",
                  id="opportunistic-without-demand"),
     pytest.param(_pod("lost", pod_labels={labels.LABEL_QUEUE: "nightly"}), "metadata.labels['stowage.io/queue']",
-                 "the name of an existing Queue (kubectl get sq), got 'nightly'", id="unknown-queue-label"),
+                 "kubectl get sq), or create Queue 'nightly' first", id="unknown-queue-label"),
     pytest.param(_pod("typo", pod_labels={labels.LABEL_OPPORTUNISTIC: "yes"}),
                  "metadata.labels['stowage.io/opportunistic']", "one of 'true', 'auto', 'false', got 'yes'",
                  id="malformed-intent"),
@@ -324,11 +326,13 @@ def test_the_operators_own_pods_pass_unchanged(kube: RawApi, ns: str) -> None:
 
 def test_the_configurations_fail_closed_and_exempt_system_namespaces(kube: RawApi, operator: AdmissionOperator) -> None:
     mutating = kube.ok("GET", f"{ADMISSION}/mutatingwebhookconfigurations/{webhooks.CONFIGURATION_NAME}")
-    (hook,) = mutating["webhooks"]
-    assert hook["name"] == webhooks.MUTATE_POD and hook["failurePolicy"] == "Fail"
-    assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{operator.port}/{webhooks.MUTATE_POD}"
-    assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in (
-        hook["namespaceSelector"]["matchExpressions"])
+    hooks = mutating["webhooks"]  # the pods that name Stowage, then those of queue-labelled namespaces
+    assert [h["name"] for h in hooks] == [webhooks.MUTATE_POD, webhooks.MUTATE_POD_IN_QUEUE_NAMESPACE]
+    for hook in hooks:
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{operator.port}/{webhooks.MUTATE_POD}"
+        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in (
+            hook["namespaceSelector"]["matchExpressions"])
     validating = kube.ok("GET", f"{ADMISSION}/validatingwebhookconfigurations/{webhooks.CONFIGURATION_NAME}")
     assert [(h["name"], h["failurePolicy"]) for h in validating["webhooks"]] == [
         (webhooks.VALIDATE_QUEUE, "Fail"), (webhooks.VALIDATE_JOB, "Fail"), (webhooks.VALIDATE_POD_UPDATE, "Fail")]
