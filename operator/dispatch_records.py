@@ -38,6 +38,8 @@ class NodeRecord:
     """Measured usage of all pods (the node monitor's fresh sample); None (none, or stale) → harvests nothing."""
     blocked: ResourceVector | None = None
     """Capacity the node monitor blocks after contention (OPERA PRESERVE ``B``, ``stowage_node_blocked``)."""
+    sample_age_s: float = math.inf
+    """Seconds since the node's latest utilization sample (``inf``: none): the ``sample`` hold's numbers."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from stowage.operator.dispatch_records import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic, PodClass
 from stowage.model import Pool
-from stowage.policy import classifier, decide, dispatch, estimates, fairness, harvest
+from stowage.policy import classifier, decide, dispatch, estimates, fairness, harvest, holding
 
 __all__ = [
     "DispatchView",
@@ -71,12 +71,17 @@ class Dispatcher:
     """Decides releases from a ``DispatchView`` with one ``decide.Decider``; keeps where unbound releases went."""
 
     def __init__(self, settings: StowageSettings, clock: Callable[[], float] = time.time, *,
-                 on_pass: Callable[[Pool, dispatch.PassInput, dispatch.PassResult], None] | None = None) -> None:
-        """``on_pass``: called after each pass with its input and result (benchmarks, debugging)."""
+                 on_pass: Callable[[Pool, dispatch.PassInput, dispatch.PassResult], None] | None = None,
+                 explain: bool = True) -> None:
+        """``on_pass``: called after each pass with its input and result (benchmarks, debugging); ``explain``:
+        each decision says why the groups it left waiting wait (``holds``)."""
         self.settings = settings
         self.clock = clock
+        self.explain = explain
         self.decider = decide.Decider(settings, on_pass=on_pass)
         self._released: dict[str, list[tuple[str, str]]] = {}  # group key → (node, pool) of recent releases
+        self.holds: dict[str, holding.Hold] = {}
+        """group key → why its tasks wait, at the last decision (``holding``): the groups it left waiting."""
 
     @property
     def classifier(self) -> classifier.ShortLongClassifier:
@@ -162,6 +167,7 @@ class Dispatcher:
         self._forget({g.key for g in a.groups})
         inp = self.decide_input(view, a, now)
         decision = self.decider.decide(inp)
+        self.holds = {a.groups[g].key: hold for g, hold in decision.holds.items()}
         return self._releases(a, decision.placements)
 
     def decide_input(self, view: DispatchView, a: ViewArrays, now: float) -> decide.DecideInput:
@@ -195,7 +201,8 @@ class Dispatcher:
             queue_opportunistic=np.array([q.opportunistic for q in queues], dtype=bool),
             queue_alloc=a.queue_alloc, pool_total=a.alloc.sum(axis=0), node_key=a.node_names,
             harvestable=lambda: harvestable(self.settings.harvest, view, a, now), queue_quota=self._quota(a, queues),
-            features=lambda g: self._features(a, g, mean_cap))
+            features=lambda g: self._features(a, g, mean_cap), explain=self.explain, resources=a.resources,
+            sample_age_s=np.array([n.sample_age_s if n.harvest else np.nan for n in view.nodes], dtype=np.float64))
 
     def _releases(self, a: ViewArrays, placed: Sequence[tuple[int, int, Pool]]) -> list[Release]:
         """Aggregate placements per (group, class, node), first-chosen first; remember where each went."""

@@ -24,6 +24,7 @@ __all__ = [
     "ANN_NETWORK_BANDWIDTH",
     "API_GROUP",
     "API_VERSION",
+    "CONDITION_HELD",
     "DEFAULT_QUEUE",
     "GATE_ADMISSION",
     "HARVEST_RESOURCE",
@@ -46,7 +47,6 @@ __all__ = [
     "bandwidth_demand",
     "harvest_enabled",
     "node_bandwidth_capacity",
-    "parse_demand",
     "pod_class",
     "pod_intent",
 ]
@@ -66,12 +66,14 @@ DEFAULT_QUEUE = "default"
 #: Scheduling gate the admission webhook puts on every Stowage pod it admits; the dispatcher removes it
 #: when it releases the pod, so plain pods too are released in fair order.
 GATE_ADMISSION = f"{DOMAIN}/admission"
+#: Pod condition on a pod held at that gate: True while the dispatcher holds it, its reason and message say why
+#: (``WaitingForShare``, ``WaitingForQuota``, ``WaitingForRoom``, ``WaitingForSample``); False once released.
+CONDITION_HELD = f"{DOMAIN}/Held"
 
 # --- labels -------------------------------------------------------------------------------------
 LABEL_OPPORTUNISTIC = f"{DOMAIN}/opportunistic"  # user intent: "true" | "auto" | "false"
 LABEL_CLASS = f"{DOMAIN}/class"  # system-set: "regular" | "opportunistic"
-#: On a pod (or on a namespace: its pods' default) makes the pod Stowage's, in that Queue; system-set on Job pods.
-LABEL_QUEUE = f"{DOMAIN}/queue"
+LABEL_QUEUE = f"{DOMAIN}/queue"  # system-set on Job pods; on a namespace: default queue
 LABEL_JOB = f"{DOMAIN}/job"
 LABEL_TASK_GROUP = f"{DOMAIN}/task-group"
 LABEL_HARVEST = f"{DOMAIN}/harvest"  # node label; "false" keeps the node out of harvesting
@@ -86,7 +88,7 @@ WEBHOOK_IGNORE = "ignore"
 SYSTEM_LABELS: tuple[str, ...] = (LABEL_CLASS, LABEL_QUEUE, LABEL_JOB, LABEL_TASK_GROUP)
 
 # --- annotations --------------------------------------------------------------------------------
-ANN_DEMAND = f"{DOMAIN}/demand"  # JSON map: an opportunistic pod's real demand (stated, or written at admission)
+ANN_DEMAND = f"{DOMAIN}/demand"  # system-set JSON map: an opportunistic pod's real demand
 ANN_DISK_BANDWIDTH = f"{DOMAIN}/disk-bandwidth"  # pod demand or node capacity, bytes/s quantity
 ANN_NETWORK_BANDWIDTH = f"{DOMAIN}/network-bandwidth"
 ANN_EXPECTED_DURATION = f"{DOMAIN}/expected-duration"  # seconds
@@ -122,6 +124,9 @@ class METRICS:
     RELEASE_TO_BIND_SECONDS = "stowage_release_to_bind_seconds"
     #: Histogram of a finished task's estimated ÷ actual duration, label ``source`` (``estimates.SOURCE_NAMES``).
     ESTIMATE_RATIO = "stowage_estimate_ratio"
+    #: Gauge of the tasks the dispatcher holds (gated plain pods, Jobs' unreleased tasks), labels ``queue`` and
+    #: ``reason`` (``share``, ``quota``, ``room``, ``sample``: ``stowage.policy.holding.REASONS``).
+    HELD_PODS = "stowage_held_pods"
 
 
 class Opportunistic(enum.StrEnum):
@@ -229,8 +234,7 @@ def _parse_duration(value: str, field: str) -> float:
     return seconds
 
 
-def parse_demand(value: str, field: str) -> ResourceVector:
-    """The ``stowage.io/demand`` annotation's JSON map of quantities; raise :class:`IntentError` on a bad one."""
+def _parse_demand(value: str, field: str) -> ResourceVector:
     try:
         raw = json.loads(value)
     except (TypeError, json.JSONDecodeError):
@@ -257,7 +261,7 @@ def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FA
         else default
     )
     pod_class_ = pod_class(labels, where_l)
-    demand = parse_demand(annotations[ANN_DEMAND], f"{where_a}[{ANN_DEMAND!r}]") if ANN_DEMAND in annotations else None
+    demand = _parse_demand(annotations[ANN_DEMAND], f"{where_a}[{ANN_DEMAND!r}]") if ANN_DEMAND in annotations else None
     duration = (
         _parse_duration(annotations[ANN_EXPECTED_DURATION], f"{where_a}[{ANN_EXPECTED_DURATION!r}]")
         if ANN_EXPECTED_DURATION in annotations

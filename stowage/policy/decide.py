@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import numpy as np
@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 
 from stowage.config import StowageSettings
 from stowage.model import JobOrder, Pool
-from stowage.policy import alignment, classifier, dispatch, estimates, fairness, ordering, remaining_work
+from stowage.policy import alignment, classifier, dispatch, estimates, fairness, holding, ordering, remaining_work
 
 __all__ = [
     "INTENT_AUTO",
@@ -129,6 +129,14 @@ class DecideInput:
     """(G,) groups that wait on each group (``packing.critical_path_fraction``); None: no chains."""
     regular_changed: bool = True
     """False: nothing freed regular capacity or added regular work since the last decision (skip that pass)."""
+    explain: bool = False
+    """True: ``Decision.holds`` says why each group left waiting waits (``holding``; the operator asks, the
+    simulator need not)."""
+    resources: Sequence[str] = ()
+    """(R,) resource names, for ``Decision.holds``' messages."""
+    sample_age_s: NDArray[np.float64] | None = None
+    """(N,) seconds since each node's utilization sample (``inf``: none; NaN: the node does not harvest), for the
+    ``sample`` hold; None: not known (no ``sample`` holds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +151,8 @@ class Decision:
     """(G,) the task duration estimates the decision used."""
     source: NDArray[np.int8]
     """(G,) where each came from (``estimates.Source``; the oracle counts as ``HINT``)."""
+    holds: Mapping[int, holding.Hold] = field(default_factory=dict)
+    """group → why its releasable tasks that were not placed wait (only with ``DecideInput.explain``)."""
 
 
 class Decider:
@@ -225,7 +235,8 @@ class Decider:
         placements: list[tuple[int, int, Pool]] = []
         skipped = np.zeros(n_groups, dtype=bool)
         if n_groups == 0 or len(inp.node_key) == 0 or not (inp.releasable > 0).any():
-            return Decision(placements, skipped, dur, source)
+            holds = self._explain(inp, np.asarray(inp.releasable), {}) if inp.explain and n_groups else {}
+            return Decision(placements, skipped, dur, source, holds)
         if self.resume_deficits:  # restored deficits: the time since the last pass before the restart accrues nothing
             self.deficits = {p: (names, d.resumed(now)) for p, (names, d) in self.deficits.items()}
             self.resume_deficits = False
@@ -280,12 +291,17 @@ class Decider:
             result = dispatch.pack(passed, knobs)
             if self.on_pass is not None:
                 self.on_pass(pool, passed, result)
+            after = np.array(avail, dtype=np.float64) if inp.explain else avail
             for pl in result.placements:
                 g, n = pl.group, pl.node
                 releasable[g] -= 1
                 room[n] -= demand[g]
                 queue_alloc[p, inp.group_queue[g]] += demand[g]
                 placements.append((g, n, pool))
+                if inp.explain:
+                    after[n] -= demand[g]
+            if inp.explain:
+                left[p] = holding.PoolLeft(after, queue_alloc[p].copy())
             skipped[:] |= result.skipped
             if deficits is not None:  # the shares this pass leaves hold until the next one
                 waiting = pending - np.bincount([pl.group for pl in result.placements], minlength=n_groups)
@@ -300,6 +316,8 @@ class Decider:
 
         harvesting = inp.harvestable is not None
         intent = np.asarray(inp.intent, dtype=np.int64)
+        left: dict[int, holding.PoolLeft] = {}  # pool → what the decision left (explain)
+        harvested: list[NDArray[np.float64]] = []  # the harvestable room, once asked
         if inp.regular_changed:
             regular = np.where(intent != INTENT_TRUE, releasable, 0) if harvesting else releasable.copy()
             if (regular > 0).any():
@@ -310,13 +328,41 @@ class Decider:
                         & (releasable > 0))
             if eligible.any():
                 avail = capped(inp.harvestable())
+                harvested.append(avail)
                 eligible &= self._fits_some_node(inp, eligible, avail)
                 if self.classifier is not None and inp.features is not None:
                     self._ask_classifier(inp, eligible & (intent == INTENT_AUTO), eligible)
                 if eligible.any():
                     run(Pool.OPPORTUNISTIC, np.where(eligible, releasable, 0), avail)
         self._count_skips(inp, placements, skipped)
-        return Decision(placements, skipped, dur, source)
+        holds: dict[int, holding.Hold] = {}
+        if inp.explain:
+            if 0 not in left:
+                left[0] = holding.PoolLeft(capped(inp.regular_free), queue_alloc[0].copy())
+            if 1 not in left and harvesting:
+                assert inp.harvestable is not None
+                left[1] = holding.PoolLeft(harvested[0] if harvested else capped(inp.harvestable()),
+                                           queue_alloc[1].copy())
+            holds = self._explain(inp, releasable, left)
+        return Decision(placements, skipped, dur, source, holds)
+
+    def _explain(self, inp: DecideInput, waiting: NDArray[np.int64],
+                 left: Mapping[int, holding.PoolLeft]) -> dict[int, holding.Hold]:
+        """``holding.explain`` for the groups with ``waiting`` tasks: ``"true"`` groups wait in the harvested pool
+        (when the caller harvests), every other in the regular one (tried first)."""
+        n_res = np.asarray(inp.pool_total).shape[0]
+        pool = (np.where(np.asarray(inp.intent) == INTENT_TRUE, 1, 0) if inp.harvestable is not None
+                else np.zeros(len(inp.group_key), dtype=np.int64))
+        ctx = holding.Context(
+            capacity=np.asarray(inp.capacity, dtype=np.float64), pool_total=np.asarray(inp.pool_total),
+            queue_name=inp.queue_name, queue_weight=np.asarray(inp.queue_weight, dtype=np.float64),
+            queue_quota=inp.queue_quota, queue_opportunistic=np.asarray(inp.queue_opportunistic, dtype=bool),
+            node_key=inp.node_key, resources=inp.resources, sample_age_s=inp.sample_age_s,
+            stale_after_s=self.settings.harvest.utilization_stale_after_s)
+        demand = np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape]
+        return holding.explain(np.asarray(waiting) > 0, pool, demand, np.asarray(inp.group_queue),
+                               [left.get(p) or holding.PoolLeft(np.zeros((len(inp.node_key), n_res)),
+                                                                np.asarray(inp.queue_alloc[p])) for p in (0, 1)], ctx)
 
     @staticmethod
     def _fits_some_node(inp: DecideInput, rows: NDArray[np.bool_], avail: NDArray[np.float64]) -> NDArray[np.bool_]:
