@@ -388,11 +388,13 @@ class JobBook:
     # --- writing ---------------------------------------------------------------------------------
 
     def apply(self, key: JobKey, plan: tasks.JobPlan,
-              estimates: Mapping[str, tuple[float, str]] | None = None) -> None:
+              estimates: Mapping[str, tuple[float, str]] | None = None, held: tuple[str, str] | None = None) -> None:
         """Write the plan's status (when it changed), post its Events, delete what it says; errors are logged.
 
         ``estimates``: group name → (task seconds, source) from the dispatcher's last decision, shown as
         ``status.estimate`` (:func:`tasks.estimate_status`; None: the estimates written before are kept).
+        ``held``: (reason, message) of the condition ``Held`` while the dispatcher holds some of its tasks
+        (``holds.job_held``); None: it holds none (a ``Held`` written before turns False).
         """
         with self._lock:
             entry = self._entries.get(key)
@@ -405,6 +407,9 @@ class JobBook:
         estimate = tasks.estimate_status(plan.groups, estimates, current.get("estimate"))
         if estimate is not None:
             status = {**plan.status, "estimate": estimate}
+        condition = tasks.held_condition(held if not plan.terminal else None, current, rfc3339(self._clock()))
+        if condition is not None:
+            status = {**status, "conditions": [*status.get("conditions", []), condition]}
         changed = _comparable(status) != _comparable(current)
         if changed:
             try:

@@ -10,15 +10,17 @@
 | ``stowage_dispatch_total`` | counter | class | tasks released, by the class given (regular, opportunistic) |
 | ``stowage_release_to_bind_seconds`` | histogram | | release (pod created / gate removed) → ``PodScheduled`` |
 | ``stowage_estimate_ratio`` | histogram | source | a finished task's estimate ÷ its actual run time, per source |
+| ``stowage_held_pods`` | gauge | queue, reason | held tasks by why: share, quota, room, sample |
 
 The queue gauges are computed at scrape time from the last numbers the dispatch loop published
-(:meth:`OperatorMetrics.publish_queues`), so a deleted queue's series disappear with it.
+(:meth:`OperatorMetrics.publish_queues`, :meth:`OperatorMetrics.publish_holds`), so a deleted queue's series
+disappear with it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,7 @@ from prometheus_client.registry import Collector
 from stowage.labels import METRICS, PodClass
 from stowage.model import Pool
 from stowage.policy.estimates import SOURCE_NAMES
+from stowage.policy.holding import REASONS
 
 __all__ = ["OperatorMetrics", "QueueNumbers", "serve"]
 
@@ -89,6 +92,31 @@ class _QueueCollector(Collector):
         yield from (dominant, fair, allocated, pending)
 
 
+class _HeldCollector(Collector):
+    """``stowage_held_pods{queue,reason}``: every reason of every queue (0 included), so sums need no ``or``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, str], int] = {}
+        self._queues: tuple[str, ...] = ()
+
+    def set(self, held: Mapping[tuple[str, str], int], queues: Iterable[str]) -> None:
+        with self._lock:
+            self._held = dict(held)
+            self._queues = tuple(sorted({*queues, *(q for q, _ in held)}))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            held, queues = self._held, self._queues
+        family = GaugeMetricFamily(METRICS.HELD_PODS, "Tasks the dispatcher holds (gated plain pods and Jobs' "
+                                   "unreleased tasks), by queue and reason (share, quota, room, sample)",
+                                   labels=["queue", "reason"])
+        for q in queues:
+            for reason in REASONS:
+                family.add_metric([q, reason], float(held.get((q, reason), 0)))
+        yield family
+
+
 class OperatorMetrics:
     """Every operator metric in one registry (one per runtime, so tests can run several)."""
 
@@ -96,6 +124,8 @@ class OperatorMetrics:
         self.registry = registry or CollectorRegistry()
         self._queues = _QueueCollector()
         self.registry.register(self._queues)
+        self._held = _HeldCollector()
+        self.registry.register(self._held)
         self.job_completion = Histogram(
             METRICS.JOB_COMPLETION_SECONDS, "Seconds from a Job's creation to its completion (Succeeded)",
             ["queue"], buckets=_JOB_BUCKETS, registry=self.registry)
@@ -118,6 +148,10 @@ class OperatorMetrics:
         self._queues.set(queues)
         for numbers in queues:  # each queue's completion series from the start: rate() sees its first Job
             self.job_completion.labels(numbers.name)
+
+    def publish_holds(self, held: Mapping[tuple[str, str], int], queues: Iterable[str]) -> None:
+        """(queue, reason) → held tasks at the last pass; ``queues``: every known queue (their zeros are shown)."""
+        self._held.set(held, queues)
 
 
 def serve(metrics: OperatorMetrics, host: str, port: int) -> tuple[Any, int]:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stowage.operator import admission, jobs, queues, tasks
+from stowage.operator import admission, holds, jobs, queues, tasks
 from stowage.operator.dispatcher import (
     Dispatcher,
     DispatchView,
@@ -58,7 +58,7 @@ from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import BOUND_PODS, Informer
 from stowage.kube.records import parse_timestamp
 from stowage.model import QueueOpportunistic
-from stowage.policy import dispatch
+from stowage.policy import dispatch, holding
 from stowage.prom import PrometheusReader, Utilization
 from stowage.resources import CPU, MEMORY, ResourceVector, pod_demand
 
@@ -197,6 +197,9 @@ class OperatorRuntime:
         self.last_error: str | None = None
         self.last_numbers: list[QueueNumbers] = []
         self._bad_pods: set[str] = set()  # plain pods whose labels cannot be read (logged once)
+        self.pod_holds = holds.PodHolds(client, clock=clock)
+        self._job_notes = holds.HoldNotes()
+        self._job_held: dict[jobs.JobKey, tuple[str, str]] = {}  # the last pass's Held condition per Job
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -224,6 +227,8 @@ class OperatorRuntime:
         self._informers = [i.start() for i in self.informers()]
         if self.utilization._reader is not None:
             self.utilization.start()
+        if not self.dry_run:
+            self.pod_holds.start()
         self._thread = threading.Thread(target=self._run, name="dispatch-loop", daemon=True)
         self._thread.start()
         return self
@@ -239,6 +244,7 @@ class OperatorRuntime:
         for informer in self._informers:
             informer.stop()
         self.utilization.stop()
+        self.pod_holds.stop()
         if not self.dry_run:
             self.save_state(force=True)
 
@@ -305,13 +311,14 @@ class OperatorRuntime:
         held = self.job_estimates()
         for key, plan in plans.items():
             if not self.dry_run:
-                self.jobs.apply(key, plan, held.get(key))
+                self.jobs.apply(key, plan, held.get(key), self._job_held.get(key))
             self.learn(key, plan, mean)
         self._ungate_released_task_pods()
         view = self.build_view(plans, now)
         releases = self.dispatcher.decide(view)
         taken: dict[str, int] = {}  # group key → tasks of its plan used by this pass's earlier releases
         applied = [r for r in releases if self._apply_release(r, plans, taken)]
+        self._publish_holds(view, releases, now)
         self.passes += 1
         if now - self._last_status >= self.status_interval_s:
             self._last_status = now
@@ -403,6 +410,7 @@ class OperatorRuntime:
             if record is None:
                 continue
             usage = blocked = None
+            age = float(samples.age_s[i]) if samples.present[i] else math.inf
             if samples.present[i] and samples.age_s[i] <= stale:
                 values = dict(zip(snapshot.resources, samples.usage[i].tolist(), strict=True))
                 # Unknown usage of cpu or memory is not zero usage: such a node harvests nothing.
@@ -410,7 +418,7 @@ class OperatorRuntime:
                     usage = ResourceVector({r: v for r, v in values.items() if v == v})
                     blocked = ResourceVector(dict(zip(snapshot.resources, samples.blocked[i].tolist(), strict=True)))
             out.append(NodeRecord(name=name, allocatable=record.allocatable, harvest=record.harvest_enabled,
-                                  usage=usage, blocked=blocked))
+                                  usage=usage, blocked=blocked, sample_age_s=age))
         return out
 
     def _running(self) -> list[RunningPod]:
@@ -465,6 +473,45 @@ class OperatorRuntime:
                 log.warning("task pod %s/%s was gated at admission (is the pod webhook told the operator's user?); "
                             "removing the gate", *_key(pod))
                 self._remove_gate(pod)
+
+    # --- why tasks wait --------------------------------------------------------------------------
+
+    def _publish_holds(self, view: DispatchView, releases: Sequence[Release], now: float) -> None:
+        """The last decision's holds (``Dispatcher.holds``) as ``stowage_held_pods``, the ``stowage.io/Held``
+        condition of each held plain pod (written off the loop, ``holds.PodHolds``) and each Job's ``Held``
+        condition (written with its status at the next pass, ``JobBook.apply``)."""
+        released: dict[str, int] = {}
+        for r in releases:
+            released[r.group_key] = released.get(r.group_key, 0) + r.count
+        decided = self.dispatcher.holds
+        gated = {"/".join(_key(p)): p for p in self.gated.pods()} if decided else {}
+        counts: dict[tuple[str, str], int] = {}
+        pods: dict[holds.PodKey, tuple[holding.Hold, Mapping[str, Any]]] = {}
+        by_job: dict[jobs.JobKey, list[tuple[str, int, holding.Hold]]] = {}
+        for g in view.groups:
+            hold = decided.get(g.key)
+            n = g.releasable - released.get(g.key, 0)
+            if hold is None or n <= 0:
+                continue
+            counts[(g.queue, hold.reason)] = counts.get((g.queue, hold.reason), 0) + n
+            if g.job is None:
+                pod = gated.get(g.key)
+                if pod is not None:
+                    pods[_key(pod)] = (hold, pod)
+            else:
+                ns, job, group = g.key.split("/", 2)
+                by_job.setdefault((ns, job), []).append((group, n, hold))
+        self.metrics.publish_holds(counts, [q.name for q in view.queues])
+        self._job_held = {}
+        for key, groups in by_job.items():
+            summary = holds.job_held(groups)
+            if summary is not None:
+                self._job_held[key] = self._job_notes.settle(key, *summary, now)
+        for key in self._job_notes.known():
+            if key not in self._job_held:
+                self._job_notes.forget(key)
+        if not self.dry_run:
+            self.pod_holds.set(pods)
 
     # --- queue numbers ---------------------------------------------------------------------------
 

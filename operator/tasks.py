@@ -420,6 +420,21 @@ def blocked_groups(queue: str, queue_exists: bool, demands: Mapping[str, Resourc
     return out
 
 
+HELD = "Held"
+"""The Job condition saying why the dispatcher holds some of its tasks (``holds.job_held``)."""
+
+
+def held_condition(held: tuple[str, str] | None, status: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+    """The Job's ``Held`` condition: True with ``held`` (reason, message) while the dispatcher holds some of its
+    tasks; False once it holds none, if it was ever written (``status``: the Job's status so far); else None."""
+    old = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    if held is not None:
+        return _condition(HELD, True, held[0], held[1], now, old)
+    if not any(c.get("type") == HELD for c in old):
+        return None
+    return _condition(HELD, False, "NotHeld", "the dispatcher holds none of its tasks", now, old)
+
+
 def _condition(type_: str, status: bool, reason: str, message: str, now: str,
                old: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     previous = next((c for c in old if c.get("type") == type_), None)
