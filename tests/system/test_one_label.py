@@ -1,10 +1,10 @@
 """One label makes a pod Stowage's, on the whole stack from the chart (issue #20).
 
-A Deployment, a ``batch/v1`` Job and a bare pod, each with one Stowage label and no ``schedulerName``, and a
-pod of a namespace labelled ``stowage.io/queue``, go through the chart's pod webhook (its rendered
-``matchConditions``), wait at the gate, are released by the dispatcher and bound by the Stowage scheduler;
-the opportunistic one is converted. Labels the webhook cannot honour are refused with the message a user
-reads. The README's quickstart pod keeps the demand it states.
+A Deployment, a ``batch/v1`` Job and a bare pod, each with one Stowage label and no ``schedulerName``, a pod
+of a namespace labelled ``stowage.io/queue``, and ``manifests/examples/one-label.yaml`` as written go through
+the chart's pod webhook (its rendered ``matchConditions``), wait at the gate, are released by the dispatcher
+and bound by the Stowage scheduler; the opportunistic ones are converted. Labels the webhook cannot honour are
+refused with the message a user reads. The README's quickstart pod keeps the demand it states.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, utils
 from stowage.operator import admission, webhooks
 
 from stowage import labels
@@ -27,6 +27,7 @@ pytestmark = pytest.mark.timeout(900)
 
 QUEUE = "one-label"
 QUICKSTART = REPO / "manifests" / "examples" / "opportunistic-pod.yaml"
+EXAMPLE = REPO / "manifests" / "examples" / "one-label.yaml"
 OTHER_SCHEDULER = "elsewhere"
 
 
@@ -218,3 +219,24 @@ def test_the_quickstart_pod_keeps_its_stated_cpu_demand(healthy: WholeStack, ns:
     wait_for(lambda: stack.core.read_namespaced_pod(name, ns).spec.node_name, 180,
              "the quickstart pod to be released and bound on harvested capacity")
     assert scheduled_by(stack, ns)[name] == labels.SCHEDULER_NAME
+
+
+def test_the_one_label_example_runs_through_stowage(healthy: WholeStack, ns: str) -> None:
+    stack = healthy
+    for doc in yaml.safe_load_all(EXAMPLE.read_text()):
+        utils.create_from_dict(stack.api, doc, namespace=ns)
+
+    def bound() -> list[client.V1Pod] | None:
+        pods = stack.pods(ns)
+        # 2 workers, the Job's 2 parallel pods, the report
+        return pods if len(pods) == 5 and all(p.spec.node_name for p in pods) else None
+
+    pods = wait_for(bound, 240, "every pod of the example bound")
+    by = scheduled_by(stack, ns)
+    for pod in pods:
+        assert pod.spec.scheduler_name == labels.SCHEDULER_NAME and by[pod.metadata.name] == labels.SCHEDULER_NAME
+        assert pod.metadata.labels[labels.LABEL_QUEUE] == labels.DEFAULT_QUEUE
+    converted = [p for p in pods if p.metadata.labels[labels.LABEL_CLASS] == "opportunistic"]
+    assert sorted(p.metadata.labels["job-name"] for p in converted) == ["etl-harvest", "etl-harvest"]
+    for pod in converted:
+        assert json.loads(pod.metadata.annotations[labels.ANN_DEMAND]) == {"cpu": "500m", "memory": "1Gi"}
