@@ -18,6 +18,7 @@ Fairness over time (``packing.queue_share_deficit_s`` > 0): the time the operato
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -65,6 +66,14 @@ _READS = (2, 3, 4)  # earlier versions load with what they had; the rest starts 
 _POOLS = decide.POOLS
 _INTENT = {Opportunistic.FALSE: decide.INTENT_FALSE, Opportunistic.AUTO: decide.INTENT_AUTO,
            Opportunistic.TRUE: decide.INTENT_TRUE}
+
+
+def _sample_age(node: NodeRecord) -> float:
+    """The node's sample age for ``decide.DecideInput.sample_age_s``: NaN when it does not harvest; a node with a
+    usage but no age (a caller that states only fresh usage) counts as fresh."""
+    if not node.harvest:
+        return math.nan
+    return 0.0 if node.usage is not None and not math.isfinite(node.sample_age_s) else node.sample_age_s
 
 
 class Dispatcher:
@@ -202,7 +211,7 @@ class Dispatcher:
             queue_alloc=a.queue_alloc, pool_total=a.alloc.sum(axis=0), node_key=a.node_names,
             harvestable=lambda: harvestable(self.settings.harvest, view, a, now), queue_quota=self._quota(a, queues),
             features=lambda g: self._features(a, g, mean_cap), explain=self.explain, resources=a.resources,
-            sample_age_s=np.array([n.sample_age_s if n.harvest else np.nan for n in view.nodes], dtype=np.float64))
+            sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64))
 
     def _releases(self, a: ViewArrays, placed: Sequence[tuple[int, int, Pool]]) -> list[Release]:
         """Aggregate placements per (group, class, node), first-chosen first; remember where each went."""

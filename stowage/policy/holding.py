@@ -42,6 +42,7 @@ REASONS: Final = (SHARE, QUOTA, ROOM, SAMPLE)
 
 _LISTED_NODES = 3  # a sample message names this many nodes; the rest are counted
 _MI = 2.0**20
+_CHUNK = 4_000_000  # numbers per step of the closest-node search (32 MB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,91 +89,127 @@ def explain(waiting: NDArray[np.bool_], pool: NDArray[np.int64], demand: NDArray
         return {}
     keys = np.column_stack([pool[rows], group_queue[rows], demand[rows]])
     unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    active = [_active(p, waiting, pool, group_queue, left, len(ctx.queue_name)) for p in (0, 1)]
-    answers: list[Hold] = []
-    for k in range(unique.shape[0]):
-        g = int(rows[first[k]])
-        p, q = int(pool[g]), int(group_queue[g])
-        answers.append(_one(p, q, demand[g], left[p], active[p], ctx))
+    pools = [_Pool(p, left[p], waiting & (pool == p), group_queue, demand, ctx) for p in (0, 1)]
+    answers = [pools[int(pool[g])].hold(int(group_queue[g]), demand[g])
+               for g in rows[first].tolist()] if unique.shape[0] else []
     return {int(g): answers[int(k)] for g, k in zip(rows.tolist(), inverse.reshape(-1).tolist(), strict=True)}
 
 
-def _active(p: int, waiting: NDArray[np.bool_], pool: NDArray[np.int64], group_queue: NDArray[np.int64],
-            left: Sequence[PoolLeft], n_queues: int) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
-    """(queues with work in pool ``p``: holding some or waiting, queues waiting in it)."""
-    waits = np.zeros(n_queues, dtype=bool)
-    waits[group_queue[waiting & (pool == p)]] = True
-    return (left[p].queue_alloc > 0).any(axis=1) | waits, waits
+class _Pool:
+    """One pool's answers; what depends only on the demand (fits, sample, room) is worked out once per shape."""
 
+    def __init__(self, p: int, state: PoolLeft, waiting: NDArray[np.bool_], group_queue: NDArray[np.int64],
+                 demand: NDArray[np.float64], ctx: Context) -> None:
+        self.p, self.state, self.ctx = p, state, ctx
+        self.waits = np.zeros(len(ctx.queue_name), dtype=bool)
+        self.waits[group_queue[waiting]] = True
+        self.works = (state.queue_alloc > 0).any(axis=1) | self.waits
+        self._plain: NDArray[np.float64] | None = None  # dominant shares, fair shares: asked once at most
+        self._fair = np.zeros(0)
+        shapes = np.unique(demand[waiting], axis=0) if waiting.any() else np.zeros((0, demand.shape[1]))
+        fits = (alignment.feasible(shapes, state.available).any(axis=1) if state.available.shape[0]
+                else np.zeros(shapes.shape[0], dtype=bool))
+        self._fits = {row.tobytes(): bool(f) for row, f in zip(shapes, fits.tolist(), strict=True)}
+        self._shapes = shapes
+        self._by_shape: dict[bytes, Hold | None] = {}  # the sample hold per shape (None: none)
+        self._room: dict[bytes, Hold] = {}  # filled for every shape at the first ask (one array operation)
+        self._share: dict[int, Hold | None] = {}
 
-def _one(p: int, q: int, need: NDArray[np.float64], state: PoolLeft, active: tuple[NDArray[np.bool_],
-         NDArray[np.bool_]], ctx: Context) -> Hold:
-    name = ctx.queue_name[q]
-    used = state.queue_alloc[q]
-    if ctx.queue_quota is not None:
-        limit = ctx.queue_quota[q]
-        over = used + need > limit * (1 + 1e-9) + 1e-12
-        if over.any():
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(over, (used + need) / np.where(limit > 0, limit, np.nan), -np.inf)
-            r = int(np.argmax(np.nan_to_num(ratio, nan=np.inf)))
-            res = _resource(ctx, r)
-            return Hold(QUOTA, f"queue {name!r} is at its {res} quota: {_show(used[r], res)}/"
-                               f"{_show(limit[r], res)} in use, a task needs {_show(need[r], res)}")
-    if p == 1 and not ctx.queue_opportunistic[q]:
-        return Hold(ROOM, f"queue {name!r} takes no opportunistic pods (spec.opportunistic: Deny)")
-    fits = alignment.feasible(need, state.available) if state.available.shape[0] else np.zeros(0, dtype=bool)
-    if p == 1 and not fits.any() and ctx.sample_age_s is not None:
+    def hold(self, q: int, need: NDArray[np.float64]) -> Hold:
+        ctx, state = self.ctx, self.state
+        name = ctx.queue_name[q]
+        if ctx.queue_quota is not None:
+            used, limit = state.queue_alloc[q], ctx.queue_quota[q]
+            over = used + need > limit * (1 + 1e-9) + 1e-12
+            if over.any():
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = np.where(over, (used + need) / np.where(limit > 0, limit, np.nan), -np.inf)
+                r = int(np.argmax(np.nan_to_num(ratio, nan=np.inf)))
+                res = _resource(ctx, r)
+                return Hold(QUOTA, f"queue {name!r} is at its {res} quota: {_show(used[r], res)}/"
+                                   f"{_show(limit[r], res)} in use, a task needs {_show(need[r], res)}")
+        if self.p == 1 and not ctx.queue_opportunistic[q]:
+            return Hold(ROOM, f"queue {name!r} takes no opportunistic pods (spec.opportunistic: Deny)")
+        key = need.tobytes()
+        fits = self._fits.get(key, False)
+        if key not in self._by_shape:
+            self._by_shape[key] = self._sample(need) if self.p == 1 and not fits else None
+        if self._by_shape[key] is not None:
+            return self._by_shape[key]  # type: ignore[return-value]
+        if q not in self._share:
+            self._share[q] = self._over_share(q)
+        share = self._share[q]
+        if share is not None:
+            return share
+        if fits:  # fits, yet not placed: the room is held for a starved group (the starvation guard)
+            return Hold(ROOM, "the room that fits it is held for a task group that waited longer (starvation guard)")
+        if not self._room:
+            kind = "harvestable" if self.p else "free"
+            self._room = {row.tobytes(): Hold(ROOM, m)
+                          for row, m in zip(self._shapes, _no_room(self._shapes, state.available, ctx, kind),
+                                            strict=True)}
+        return self._room[key]
+
+    def _sample(self, need: NDArray[np.float64]) -> Hold | None:
+        """A ``sample`` hold when some node without a fresh sample could take the task by its capacity."""
+        ctx = self.ctx
+        if ctx.sample_age_s is None:
+            return None
         age = ctx.sample_age_s
-        stale = ~np.isnan(age) & ~(age <= ctx.stale_after_s) & alignment.feasible(need, ctx.capacity)
-        if stale.any():
-            nodes = np.flatnonzero(stale).tolist()
-            listed = ", ".join(f"{ctx.node_key[n]} ({'none' if not np.isfinite(age[n]) else f'{age[n]:.0f} s old'})"
-                               for n in nodes[:_LISTED_NODES])
-            more = f" and {len(nodes) - _LISTED_NODES} more" if len(nodes) > _LISTED_NODES else ""
-            return Hold(SAMPLE, f"no fresh utilization sample from the {len(nodes)} node(s) that could take it: "
-                                f"{listed}{more}; harvesting needs one newer than {ctx.stale_after_s:g} s")
-    share = _over_share(q, state, active, ctx)
-    if share is not None:
-        return share
-    if fits.any():  # fits, yet not placed: the room is held for a starved group (the starvation guard)
-        return Hold(ROOM, "the room that fits it is held for a task group that waited longer (starvation guard)")
-    return Hold(ROOM, _no_room(need, state.available, ctx, "harvestable" if p == 1 else "free"))
+        stale = ~np.isnan(age) & ~(age <= ctx.stale_after_s)
+        if not stale.any():
+            return None
+        stale[stale] = alignment.feasible(need, ctx.capacity[stale])
+        if not stale.any():
+            return None
+        nodes = np.flatnonzero(stale).tolist()
+        listed = ", ".join(f"{ctx.node_key[n]} ({'none' if not np.isfinite(age[n]) else f'{age[n]:.0f} s old'})"
+                           for n in nodes[:_LISTED_NODES])
+        more = f" and {len(nodes) - _LISTED_NODES} more" if len(nodes) > _LISTED_NODES else ""
+        return Hold(SAMPLE, f"no fresh utilization sample from the {len(nodes)} node(s) that could take it: "
+                            f"{listed}{more}; harvesting needs one newer than {ctx.stale_after_s:g} s")
+
+    def _over_share(self, q: int) -> Hold | None:
+        """A ``share`` hold when queue ``q`` is above its fair share and a waiting queue is below its own."""
+        ctx, works = self.ctx, self.works
+        if int(works.sum()) < 2:
+            return None
+        total = np.asarray(ctx.pool_total, dtype=np.float64)
+        if self._plain is None:
+            self._plain = fairness.dominant_shares(self.state.queue_alloc, total, np.ones(len(ctx.queue_name)))
+            self._fair = fairness.fair_share(ctx.queue_weight, works)
+        plain, fair = self._plain, self._fair
+        below = self.waits & (plain < fair - 1e-9)
+        below[q] = False
+        if not (plain[q] > fair[q] + 1e-9 and below.any()):
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = np.where(total > 0, self.state.queue_alloc[q] / total, 0.0)
+        res = _resource(ctx, int(np.argmax(per)))
+        return Hold(SHARE, f"queue {ctx.queue_name[q]!r} is above its fair share: dominant share {plain[q]:.2f} "
+                           f"({res}), fair share {fair[q]:.2f} of {int(works.sum())} queues with work; a queue below "
+                           "its share gets the next free room")
 
 
-def _over_share(q: int, state: PoolLeft, active: tuple[NDArray[np.bool_], NDArray[np.bool_]],
-                ctx: Context) -> Hold | None:
-    """A ``share`` hold when queue ``q`` is above its fair share and a waiting queue is below its own."""
-    works, waits = active
-    if int(works.sum()) < 2:
-        return None
-    total = np.asarray(ctx.pool_total, dtype=np.float64)
-    plain = fairness.dominant_shares(state.queue_alloc, total, np.ones(len(ctx.queue_name)))
-    fair = fairness.fair_share(ctx.queue_weight, works)
-    below = waits & (plain < fair - 1e-9)
-    below[q] = False
-    if not (plain[q] > fair[q] + 1e-9 and below.any()):
-        return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per = np.where(total > 0, state.queue_alloc[q] / total, 0.0)
-    res = _resource(ctx, int(np.argmax(per)))
-    return Hold(SHARE, f"queue {ctx.queue_name[q]!r} is above its fair share: dominant share {plain[q]:.2f} ({res}), "
-                       f"fair share {fair[q]:.2f} of {int(works.sum())} queues with work; a queue below its share "
-                       "gets the next free room")
-
-
-def _no_room(need: NDArray[np.float64], avail: NDArray[np.float64], ctx: Context, kind: str) -> str:
-    """What the closest node lacks: ``cpu 1 needed, 500m free on node-a (the closest of 3 nodes)``."""
+def _no_room(needs: NDArray[np.float64], avail: NDArray[np.float64], ctx: Context, kind: str) -> list[str]:
+    """Per demand row, what the closest node lacks: ``cpu 1 needed, 500m free on node-a (the closest of 3 nodes)``."""
     if avail.shape[0] == 0:
-        return "no node has room: there are no nodes"
+        return ["no node has room: there are no nodes"] * needs.shape[0]
     cap = np.where(ctx.capacity > 0, ctx.capacity, 1.0)
     free = np.maximum(np.nan_to_num(avail, nan=0.0), 0.0)
-    short = np.maximum(need[None, :] - free, 0.0) / cap
-    n = int(np.argmin(short.max(axis=1)))
-    lacking = np.flatnonzero(short[n] > 0).tolist() or [int(np.argmax(short[n]))]
-    parts = "; ".join(f"{_resource(ctx, r)} {_show(need[r], _resource(ctx, r))} needed, "
-                      f"{_show(free[n, r], _resource(ctx, r))} {kind}" for r in lacking)
-    return f"no node has room for a task: {parts} on {ctx.node_key[n]} (the closest of {avail.shape[0]} nodes)"
+    out = []
+    step = max(1, _CHUNK // max(avail.size, 1))  # (shapes, N, R) at most _CHUNK numbers at a time
+    for lo in range(0, needs.shape[0], step):
+        chunk = needs[lo:lo + step]
+        short = np.maximum(chunk[:, None, :] - free[None], 0.0) / cap[None]
+        closest = np.argmin(short.max(axis=2), axis=1)
+        for need, n, row in zip(chunk, closest.tolist(), short[np.arange(chunk.shape[0]), closest], strict=True):
+            lacking = np.flatnonzero(row > 0).tolist() or [int(np.argmax(row))]
+            parts = "; ".join(f"{_resource(ctx, r)} {_show(need[r], _resource(ctx, r))} needed, "
+                              f"{_show(free[n, r], _resource(ctx, r))} {kind}" for r in lacking)
+            out.append(f"no node has room for a task: {parts} on {ctx.node_key[n]} (the closest of "
+                       f"{avail.shape[0]} nodes)")
+    return out
 
 
 def _resource(ctx: Context, r: int) -> str:
