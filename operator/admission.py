@@ -427,10 +427,9 @@ def _admitted(pod: Mapping[str, Any], queue: str, intent: labels.Opportunistic, 
 
 def _gate(pod: dict[str, Any]) -> dict[str, Any]:
     """``pod`` with the admission gate appended (once, after the user's own gates)."""
-    spec = pod.setdefault("spec", {})
-    gates = spec.get("schedulingGates") or []
-    if not any(isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION for g in gates):
-        spec["schedulingGates"] = [*gates, {"name": labels.GATE_ADMISSION}]
+    if not _gated(pod):
+        spec = pod.setdefault("spec", {})
+        spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": labels.GATE_ADMISSION}]
     return pod
 
 
@@ -524,7 +523,7 @@ def _queue_allowed(queue: str, queue_names: QueueNames | None) -> str:
 
 def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
               namespace_queue: NamespaceQueue = _no_namespace_queue,
-              queue_names: QueueNames | None = None) -> PodAdmission:
+              queue_names: QueueNames | None = None, watched_namespaces: Collection[str] = ()) -> PodAdmission:
     """Admit a pod created by a user: make it Stowage's if it asks to be, refuse what cannot be honoured.
 
     A pod is Stowage's when it names the scheduler ``stowage-scheduler``, carries ``stowage.io/queue``
@@ -545,8 +544,9 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
 
     Raises :class:`InvalidInput` naming the field to refuse the pod: a malformed ``stowage.io/opportunistic``,
     a queue (the pod's, its namespace's, or ``default``) that does not exist (``queue_names()`` lists the
-    ones that do), a Stowage label on a pod of another scheduler, an opportunistic pod with no demand, a
-    stated demand above the pod's limits.
+    ones that do), a Stowage label on a pod of another scheduler, a Stowage pod outside ``watched_namespaces``
+    (the operator's ``--namespace``; empty: all), an opportunistic pod with no demand, a stated demand above
+    the pod's limits.
     """
     meta = pod.get("metadata") or {}
     pod_labels = meta.get("labels") or {}
@@ -578,6 +578,13 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     if scheduler != labels.SCHEDULER_NAME and not asks and ns_queue is None:
         return PodAdmission([])  # kube-scheduler's pod: nothing asks for Stowage
 
+    if watched_namespaces and namespace not in watched_namespaces:
+        # Gated where no dispatcher looks, the pod would wait for ever.
+        watched = ", ".join(sorted(watched_namespaces))
+        raise IntentError("metadata.namespace", namespace,
+                          f"one of the namespaces the Stowage operator watches ({watched}): "
+                          "nowhere else is a Stowage pod released from its admission gate; create it in one of them, "
+                          "or add this namespace to the operator's --namespace (chart: operator.namespaces)")
     # A typo in a queue name must not land the pod in another queue: refused, naming where it came from.
     if own_queue is not None:
         if not queue_exists(own_queue):

@@ -89,13 +89,14 @@ def _apply_patch(ops: admission.JSONPatch, body: dict[str, Any]) -> None:
 
 def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
              trusted_users: Collection[str] = (), namespace_queue: admission.NamespaceQueue | None = None,
-             queue_names: admission.QueueNames | None = None) -> None:
+             queue_names: admission.QueueNames | None = None, namespaces: Collection[str] = ()) -> None:
     """Register the four admission handlers into ``registry``.
 
     ``queue_lookup(name)`` says whether a Queue exists (e.g. :func:`kubernetes_queue_lookup`);
     ``namespace_queue(namespace)`` gives a namespace's default queue (:func:`kubernetes_namespace_queue`;
     None: no namespace defaults); ``queue_names()`` the existing Queues for a refusal's message
-    (:func:`kubernetes_queue_names`). ``trusted_users`` are API usernames whose pods pass the pod webhooks
+    (:func:`kubernetes_queue_names`); ``namespaces`` the ones the operator watches (empty: all), outside which a
+    Stowage pod is refused. ``trusted_users`` are API usernames whose pods pass the pod webhooks
     unchanged: the operator's own service account (``system:serviceaccount:<namespace>:<name>``), which
     creates a Job's pods already labelled and, when opportunistic, converted, and removes their admission gates.
     """
@@ -103,6 +104,7 @@ def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
     common: dict[str, Any] = {"registry": registry, "persistent": True}
     lookups: dict[str, Any] = {k: v for k, v in (("namespace_queue", namespace_queue), ("queue_names", queue_names))
                                if v is not None}
+    lookups["watched_namespaces"] = frozenset(namespaces)
 
     @kopf.on.validate(crd.GROUP, crd.VERSION, crd.QUEUE.plural, id=VALIDATE_QUEUE,
                       operations=["CREATE", "UPDATE"], **common)

@@ -122,6 +122,19 @@ def test_a_label_that_cannot_be_honoured_is_refused(pod: dict[str, Any], field: 
         assert phrase in caught.value.allowed
 
 
+def test_a_stowage_pod_outside_the_operators_namespaces_is_refused_and_others_pass() -> None:
+    # Gated where no dispatcher looks, it would wait for ever; a pod that is not Stowage's is none of its business.
+    def admit(pod: dict[str, Any]) -> admission.PodAdmission:
+        return admission.admit_pod(pod, exists, watched_namespaces={"batch-a", "batch-b"})
+
+    with pytest.raises(IntentError) as caught:
+        admit(_pod({Q: "batch"}, namespace="web"))
+    assert (caught.value.field, caught.value.value) == ("metadata.namespace", "web")
+    assert caught.value.allowed.startswith("one of the namespaces the Stowage operator watches (batch-a, batch-b)")
+    assert admit(_pod({Q: "batch"}, namespace="batch-a")).patch
+    assert admit(_pod(namespace="web")).patch == []
+
+
 @pytest.mark.parametrize(("pod", "phrase"), [
     pytest.param(_pod({OPP: "auto"}), "stowage.io/opportunistic=auto on a plain pod runs it regular", id="auto"),
     pytest.param(_pod({Q: "batch", IGNORE: "ignore"}), "stowage.io/webhook=ignore on a pod only keeps it out of its "
