@@ -48,9 +48,10 @@ class ViewArrays:
     job: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     job_keys: list[str] = field(default_factory=list)
     rows: VectorRows | None = None
-    opp_pods: tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]] = (
+    bound_pods: tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]] = (
         np.zeros((0, 0)), np.zeros(0, np.int64), np.zeros(0))
-    """Bound opportunistic pods: demand (P, R), node, bind time (the ramp-up allowance ``S``)."""
+    """Bound pods, regular and opportunistic: demand (P, R), node, bind time (the ramp-up allowance ``S``:
+    any new pod's usage is not yet in ``U``, as the extender counts it)."""
 
 
 class VectorRows:
@@ -111,8 +112,8 @@ def view_arrays(view: DispatchView) -> ViewArrays:
     np.add.at(qa, (is_opp[queue >= 0].astype(np.int64), queue[queue >= 0]), demand[queue >= 0])
     a = ViewArrays(resources, node_names, alloc, reg, opp, qa)
     a.rows = rows
-    mine = (on >= 0) & is_opp
-    a.opp_pods = (demand[mine], on[mine],
+    mine = on >= 0
+    a.bound_pods = (demand[mine], on[mine],
                   np.array([math.nan if p.bound_at_s is None else p.bound_at_s for p, m in zip(pods, mine,
                                                                                               strict=True) if m],
                            dtype=np.float64))
@@ -164,7 +165,7 @@ def harvestable(h: HarvestSettings, view: DispatchView, a: ViewArrays, now: floa
     blocked = np.zeros(a.alloc.shape)
     has_block = np.array([n.blocked is not None for n in view.nodes], dtype=bool)
     blocked[has_block] = a.rows.of([n.blocked for n in view.nodes if n.blocked is not None])
-    demands, nodes, bound = a.opp_pods
+    demands, nodes, bound = a.bound_pods
     assumed = harvest.assumed(demands, bound, nodes, now, h.ramp_up_s, len(a.node_names))
     out = harvest.harvestable(a.alloc, usage, blocked, assumed, h.t_alloc.array(a.resources))
     out[~sampled | ~np.array([n.harvest for n in view.nodes], dtype=bool)] = 0.0

@@ -88,7 +88,7 @@ class HarvestSettings:
     t_alloc: PerResource = field(default_factory=lambda: PerResource(0.9, 0.9, 0.9, 0.9, 0.9))
     """Opportunistic allocation stops at ``t_alloc·C`` of measured usage. UBIS §V-C found 0.9 best."""
     ramp_up_s: float = 30.0
-    """A newly bound opportunistic pod counts at its full demand this long (Tetris §4.1, UBIS §V-A)."""
+    """A newly bound pod, regular or opportunistic, counts at its full demand this long (Tetris §4.1, UBIS §V-A)."""
     utilization_stale_after_s: float = 30.0
     """Past this age of the node monitor's newest sample (its sample time, not the scrape's) a node harvests
     nothing. Needs a scrape interval ≤ 10 s; the chart scrapes every 5 s."""

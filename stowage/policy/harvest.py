@@ -144,7 +144,11 @@ def assumed(
     A pod bound less than ``ramp_up_s`` ago is assumed to use its whole demand
     ``d_p``; the part its own measured usage ``m_p`` already shows is in ``U``
     and is not counted twice. After ``ramp_up_s`` the pod counts only through
-    ``U``. Tetris §4.1 lets the allowance decay to zero over 30 s; we keep it at
+    ``U``. Every bound pod counts, regular or opportunistic: a new regular pod's
+    usage is no more visible in ``U`` than an opportunistic one's, and the
+    extender, the dispatcher and the simulator must agree on ``S`` (a pod the
+    dispatcher releases into room the extender does not see waits in backoff).
+    Tetris §4.1 lets the allowance decay to zero over 30 s; we keep it at
     the full demand until it expires (UBIS's conservative assumption), which
     can only harvest less, never overcommit more.
 

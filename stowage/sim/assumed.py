@@ -1,10 +1,10 @@
-"""``harvest.assumed`` over the running opportunistic rows, kept per node across events.
+"""``harvest.assumed`` over the running rows, kept per node across events.
 
-The harvesting presets subtract ``S``, the assumed usage of opportunistic pods bound less than
+The harvesting presets subtract ``S``, the assumed usage of pods (regular or opportunistic) started less than
 ``harvest.ramp_up_s`` ago, from every node's harvestable room before each opportunistic pass.
-Recomputed from every opportunistic row at every event, it was a fifth of ``ubis``'s time on the
+Recomputed from every running row at every event, it was a fifth of ``ubis``'s time on the
 FB-2009 batch day (thousands of rows, hundreds of events per simulated second). It changes only
-when an opportunistic row starts, stops, or leaves the ramp-up window, so this keeps each node's
+when a row starts, stops, or leaves the ramp-up window, so this keeps each node's
 recent rows in row order and sums again only the nodes where one of those happened, with
 ``harvest.assumed_node``: the additions ``harvest.assumed`` makes, so the same bits
 (``tests/sim/test_assumed_incremental.py`` compares the two at every event of whole runs).
@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.policy import harvest
-from stowage.sim.cluster import FEW_ROWS, Running
+from stowage.sim.cluster import Running
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
@@ -28,9 +28,9 @@ __all__ = ["AssumedTracker"]
 
 
 class AssumedTracker:
-    """Per-node ``S`` (N, R), as ``harvest.assumed`` over the running opportunistic rows gives it.
+    """Per-node ``S`` (N, R), as ``harvest.assumed`` over the running rows gives it.
 
-    A :class:`~stowage.sim.cluster.RowObserver` of ``sim.running``: appended opportunistic rows join
+    A :class:`~stowage.sim.cluster.RowObserver` of ``sim.running``: appended rows join
     their node's rows (a dict in row order, since rows keep their order and new ones go last),
     dropped ones leave it; rows leave it too once ``now − start ≥ ramp_up_s``, found from a queue in
     start order. Only the nodes touched are summed again, when :meth:`current` is asked.
@@ -56,29 +56,15 @@ class AssumedTracker:
     def appended(self, run: Running, lo: int) -> None:
         if not self.ramp > 0:
             return
-        if len(run) - lo <= FEW_ROWS:  # a start or two: read the rows one by one (numpy's calls cost more)
-            rows = [r for r, opp in enumerate(run.opp[lo:].tolist(), lo) if opp]
-            if not rows:
-                return
-            group, node, uid, begun = run.group, run.node, run.uid, run.start
-            added = [(int(group[r]), int(node[r]), int(uid[r]), float(begun[r])) for r in rows]
-        else:
-            at = np.flatnonzero(run.opp[lo:]) + lo
-            added = list(zip(run.group[at].tolist(), run.node[at].tolist(), run.uid[at].tolist(),
-                             run.start[at].tolist(), strict=True))
+        added = zip(run.group[lo:].tolist(), run.node[lo:].tolist(), run.uid[lo:].tolist(),
+                    run.start[lo:].tolist(), strict=True)
         for g, n, uid, start in added:
             self.rows[n][uid] = self.demand[g]
             self.by_start.append((start, n, uid))
             self.dirty.add(n)
 
     def dropping(self, run: Running, gone: NDArray[np.int64]) -> None:
-        if gone.size <= FEW_ROWS:  # a finish or two: one by one, as in appended
-            opp, node, uids = run.opp, run.node, run.uid
-            left = [(int(node[r]), int(uids[r])) for r in gone.tolist() if opp[r]]
-        else:
-            rows = gone[run.opp[gone]]
-            left = list(zip(run.node[rows].tolist(), run.uid[rows].tolist(), strict=True))
-        for n, uid in left:
+        for n, uid in zip(run.node[gone].tolist(), run.uid[gone].tolist(), strict=True):
             if self.rows[n].pop(uid, None) is not None:
                 self.dirty.add(n)
                 self.shrunk.add(n)

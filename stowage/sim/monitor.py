@@ -46,7 +46,11 @@ class Monitor:
 
     def needed(self) -> bool:
         sim = self.sim
-        return bool(sim.running.opp.any()) or sim.overload_possible()
+        if sim.running.opp.any() or sim.overload_possible():
+            return True
+        # Harvestable room grows as running tasks' usage shows and their ramp-up allowance expires, with no
+        # event of its own: a harvesting preset with tasks waiting looks again each sample, as the operator does.
+        return sim.preset.harvesting and len(sim.running) > 0 and bool((sim.g_ready & (sim.g_pending > 0)).any())
 
     def sample(self) -> np.ndarray:
         """Refresh ``cluster.usage`` from the running tasks at the current time; returns per-task usage."""

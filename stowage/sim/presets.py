@@ -87,11 +87,9 @@ class Preset:
         c = sim.cluster
         if sim.now - sim.monitor.last_sample >= sim.settings.contention.sample_interval_s:
             sim.monitor.sample()
-        run = sim.running
-        rows = np.flatnonzero(run.opp) if len(run) else np.zeros(0, np.int64)
+        run = sim.running  # every running row, regular or opportunistic: any new task's usage lags U
         assumed = harvest.assumed(
-            sim.g_demand[run.group[rows]], run.start[rows], run.node[rows], sim.now,
-            sim.settings.harvest.ramp_up_s, c.n,
+            sim.g_demand[run.group], run.start, run.node, sim.now, sim.settings.harvest.ramp_up_s, c.n,
         )
         a = harvest.harvestable(c.cap, c.usage, c.blocked, assumed, sim.settings.harvest.t_alloc.array(sim.resources))
         a[~c.harvest] = 0.0

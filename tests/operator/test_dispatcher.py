@@ -237,7 +237,7 @@ def _full_node_view(*groups: PendingGroup, queue: QueueRecord | None = None) -> 
     # The node's cores are all requested, but only 1 of 8 is used: 0.9·8 − 1 = 6.2 cores harvestable.
     return DispatchView(
         nodes=[node("n1", cpu=8.0, memory=32.0, usage=rv(cpu=1.0, memory=4 * GI))],
-        running=[RunningPod("n1", rv(cpu=8.0, memory=8 * GI), queue="other")],
+        running=[RunningPod("n1", rv(cpu=8.0, memory=8 * GI), queue="other", bound_at_s=-1e6)],  # long ago: in U
         queues=[queue or QueueRecord("q"), QueueRecord("other")],
         groups=list(groups),
     )
@@ -285,10 +285,12 @@ def test_a_node_without_a_fresh_sample_or_opted_out_harvests_nothing(why: str) -
     assert Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(dataclasses.replace(view, nodes=[n])) == []
 
 
-def test_recently_bound_opportunistic_pods_count_at_full_demand() -> None:
-    # 6.2 cores harvestable by usage; an opportunistic pod of 5 bound 10 s ago (ramp-up 30 s) leaves 1.2.
+@pytest.mark.parametrize("opportunistic", [True, False])
+def test_recently_bound_pods_count_at_full_demand(opportunistic: bool) -> None:
+    # 6.2 cores harvestable by usage; a pod of 5 bound 10 s ago (ramp-up 30 s) leaves 1.2, whatever its
+    # class: a new regular pod's usage is no more in U than an opportunistic one's (the extender's S).
     base = _full_node_view(grp("yes", intent=Opportunistic.TRUE, tasks=4))
-    recent = RunningPod("n1", rv(cpu=5.0, memory=1 * GI), queue="q", opportunistic=True, bound_at_s=90.0)
+    recent = RunningPod("n1", rv(cpu=5.0, memory=1 * GI), queue="q", opportunistic=opportunistic, bound_at_s=90.0)
     d = Dispatcher(StowageSettings(), clock=lambda: 100.0)
     assert released(d.decide(dataclasses.replace(base, running=[*base.running, recent])))["yes"] == 1
     d2 = Dispatcher(StowageSettings(), clock=lambda: 200.0)  # long after the ramp-up: only usage counts

@@ -1,5 +1,5 @@
 """The kept harvestable room of ``ubis`` (stowage.sim.assumed, KubePreset._harvestable) equals the one
-recomputed from every opportunistic row (``Preset._harvestable``: ``harvest.assumed`` + ``harvest.harvestable``)
+recomputed from every running row (``Preset._harvestable``: ``harvest.assumed`` + ``harvest.harvestable``)
 at every opportunistic pass, bit for bit."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_kept_harvestable_room_equals_a_full_recomputation_at_every_pass(seed: i
     def checking(self: baselines.KubePreset, sim: Simulation) -> np.ndarray:
         got = kept(self, sim)
         run = sim.running
-        rows = np.flatnonzero(run.opp)
+        rows = np.arange(len(run))
         full = harvest.assumed(sim.g_demand[run.group[rows]], run.start[rows], run.node[rows], sim.now,
                                sim.settings.harvest.ramp_up_s, sim.cluster.n)
         assert self._assumed is not None
@@ -30,7 +30,7 @@ def test_kept_harvestable_room_equals_a_full_recomputation_at_every_pass(seed: i
         assert got.tobytes() == Preset._harvestable(self, sim).tobytes()
         seen["calls"] += 1
         seen["assumed_nonzero"] += bool(full.any())
-        # Opportunistic rows older than the window: the kept sums must have let them go.
+        # Rows older than the window: the kept sums must have let them go.
         seen["expired"] += bool((sim.now - run.start[rows] >= sim.settings.harvest.ramp_up_s).any())
         return got
 

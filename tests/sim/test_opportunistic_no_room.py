@@ -8,11 +8,13 @@ on them (else this compares nothing).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
+from stowage.config import StowageSettings
 from stowage.sim.baselines import KubePreset
 from stowage.sim.engine import SimConfig, Simulation
 from stowage.sim.presets import make
@@ -58,7 +60,8 @@ def test_a_due_usage_sample_is_taken_even_when_the_last_pass_found_no_room() -> 
     """With no opportunistic task running and no node over-allocated the monitor does not tick, so only the
     opportunistic pass samples usage. At t = 1 the node's regular tasks use all of it (no room for ``opp``);
     at t = 5 two of them finish. The skip may not keep the stale sample: the pass samples again, finds room,
-    and ``opp`` starts then, not when the last regular task leaves at t = 50."""
+    and ``opp`` starts then, not when the last regular task leaves at t = 50. (No ramp-up allowance here: with
+    it, the regular tasks' demand would count until t = 30 whatever the samples say.)"""
     from stowage.labels import Opportunistic
     from tests.sim.kit import FLAT, group, job, nodes, workload
 
@@ -67,7 +70,9 @@ def test_a_due_usage_sample_is_taken_even_when_the_last_pass_found_no_room() -> 
         job("long", 0.0, group("g", 2, 50.0)),
         job("opp", 1.0, group("g", 1, 5.0), opportunistic=Opportunistic.TRUE),
     ])
-    sim = Simulation(w, make("ubis"), SimConfig(usage=FLAT, trace=True), 0)
+    base = StowageSettings()
+    settings = dataclasses.replace(base, harvest=dataclasses.replace(base.harvest, ramp_up_s=0.0))
+    sim = Simulation(w, make("ubis"), SimConfig(settings=settings, usage=FLAT, trace=True), 0)
     sim.run()
     starts = {(name, opp): t for t, name, _, _, opp in sim.log}
     assert starts[("opp", True)] == 5.0

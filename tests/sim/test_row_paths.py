@@ -1,7 +1,7 @@
 """The few-rows paths (a task or two started or finished, ``cluster.FEW_ROWS``) against the numpy paths.
 
 Starting and finishing a row or two runs on Python numbers instead of numpy calls (``_flush``, the usage
-draw, ``Running.append``/``drop``, ``_finish_due``, ``sim.assumed``'s hooks). Each must give exactly the
+draw, ``Running.append``/``drop``, ``_finish_due``). Each must give exactly the
 bits the numpy path gives: here both run on the same inputs (the numpy path forced by setting FEW_ROWS
 to 0 in every module that reads it) and every array is compared bit for bit.
 """
@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from stowage.labels import Opportunistic
-from stowage.sim import assumed, cluster, engine, rates
+from stowage.sim import cluster, engine, rates
 from stowage.sim.cluster import Running
 from stowage.sim.engine import SimConfig, Simulation
 from stowage.sim.presets import make
 from stowage.sim.usage import UsageModel
 from tests.sim.kit import BURSTY, FLAT, contended, group, job, nodes, workload
 
-_READERS = (cluster, engine, rates, assumed)  # modules that read FEW_ROWS
+_READERS = (cluster, engine, rates)  # modules that read FEW_ROWS
 
 
 def _bulk(monkeypatch: pytest.MonkeyPatch) -> None:
