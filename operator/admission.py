@@ -556,8 +556,8 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     intent = (labels.Opportunistic.parse(raw_intent, f"{where}[{labels.LABEL_OPPORTUNISTIC!r}]")
               if raw_intent is not None else labels.Opportunistic.FALSE)
     own_queue = pod_labels.get(labels.LABEL_QUEUE)
-    asks = [f"{k}={pod_labels[k]}" for k in (labels.LABEL_QUEUE, labels.LABEL_OPPORTUNISTIC)
-            if k in pod_labels and (k == labels.LABEL_QUEUE or intent is not labels.Opportunistic.FALSE)]
+    # A label asks for Stowage: a queue, or the wish for harvested capacity ("false" is the opt-out).
+    asks = own_queue is not None or intent is not labels.Opportunistic.FALSE
     opted_out = pod_labels.get(labels.LABEL_WEBHOOK) == labels.WEBHOOK_IGNORE
     namespace = str(meta.get("namespace") or "")
     ns_queue = namespace_queue(namespace) if own_queue is None and namespace and not opted_out else None
