@@ -540,7 +540,7 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     A pod whose ``spec.schedulerName`` names another scheduler keeps it: with a Stowage label it is
     refused (the two contradict each other), in a queue-labelled namespace it gets a warning. The API
     server writes ``default-scheduler`` into a pod that names none before any webhook runs, so that name
-    counts as none.
+    counts as none. A pod created with ``spec.nodeName`` is bound already: left as it is, with a warning.
 
     Raises :class:`InvalidInput` naming the field to refuse the pod: a malformed ``stowage.io/opportunistic``,
     a queue (the pod's, its namespace's, or ``default``) that does not exist (``queue_names()`` lists the
@@ -577,6 +577,12 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
                                  f"{scheduler!r} and stays with that scheduler, outside every Stowage queue",))
     if scheduler != labels.SCHEDULER_NAME and not asks and ns_queue is None:
         return PodAdmission([])  # kube-scheduler's pod: nothing asks for Stowage
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        # Bound at creation: no scheduler ever sees it, and the API server refuses a gate on it.
+        return PodAdmission([], (f"spec.nodeName {node!r} binds this pod without any scheduler: Stowage does not "
+                                 "gate, queue or convert it; remove spec.nodeName (use a nodeSelector) to run it "
+                                 "through Stowage",))
 
     if watched_namespaces and namespace not in watched_namespaces:
         # Gated where no dispatcher looks, the pod would wait for ever.

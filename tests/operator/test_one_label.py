@@ -84,6 +84,9 @@ def test_one_label_makes_a_pod_stowages(pod: dict[str, Any], queue: str, klass: 
     pytest.param(_pod(scheduler="volcano"), None, id="another-scheduler"),
     pytest.param(_pod({OPP: "false"}, scheduler="volcano"), None, id="another-scheduler-with-the-opt-out"),
     pytest.param(_pod({IGNORE: "ignore"}, namespace="ml"), None, id="opted-out-of-the-namespace-default"),
+    pytest.param({**_pod({Q: "batch"}), "spec": {**_pod()["spec"], "nodeName": "n1"}},
+                 "spec.nodeName 'n1' binds this pod without any scheduler: Stowage does not gate, queue or convert "
+                 "it; remove spec.nodeName (use a nodeSelector) to run it through Stowage", id="bound-at-creation"),
     pytest.param(_pod(scheduler="volcano", namespace="ml"),
                  "namespace 'ml' is labelled stowage.io/queue=batch, so its pods run through Stowage; this pod names "
                  "spec.schedulerName 'volcano' and stays with that scheduler, outside every Stowage queue",

@@ -152,6 +152,12 @@ def test_a_namespace_label_makes_its_pods_stowages_and_another_scheduler_is_warn
     assert (f'namespace {ns!r} is labelled {labels.LABEL_QUEUE}={QUEUE}, so its pods run through Stowage; this pod '
             f"names spec.schedulerName {OTHER_SCHEDULER!r} and stays with that scheduler") in headers.get("Warning", "")
 
+    pinned = bare_pod(stack, "pinned", {"app": "report"})
+    pinned["spec"]["nodeName"] = stack.nodes[0]
+    _, status, headers = stack.core.create_namespaced_pod_with_http_info(ns, pinned)
+    assert status == 201
+    assert f"spec.nodeName {stack.nodes[0]!r} binds this pod without any scheduler" in headers.get("Warning", "")
+
     wait_for(lambda: stack.core.read_namespaced_pod("plain", ns).status.phase == "Succeeded", 180,
              "the namespace's pod to be released, bound and run")
     plain = stack.core.read_namespaced_pod("plain", ns)
@@ -161,6 +167,7 @@ def test_a_namespace_label_makes_its_pods_stowages_and_another_scheduler_is_warn
     theirs = stack.core.read_namespaced_pod("theirs", ns)
     assert theirs.spec.scheduler_name == OTHER_SCHEDULER and not theirs.spec.scheduling_gates
     assert labels.LABEL_QUEUE not in theirs.metadata.labels and theirs.spec.node_name is None
+    assert not stack.core.read_namespaced_pod("pinned", ns).spec.scheduling_gates
 
 
 def test_labels_that_cannot_be_honoured_are_refused_saying_what_to_change(healthy: WholeStack, ns: str) -> None:
