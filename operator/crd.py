@@ -1,6 +1,6 @@
 """Stowage's custom resources: their names, the enums and defaults of their schemas, and where the YAML lives.
 
-Pure: no Kubernetes I/O. The CRD YAML in ``charts/stowage/crds/`` is the one source of the schemas:
+Pure: no Kubernetes I/O. The CRD YAML in ``charts/stowage/files/crds/`` is the one source of the schemas:
 the chart installs it, ``manifests/`` is rendered from the chart, the tests apply it to a real API
 server. The constants below repeat what the admission rules need from it (enums, defaults, bounds);
 ``tests/operator/test_crds.py`` fails when the two drift apart.
@@ -57,8 +57,8 @@ MAX_RETRIES_LIMIT = 100
 #: (unique names, known dependencies) inside the API server's cost budget.
 MAX_TASKS = 64
 
-#: Where the CRD YAML lives in a source checkout (the chart's ``crds/`` folder).
-CRD_DIR = Path(__file__).resolve().parents[1] / "charts" / "stowage" / "crds"
+#: Where the CRD YAML lives in a source checkout (the chart renders them from ``files/crds/``: templates/crds.yaml).
+CRD_DIR = Path(__file__).resolve().parents[1] / "charts" / "stowage" / "files" / "crds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,6 @@ def load_crds() -> list[dict[str, Any]]:
     if missing:
         raise FileNotFoundError(
             f"CRD YAML not found: {', '.join(missing)}; it ships with the source tree and the Helm chart "
-            "(charts/stowage/crds/), not inside the Python package: install the CRDs with the chart"
+            "(charts/stowage/files/crds/), not inside the Python package: install the CRDs with the chart"
         )
     return [yaml.safe_load(crd_path(k).read_text()) for k in KINDS]

@@ -2,7 +2,7 @@
 
 ``python -m tests.chart.render`` rewrites the chart's copy of the pod UPDATE webhook's CEL condition
 (``files/pod-update-condition.cel`` from ``stowage.operator.admission.pod_update_condition``, its one source)
-and ``manifests/stowage.yaml`` (``helm template`` with default values, CRDs included);
+and ``manifests/stowage.yaml`` (``helm template`` with default values, for a v1.30 cluster);
 ``tests/chart/test_rendering.py`` fails while either disagrees with its source.
 """
 
@@ -21,6 +21,7 @@ import yaml
 
 __all__ = [
     "CHART",
+    "CRDS",
     "MANIFEST",
     "MANIFEST_HEADER",
     "MANIFEST_NAMESPACE",
@@ -39,12 +40,18 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "stowage"
+#: The CRDs' one source; templates/crds.yaml renders them (so `helm upgrade` upgrades them).
+CRDS = CHART / "files" / "crds"
 MANIFEST = REPO / "manifests" / "stowage.yaml"
 MANIFEST_NAMESPACE = "stowage-system"
+#: The cluster version manifests/stowage.yaml is rendered for (the scheduler image follows it).
+MANIFEST_KUBE_VERSION = "v1.30.14"
 POD_UPDATE_CONDITION = CHART / "files" / "pod-update-condition.cel"
 MANIFEST_HEADER = f"""\
-# Stowage for kubectl users: `helm template stowage charts/stowage -n {MANIFEST_NAMESPACE} --include-crds`
-# with default values (regenerate: .venv/bin/python -m tests.chart.render; tests/chart checks it is current).
+# Stowage for kubectl users: `helm template stowage charts/stowage -n {MANIFEST_NAMESPACE} \\
+#     --kube-version {MANIFEST_KUBE_VERSION}` with default values
+# (regenerate: .venv/bin/python -m tests.chart.render; tests/chart checks it is current).
+# kube-scheduler is {MANIFEST_KUBE_VERSION}: on another cluster version set its image to yours (skew policy).
 #
 #   kubectl create namespace {MANIFEST_NAMESPACE}
 #   kubectl apply -f manifests/stowage.yaml      # again if it says "no matches for kind Queue": the CRD
@@ -116,7 +123,7 @@ def normalise_certificates(text: str) -> str:
 
 def render_manifest() -> str:
     """What ``manifests/stowage.yaml`` must hold."""
-    return MANIFEST_HEADER + render(include_crds=True).stdout
+    return MANIFEST_HEADER + render(extra=["--kube-version", MANIFEST_KUBE_VERSION]).stdout
 
 
 def pod_update_condition() -> str:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.chart.render import CHART, REPO
+from tests.chart.render import CRDS, REPO
 from tests.support.controlplane import ControlPlane
 from tests.support.processes import EXTENDER_PORT_LOGGED, stop_process, wait_for_logged_port
 
@@ -151,12 +151,12 @@ def test_extender_serves_from_the_clean_install(clean_venv: Path, control_plane:
 
 
 def _apply_chart_crds(api: Any) -> None:
-    """Every CRD of charts/stowage/crds (Stowage's and Kopf's peering), created if missing, then Established."""
+    """Every CRD of charts/stowage/files/crds (Stowage's and Kopf's peering), created if missing, then Established."""
     from kubernetes import client
 
     extensions = client.ApiextensionsV1Api(api)
     names = []
-    for path in sorted((CHART / "crds").glob("*.yaml")):
+    for path in sorted(CRDS.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc:
                 continue

@@ -23,6 +23,7 @@ from stowage.config import load_settings
 from stowage.labels import HARVEST_RESOURCE, METRICS, OPPORTUNISTIC_PRIORITY_CLASS, SCHEDULER_NAME
 from tests.chart.render import (
     CHART,
+    CRDS,
     MANIFEST,
     POD_UPDATE_CONDITION,
     REPO,
@@ -45,7 +46,7 @@ DASHBOARD = CHART / "dashboards" / "stowage.json"
 INSTALL_DOC = REPO / "docs" / "install.md"
 
 #: Objects of CRDs no Kubernetes schema describes: validated against their CRD's schema when the CRD
-#: file is in the chart (Queue, from crds/), else only for apiVersion/kind/metadata.
+#: file is in the chart (Queue, from files/crds/), else only for apiVersion/kind/metadata.
 CRD_KINDS = {("stowage.io/v1alpha1", "Queue"), ("monitoring.coreos.com/v1", "ServiceMonitor"),
              ("monitoring.coreos.com/v1", "PodMonitor"), ("cert-manager.io/v1", "Certificate"),
              ("cert-manager.io/v1", "Issuer")}
@@ -74,9 +75,9 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 
 
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """openAPIV3Schema of every CRD in charts/stowage/crds/, keyed by (apiVersion, kind)."""
+    """openAPIV3Schema of every CRD in charts/stowage/files/crds/, keyed by (apiVersion, kind)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted((CHART / "crds").glob("*.y*ml")) if (CHART / "crds").is_dir() else []:
+    for path in sorted(CRDS.glob("*.y*ml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
@@ -144,11 +145,11 @@ BAD_VALUES = [
     pytest.param({"image.repositry": "stowage"}, "at '/image': additional properties 'repositry' not allowed",
                  id="misspelt-value"),
     pytest.param({"scheduler.image.tag": "latest"},
-                 "at '/scheduler/image/tag': 'latest' does not match pattern '^v1\\\\.[0-9]+\\\\.[0-9]+.*$'",
+                 "at '/scheduler/image/tag': 'latest' does not match pattern '^(v1\\\\.[0-9]+\\\\.[0-9]+.*)?$'",
                  id="scheduler-tag-not-a-version"),
     pytest.param({"prometheus.url": "prometheus:9090"},
                  "at '/prometheus/url': 'prometheus:9090' does not match pattern", id="prometheus-url-without-scheme"),
-    pytest.param({"operator.replicas": 2}, "at '/operator/peering': minLength: got 0, want 1",
+    pytest.param({"operator.replicas": 2, "operator.peering": ""}, "at '/operator/peering': minLength: got 0, want 1",
                  id="operator-replicas-without-peering"),
     pytest.param({"containerSecurityContext.readOnlyRootFilesystem": False},
                  "at '/containerSecurityContext/readOnlyRootFilesystem': value must be true",
@@ -422,19 +423,22 @@ def test_operator_is_started_with_the_documented_flags_and_manages_no_webhook_co
 def test_monitors_with_the_prometheus_operator_annotations_without() -> None:
     with_crds = render_documents(api_versions=(MONITORING,))
     monitors = docs_of_kind(with_crds, "ServiceMonitor") + docs_of_kind(with_crds, "PodMonitor")
-    assert len(monitors) == 4  # extender, operator, node monitors, kube-scheduler's /metrics/resources
+    assert len(monitors) == 4  # extender, operator, node monitors, kube-scheduler (two paths)
     for m in monitors:
         endpoints = m["spec"].get("endpoints") or m["spec"]["podMetricsEndpoints"]
-        assert [e["interval"] for e in endpoints] == ["5s"]
-    # kube-scheduler's requests per pod (the dashboard's "allocated"): HTTPS, the path its flags let through.
+        assert {e["interval"] for e in endpoints} == {"5s"}
+        assert all(e["honorLabels"] is True for e in endpoints)
+    # kube-scheduler's requests per pod (the dashboard's "allocated") and its own metrics (pending pods,
+    # scheduling latency): HTTPS, the paths its flags let through.
     (scheduler,) = [m for m in monitors if m["metadata"]["name"] == "stowage-scheduler"]
-    (endpoint,) = scheduler["spec"]["podMetricsEndpoints"]
-    assert (endpoint["scheme"], endpoint["path"]) == ("https", "/metrics/resources")
+    endpoints = scheduler["spec"]["podMetricsEndpoints"]
+    assert [(e["scheme"], e["path"]) for e in endpoints] == [("https", "/metrics/resources"), ("https", "/metrics")]
     (deployment,) = [d for d in docs_of_kind(with_crds, "Deployment") if d["metadata"]["name"] == "stowage-scheduler"]
     (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-scheduler"]
-    assert {p["name"] for p in container["ports"]} == {endpoint["port"]}
-    assert any(a.startswith("--authorization-always-allow-paths=") and "/metrics/resources" in a.split("=")[1]
-               .split(",") for a in container["args"])
+    assert {p["name"] for p in container["ports"]} == {e["port"] for e in endpoints}
+    (allowed,) = [a.split("=")[1].split(",") for a in container["args"]
+                  if a.startswith("--authorization-always-allow-paths=")]
+    assert {"/metrics", "/metrics/resources"} <= set(allowed)
     assert not any("prometheus.io/scrape" in (w["spec"]["template"]["metadata"].get("annotations") or {})
                    for w in _workloads(with_crds))
     without = render_documents()

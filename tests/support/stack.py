@@ -467,8 +467,8 @@ class TaskLedger(PodLedger):
 # --- cluster set-up ----------------------------------------------------------------------------------
 
 
-#: Kopf's peering CRDs (ClusterKopfPeering, KopfPeering) from their one source, the chart's crds/ folder.
-KOPF_PEERING_CRDS = tuple(d for d in yaml.safe_load_all((CHART / "crds" / "kopf-peering.yaml").read_text()) if d)
+#: Kopf's peering CRDs (ClusterKopfPeering, KopfPeering) from their one source, the chart's files/crds/ folder.
+KOPF_PEERING_CRDS = tuple(d for d in yaml.safe_load_all((crd.CRD_DIR / "kopf-peering.yaml").read_text()) if d)
 FIELD_MANAGER = "stowage-tests"
 
 
@@ -481,7 +481,7 @@ def apply(api: client.ApiClient, obj: Mapping[str, Any], namespace: str | None =
 
 
 def install_crds(api: client.ApiClient, crds: list[dict[str, Any]] | None = None) -> None:
-    """``crds`` (default: Stowage's and Kopf's peering CRDs from charts/stowage/crds), Established, and the
+    """``crds`` (default: Stowage's and Kopf's peering CRDs from charts/stowage/files/crds), Established, and the
     opportunistic PriorityClass."""
     if crds is None:
         crds = [*crd.load_crds(), *KOPF_PEERING_CRDS]

@@ -51,6 +51,15 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/*
+kube-scheduler's tag: scheduler.image.tag when pinned, else the cluster's own version (major.minor.patch of
+.Capabilities.KubeVersion, a provider suffix such as -gke.1 or -eks-a1 dropped: upstream publishes every patch
+release). Same minor as the API server: the skew policy lets kube-scheduler be one minor older, never newer.
+*/}}
+{{- define "stowage.schedulerTag" -}}
+{{- .Values.scheduler.image.tag | default (regexReplaceAll "^v?([0-9]+\\.[0-9]+\\.[0-9]+).*$" .Capabilities.KubeVersion.Version "v${1}") }}
+{{- end }}
+
 {{- define "stowage.settingsName" -}}
 {{- include "stowage.componentName" (list . "settings") }}
 {{- end }}
