@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from stowage.labels import HARVEST_RESOURCE, LABEL_CLASS, OPPORTUNISTIC_PRIORITY_CLASS, SCHEDULER_NAME
-from tests.chart.render import CHART, helm
+from tests.chart.render import CHART, CRDS, REPO, helm
 from tests.support.chart_tokens import token_kubeconfig
 from tests.support.controlplane import LOCAL_ASSETS, ControlPlane, find_assets
 from tests.support.fake_kubelet import ANN_RUN_SECONDS, FakeKubelet, NodeSpec
@@ -122,16 +123,36 @@ def installed(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         queue = objects.get_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")
         if (queue["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != "Helm":
             objects.delete_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")
+    # CRDs another module applied (not Helm's) are adopted as docs/install.md tells a user upgrading from a chart
+    # that kept them in crds/: Helm's ownership label and annotations, then the install takes them over.
+    adopt_crds(state.api, RELEASE, NAMESPACE)
     try:
-        # Peering on (one replica still): the chart's Kopf peering CRDs and RBAC are exercised by the operator.
-        state.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
-                   "--set", f"operator.peering={PEERING}")
+        # Default values: two operator replicas peered as "stowage", the CRDs templates of the release.
+        state.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace")
         state.installed = True
         yield state
     finally:
         if state.installed:
             state.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "2m", check=False)
         kubelet.stop(cleanup=True)
+
+
+def adopt_crds(api: client.ApiClient, release: str, namespace: str) -> list[str]:
+    """Give every existing CRD of the chart Helm's ownership metadata for ``release``; returns their names."""
+    extensions = client.ApiextensionsV1Api(api)
+    adopted = []
+    for path in sorted(CRDS.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            name = doc["metadata"]["name"]
+            with contextlib.suppress(client.ApiException):
+                extensions.patch_custom_resource_definition(name, {"metadata": {
+                    "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                    "annotations": {"meta.helm.sh/release-name": release,
+                                    "meta.helm.sh/release-namespace": namespace}}})
+                adopted.append(name)
+    return adopted
 
 
 @contextlib.contextmanager
@@ -158,7 +179,8 @@ def test_every_rendered_object_is_accepted(installed: Installed) -> None:
     docs = installed.manifest()
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
-            "PriorityClass", "Queue", "Secret", "ClusterRole", "Role"} <= kinds
+            "PriorityClass", "CustomResourceDefinition", "PodDisruptionBudget", "Secret", "ClusterRole",
+            "Role"} <= kinds
     missing = [f"{d['kind']}/{d['metadata']['name']}" for d in docs if installed.get(d) is None]
     assert not missing
 
@@ -189,12 +211,29 @@ def test_node_monitor_daemonset_creates_one_pod_per_node_tainted_or_not(installe
 
 
 def test_scheduler_and_operator_deployments_get_their_pods(installed: Installed) -> None:
-    for component in ("scheduler", "operator"):
-        pods = wait_for(lambda c=component: installed.pods(c), f"a {component} pod")
-        assert len(pods) == 1
-        assert pods[0].spec.service_account_name == SA[component]
+    for component, replicas in (("scheduler", 1), ("operator", 2)):
+        pods = wait_for(lambda c=component, n=replicas: len(installed.pods(c)) == n and installed.pods(c),
+                        f"{replicas} {component} pod(s)")
+        assert {p.spec.service_account_name for p in pods} == {SA[component]}
+    assert {p.spec.priority_class_name for p in installed.pods("operator")} == {"system-cluster-critical"}
     (scheduler,) = installed.pods("scheduler")
     assert [c.name for c in scheduler.spec.containers] == ["kube-scheduler", "extender"]
+
+
+def test_scheduler_image_is_the_control_planes_own_version(installed: Installed) -> None:
+    version = client.VersionApi(installed.api).get_code().git_version  # e.g. v1.30.14
+    (scheduler,) = installed.pods("scheduler")
+    image = scheduler.spec.containers[0].image
+    assert image == f"registry.k8s.io/kube-scheduler:{version.split('-')[0].split('+')[0]}"
+
+
+def test_operator_disruption_budget_lets_one_replica_go_at_a_time(installed: Installed) -> None:
+    def budget() -> Any:
+        pdb = client.PolicyV1Api(installed.api).read_namespaced_pod_disruption_budget(f"{RELEASE}-operator", NAMESPACE)
+        return pdb if pdb.status and pdb.status.expected_pods == 2 else None
+
+    pdb = wait_for(budget, "the operator's PodDisruptionBudget to count both replicas")
+    assert pdb.spec.min_available == 1
 
 
 # --- RBAC ----------------------------------------------------------------------------------------------
@@ -271,6 +310,64 @@ def test_rbac_grants_each_component_what_it_needs_and_no_more(
         installed: Installed, component: str, verb: str, resource: str, namespace: str, group: str, name: str,
         sub: str, expected: bool) -> None:
     assert _allowed(installed, component, verb, resource, namespace, group, name, sub) is expected
+
+
+#: (role bound in the namespace, verb, resource, allowed in that namespace?) for `kubectl auth can-i`.
+USER_CASES = [
+    ("admin", "create", "jobs.stowage.io", True), ("admin", "delete", "jobs.stowage.io", True),
+    ("edit", "create", "jobs.stowage.io", True), ("edit", "patch", "jobs.stowage.io", True),
+    ("edit", "delete", "jobs.stowage.io", True), ("edit", "update", "jobs.stowage.io/status", False),
+    ("view", "list", "jobs.stowage.io", True), ("view", "get", "jobs.stowage.io/status", True),
+    ("view", "create", "jobs.stowage.io", False), ("view", "delete", "jobs.stowage.io", False),
+]
+
+
+def _can_i(installed: Installed, user: str, verb: str, resource: str, namespace: str | None) -> bool:
+    """``kubectl auth can-i`` as ``user`` (an authenticated user, impersonated by the admin)."""
+    kubectl = REPO / ".tools" / "kubectl" / "kubectl"
+    if not kubectl.exists():
+        pytest.skip("kubectl not found: run `bash scripts/setup.sh --test` (it unpacks .tools/kubectl/kubectl)")
+    scope = ["-n", namespace] if namespace else []
+    # kubectl reads "jobs.stowage.io/status" as type/name: a subresource goes in its own flag.
+    resource, _, subresource = resource.partition("/")
+    scope += [f"--subresource={subresource}"] if subresource else []
+    done = subprocess.run([str(kubectl), "--kubeconfig", str(installed.plane.kubeconfig), "auth", "can-i", verb,
+                           resource, *scope, "--as", user, "--as-group", "system:authenticated"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.strip() in ("yes", "no"), done.stderr
+    return done.stdout.strip() == "yes"
+
+
+@pytest.fixture(scope="module")
+def team(installed: Installed) -> str:
+    """A namespace whose admin, editor and viewer hold Kubernetes' built-in roles there (RoleBindings)."""
+    ns = f"team-{uuid.uuid4().hex[:6]}"
+    installed.plane.create_namespace(ns)
+    rbac = client.RbacAuthorizationV1Api(installed.api)
+    for role in ("admin", "edit", "view"):
+        rbac.create_namespaced_role_binding(ns, {
+            "metadata": {"name": f"{role}-user"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{role}-user"}]})
+    # kube-controller-manager's clusterrole-aggregation controller copies the chart's rules into the built-in roles.
+    wait_for(lambda: _can_i(installed, "view-user", "list", "jobs.stowage.io", ns), "the roles' aggregation")
+    return ns
+
+
+@pytest.mark.parametrize(("role", "verb", "resource", "expected"), USER_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{'yes' if c[3] else 'no'}" for c in USER_CASES])
+def test_namespace_users_get_stowage_jobs_through_the_built_in_roles(
+        installed: Installed, team: str, role: str, verb: str, resource: str, expected: bool) -> None:
+    assert _can_i(installed, f"{role}-user", verb, resource, team) is expected
+    assert not _can_i(installed, f"{role}-user", verb, resource, "default"), "a RoleBinding reaches one namespace"
+
+
+def test_every_user_lists_queues_and_none_changes_them(installed: Installed, team: str) -> None:
+    for user in ("admin-user", "edit-user", "view-user", "someone-else"):
+        assert _can_i(installed, user, "list", "queues.stowage.io", None), user
+        assert not _can_i(installed, user, "create", "queues.stowage.io", None), user
+        assert not _can_i(installed, user, "patch", "queues.stowage.io", None), user
+    assert not _can_i(installed, "someone-else", "list", "jobs.stowage.io", team)
 
 
 @pytest.mark.parametrize("component", list(SA))
@@ -482,6 +579,32 @@ def test_operator_runs_under_its_account_with_the_deployments_arguments(installe
 # --- upgrade and uninstall ---------------------------------------------------------------------------------
 
 
+def test_upgrade_changes_a_crd(installed: Installed, tmp_path: Path) -> None:
+    """A chart whose Queue CRD gained a printer column: ``helm upgrade`` applies it (crds/ would not), and the
+    objects stored under the CRD survive; upgrading back to this chart takes the column away again."""
+    chart = tmp_path / "stowage"
+    shutil.copytree(CHART, chart)
+    path = chart / "files" / "crds" / "queues.stowage.io.yaml"
+    crd = yaml.safe_load(path.read_text())
+    crd["spec"]["versions"][0].setdefault("additionalPrinterColumns", []).append(
+        {"name": "Upgraded", "type": "string", "jsonPath": ".metadata.name"})
+    path.write_text(yaml.safe_dump(crd))
+    extensions = client.ApiextensionsV1Api(installed.api)
+
+    def columns() -> list[str]:
+        stored = extensions.read_custom_resource_definition("queues.stowage.io")
+        return [c.name for c in stored.spec.versions[0].additional_printer_columns or []]
+
+    assert "Upgraded" not in columns()
+    queue = installed.dynamic.resources.get(api_version="stowage.io/v1alpha1", kind="Queue").get(name="default")
+    installed.helm("upgrade", RELEASE, str(chart), "-n", NAMESPACE, "--reuse-values")
+    assert "Upgraded" in columns()
+    after = installed.dynamic.resources.get(api_version="stowage.io/v1alpha1", kind="Queue").get(name="default")
+    assert after.metadata.uid == queue.metadata.uid, "the default Queue is not re-created by an upgrade"
+    installed.helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values")
+    assert "Upgraded" not in columns()
+
+
 def test_upgrade_keeps_the_webhook_certificate_and_applies_new_values(installed: Installed) -> None:
     secret = installed.core.read_namespaced_secret(f"{RELEASE}-webhook-cert", NAMESPACE).data
     installed.helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values",
@@ -493,7 +616,7 @@ def test_upgrade_keeps_the_webhook_certificate_and_applies_new_values(installed:
     ds = client.AppsV1Api(installed.api).read_namespaced_daemon_set(f"{RELEASE}-node-monitor", NAMESPACE)
     assert "--dry-run" in ds.spec.template.spec.containers[0].args
     status = json.loads(installed.helm("status", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)
-    assert status["version"] == 2
+    assert status["version"] == 4  # after the two upgrades of test_upgrade_changes_a_crd
     missing = [f"{d['kind']}/{d['metadata']['name']}" for d in installed.manifest() if installed.get(d) is None]
     assert not missing
 
@@ -502,11 +625,16 @@ def test_uninstall_leaves_nothing_but_the_crds(installed: Installed) -> None:
     docs = installed.manifest()
     installed.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "2m")
     installed.installed = False
-    wait_for(lambda: all(installed.get(d) is None for d in docs), "every object of the release to be gone")
+    wait_for(lambda: all(installed.get(d) is None for d in docs if d["kind"] != "CustomResourceDefinition"),
+             "every object of the release but the CRDs to be gone")
     wait_for(lambda: not installed.core.list_namespaced_pod(NAMESPACE).items, "the release's pods to be gone")
-    leftovers = [f"{d['kind']}/{d['metadata']['name']}" for d in docs if installed.get(d) is not None]
+    leftovers = [f"{d['kind']}/{d['metadata']['name']}" for d in docs
+                 if installed.get(d) is not None and d["kind"] != "CustomResourceDefinition"]
     assert not leftovers
-    # Helm never deletes crds/ (https://helm.sh/docs/chart_best_practices/custom_resource_definitions/).
+    # The CRDs carry helm.sh/resource-policy: keep (crds.keep), and so every Job and Queue stays; the default
+    # Queue was a post-install hook, which uninstall never deletes.
     crds = client.ApiextensionsV1Api(installed.api)
-    for name in ("queues.stowage.io", "jobs.stowage.io"):
+    for name in ("queues.stowage.io", "jobs.stowage.io", "clusterkopfpeerings.kopf.dev"):
         assert crds.read_custom_resource_definition(name).metadata.name == name
+    objects = client.CustomObjectsApi(installed.api)
+    assert objects.get_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")["spec"]["weight"] == 1
