@@ -296,6 +296,7 @@ class Dispatcher:
         The newest ``unbound`` releases of a group are taken as the unbound ones (earlier releases bind
         first); ``trim`` forgets the older ones (``decide`` does, before adding its own).
         """
+        placed: list[tuple[int, int]] = []  # (node, group) of the unbound releases whose node is known
         for g, group in enumerate(a.groups):
             recent = self._released.get(group.key, [])
             keep = recent[len(recent) - group.unbound:] if group.unbound > 0 else []
@@ -310,6 +311,12 @@ class Dispatcher:
                 n = node_index.get(keep[k][0]) if k < len(keep) else None
                 if n is not None:
                     (a.reg_alloc if p == 0 else a.opp_alloc)[n] += a.demand[g]
+                    placed.append((n, g))
+        if placed:  # about to bind: in the ramp-up allowance S as just bound (NaN), as the extender will count them
+            nodes, groups = np.array(placed, dtype=np.int64).T
+            demands, on, bound = a.bound_pods
+            a.bound_pods = (np.concatenate([demands.reshape(-1, len(a.resources)), a.demand[groups]]),
+                            np.concatenate([on, nodes]), np.concatenate([bound, np.full(len(placed), np.nan)]))
 
     def _forget(self, known: set[str]) -> None:
         """Drop where the releases of groups that left the view went (the decider forgets its own state)."""

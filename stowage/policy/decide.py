@@ -328,6 +328,13 @@ class Decider:
                         & (releasable > 0))
             if eligible.any():
                 avail = capped(inp.harvestable())
+                # This pass's regular placements bind before the opportunistic ones: each is then a pod just
+                # bound, in the ramp-up allowance S at its full demand (harvest.assumed), where the extender sees it.
+                just = [(n, g) for g, n, pool in placements if pool is Pool.REGULAR]
+                if just:
+                    nodes, groups = np.array(just, dtype=np.int64).T
+                    np.subtract.at(avail, nodes, demand[groups])
+                    np.maximum(avail, 0.0, out=avail)
                 harvested.append(avail)
                 eligible &= self._fits_some_node(inp, eligible, avail)
                 if self.classifier is not None and inp.features is not None:

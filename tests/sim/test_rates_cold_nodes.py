@@ -13,7 +13,7 @@ from tests.sim.kit import BURSTY, contended
 from tests.sim.test_rates import plain_rates
 
 
-@pytest.mark.parametrize(("preset", "seed"), [("ubis", 3), ("ubis", 8), ("stowage", 16), ("binpack", 2)])
+@pytest.mark.parametrize(("preset", "seed"), [("ubis", 3), ("ubis", 8), ("stowage", 31), ("binpack", 2)])
 def test_rates_on_hot_nodes_only_equal_the_full_recomputation_at_every_event(preset: str, seed: int,
                                                                            monkeypatch) -> None:
     original = rates.RateTracker.rates
