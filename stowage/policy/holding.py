@@ -42,7 +42,7 @@ REASONS: Final = (SHARE, QUOTA, ROOM, SAMPLE)
 
 _LISTED_NODES = 3  # a sample message names this many nodes; the rest are counted
 _MI = 2.0**20
-_CHUNK = 4_000_000  # numbers per step of the closest-node search (32 MB)
+_CHUNK = 1_000_000  # numbers per step of the closest-node search (8 MB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,13 +197,20 @@ def _no_room(needs: NDArray[np.float64], avail: NDArray[np.float64], ctx: Contex
         return ["no node has room: there are no nodes"] * needs.shape[0]
     cap = np.where(ctx.capacity > 0, ctx.capacity, 1.0)
     free = np.maximum(np.nan_to_num(avail, nan=0.0), 0.0)
+    free_t, inv_t = np.ascontiguousarray(free.T), np.ascontiguousarray(1.0 / cap.T)
     out = []
-    step = max(1, _CHUNK // max(avail.size, 1))  # (shapes, N, R) at most _CHUNK numbers at a time
+    step = max(1, _CHUNK // max(avail.shape[0], 1))  # (shapes, N) at most _CHUNK numbers at a time
     for lo in range(0, needs.shape[0], step):
         chunk = needs[lo:lo + step]
-        short = np.maximum(chunk[:, None, :] - free[None], 0.0) / cap[None]
-        closest = np.argmin(short.max(axis=2), axis=1)
-        for need, n, row in zip(chunk, closest.tolist(), short[np.arange(chunk.shape[0]), closest], strict=True):
+        worst = np.zeros((chunk.shape[0], free.shape[0]))
+        step_r = np.empty_like(worst)
+        for r in range(free.shape[1]):  # resource by resource, on contiguous rows: no (shapes, N, R) array
+            np.subtract.outer(chunk[:, r], free_t[r], out=step_r)
+            step_r *= inv_t[r]
+            np.maximum(worst, step_r, out=worst)
+        closest = np.argmin(worst, axis=1)
+        for need, n in zip(chunk, closest.tolist(), strict=True):
+            row = np.maximum(need - free[n], 0.0) / cap[n]
             lacking = np.flatnonzero(row > 0).tolist() or [int(np.argmax(row))]
             parts = "; ".join(f"{_resource(ctx, r)} {_show(need[r], _resource(ctx, r))} needed, "
                               f"{_show(free[n, r], _resource(ctx, r))} {kind}" for r in lacking)
