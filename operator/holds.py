@@ -107,6 +107,14 @@ def job_held(groups: Iterable[tuple[str, int, holding.Hold]]) -> tuple[str, str]
     return EVENT_REASONS[top], f"{total} task(s) held ({counts}). {details}"
 
 
+def _shown(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) of the pod's ``stowage.io/Held`` condition as cached, when True; else None."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == labels.CONDITION_HELD and c.get("status") == "True":
+            return str(c.get("reason")), str(c.get("message"))
+    return None
+
+
 def _condition(status: bool, reason: str, message: str, now: float) -> dict[str, Any]:
     return {"type": labels.CONDITION_HELD, "status": "True" if status else "False", "reason": reason,
             "message": message, "lastTransitionTime": jobs.rfc3339(now)}
@@ -170,6 +178,9 @@ class PodHolds:
         new, refresh = [], []
         for key, (hold, pod) in wanted.items():
             note = self._written.get(key)
+            if note is None and _shown(pod) == (EVENT_REASONS[hold.reason], hold.message):
+                self._written.note(key, hold.reason, hold.message, now)  # written before a restart: as it is
+                continue
             if note is None or note.reason != hold.reason:
                 new.append((key, hold, pod))
             elif self._written.due(key, hold.reason, hold.message, now):

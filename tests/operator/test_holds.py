@@ -117,6 +117,17 @@ def test_a_released_pod_gets_its_condition_false_once_and_a_deleted_one_is_forgo
     assert writer.flush() == 0 and writer.pending() == []
 
 
+def test_after_a_restart_a_pod_already_showing_its_hold_is_not_written_again() -> None:
+    client, clock = Recorder(), Clock()
+    writer = holds.PodHolds(client, clock=clock)  # type: ignore[arg-type]
+    shown = {**gated_pod("p1"), "status": {"conditions": [
+        {"type": labels.CONDITION_HELD, "status": "True", "reason": "WaitingForQuota", "message": QUOTA.message}]}}
+    writer.set({("ns", "p1"): (QUOTA, shown), ("ns", "p2"): (QUOTA, gated_pod("p2"))})
+    assert writer.flush() == 1 and client.patches[0][0].endswith("/pods/p2/status")
+    writer.set({})  # both released: p1 too, though this operator never wrote it
+    assert writer.flush() == 2
+
+
 def test_a_backlog_is_written_in_batches_newest_reasons_first() -> None:
     client, clock = Recorder(), Clock()
     writer = holds.PodHolds(client, clock=clock)  # type: ignore[arg-type]
