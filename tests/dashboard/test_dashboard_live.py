@@ -54,6 +54,13 @@ GI = 1 << 30
 #: Panels whose series exist only once the work happened: they must show more than zeros.
 DRIVEN = ("Evictions by resource and policy", "Extender rejections by reason", "Job completion time",
           "Release-to-bind latency", "Extender latency", "Dispatches by class")
+#: Panels whose series this stack may not have, and why: its kube-scheduler serves no metrics port to scrape
+#: (the observer's profile is not stowage-scheduler), and a pod may never be held at the gate at a scrape.
+#: ``test_prometheus_operator.py`` runs their queries on every series the components export, scraped through
+#: the Prometheus Operator's configuration; here they are checked only when the series exist.
+MAYBE_EMPTY = {"Pending pods in the Stowage scheduler": "the stack's kube-scheduler is not scraped",
+               "Scheduling attempt latency (stowage-scheduler)": "the stack's kube-scheduler is not scraped",
+               "Held pods by reason": "no pod was held at the admission gate at a scrape"}
 
 
 class _BandwidthStack(OperatorStack):
@@ -268,6 +275,8 @@ def test_every_dashboard_query_returns_data(live: Live, target: grafana.Target) 
     sent = live.sent[key]
     assert "$" not in sent, f"a variable Grafana would have substituted is left: {sent}"
     values = finite(live.results[key])
+    if not values and target.panel in MAYBE_EMPTY:
+        pytest.skip(f"{target.panel}: {MAYBE_EMPTY[target.panel]} (covered by test_prometheus_operator.py)")
     assert values, f"panel {target.panel!r} query {target.ref_id} returned no data: {sent}\n{scrape_health(live)}"
     if target.panel in DRIVEN:
         assert max(values) > 0, f"panel {target.panel!r} query {target.ref_id} shows only zeros: {sent}\n" \
