@@ -159,3 +159,19 @@ def test_the_documented_kind_capacity_settings_render() -> None:
 def test_the_unescaped_comma_fails_as_the_issue_reported() -> None:
     done = render(extra=["--set", "nodeMonitor.capacity=cpu=2,memory=4Gi"], check=False)
     assert done.returncode != 0 and "additional properties 'memory' not allowed" in done.stderr
+
+
+# --- the quickstart ----------------------------------------------------------------------------------------
+
+
+def test_the_quickstarts_job_is_valid_and_carries_only_the_one_label() -> None:
+    import kubernetes_validate
+
+    text = (REPO / "docs" / "quickstart.md").read_text()
+    (manifest,) = re.findall(r"<<'YAML'\n(.*?)\nYAML\n", text, flags=re.DOTALL)
+    job = yaml.safe_load(manifest)
+    kubernetes_validate.validate(job, "1.30.0", strict=True)
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"] == {"stowage.io/queue": "default"}
+    assert "schedulerName" not in template["spec"]
+    assert "bash scripts/kind-up.sh" in text and "(docs/quickstart.md)" in (REPO / "README.md").read_text()
