@@ -27,6 +27,7 @@ __all__ = [
     "MANIFEST_NAMESPACE",
     "POD_UPDATE_CONDITION",
     "REPO",
+    "crd_documents",
     "docs_of_kind",
     "find_helm",
     "helm",
@@ -107,6 +108,11 @@ def render(values: Mapping[str, Any] | None = None, *, release: str = "stowage",
 def render_documents(values: Mapping[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
     """The rendered objects (empty documents dropped)."""
     return [d for d in yaml.safe_load_all(render(values, **kwargs).stdout) if d]
+
+
+def crd_documents() -> list[dict[str, Any]]:
+    """Every CustomResourceDefinition of the chart, from its one source (``files/crds/``)."""
+    return [d for path in sorted(CRDS.glob("*.yaml")) for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def docs_of_kind(docs: Iterable[Mapping[str, Any]], kind: str) -> list[dict[str, Any]]:

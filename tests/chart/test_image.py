@@ -19,9 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
-from tests.chart.render import CRDS, REPO
+from tests.chart.render import REPO, crd_documents
 from tests.support.controlplane import ControlPlane
 from tests.support.processes import EXTENDER_PORT_LOGGED, stop_process, wait_for_logged_port
 
@@ -156,16 +155,13 @@ def _apply_chart_crds(api: Any) -> None:
 
     extensions = client.ApiextensionsV1Api(api)
     names = []
-    for path in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc:
-                continue
-            names.append(doc["metadata"]["name"])
-            try:
-                extensions.create_custom_resource_definition(doc)
-            except client.ApiException as exc:
-                if exc.status != 409:
-                    raise
+    for doc in crd_documents():
+        names.append(doc["metadata"]["name"])
+        try:
+            extensions.create_custom_resource_definition(doc)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
     deadline = time.monotonic() + 60
     for name in names:
         while not any(c.type == "Established" and c.status == "True"

@@ -30,7 +30,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from stowage.labels import HARVEST_RESOURCE, LABEL_CLASS, OPPORTUNISTIC_PRIORITY_CLASS, SCHEDULER_NAME
-from tests.chart.render import CHART, CRDS, REPO, helm
+from tests.chart.render import CHART, REPO, crd_documents, helm
 from tests.support.chart_tokens import token_kubeconfig
 from tests.support.controlplane import LOCAL_ASSETS, ControlPlane, find_assets
 from tests.support.fake_kubelet import ANN_RUN_SECONDS, FakeKubelet, NodeSpec
@@ -141,17 +141,13 @@ def adopt_crds(api: client.ApiClient, release: str, namespace: str) -> list[str]
     """Give every existing CRD of the chart Helm's ownership metadata for ``release``; returns their names."""
     extensions = client.ApiextensionsV1Api(api)
     adopted = []
-    for path in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc:
-                continue
-            name = doc["metadata"]["name"]
-            with contextlib.suppress(client.ApiException):
-                extensions.patch_custom_resource_definition(name, {"metadata": {
-                    "labels": {"app.kubernetes.io/managed-by": "Helm"},
-                    "annotations": {"meta.helm.sh/release-name": release,
-                                    "meta.helm.sh/release-namespace": namespace}}})
-                adopted.append(name)
+    for doc in crd_documents():
+        name = doc["metadata"]["name"]
+        with contextlib.suppress(client.ApiException):
+            extensions.patch_custom_resource_definition(name, {"metadata": {
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace}}})
+            adopted.append(name)
     return adopted
 
 

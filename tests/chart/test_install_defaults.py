@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chart.render import CHART, CRDS, REPO, docs_of_kind, helm, render, render_documents
+from tests.chart.render import CHART, REPO, crd_documents, docs_of_kind, helm, render, render_documents
 
 pytestmark = pytest.mark.usefixtures("helm_binary")
 
@@ -22,8 +22,7 @@ INSTALL_DOC = REPO / "docs" / "install.md"
 
 
 def _source_crds() -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for path in sorted(CRDS.glob("*.yaml"))
-            for d in yaml.safe_load_all(path.read_text()) if d}
+    return {d["metadata"]["name"]: d for d in crd_documents()}
 
 
 # --- CRDs --------------------------------------------------------------------------------------------------
