@@ -387,7 +387,7 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
                 queues.ensure_default_queue(client)
             except (api.ApiError, OSError) as exc:
                 raise kopf.TemporaryError(f"cannot create the default Queue ({exc}); is the Queue CRD installed? "
-                                          "(charts/stowage/crds/)", delay=5) from exc
+                                          "(charts/stowage/files/crds/)", delay=5) from exc
         runtime_.start()
         log.info(
             "stowage operator started: API server %s (%s) as %s; namespaces: %s; prometheus: %s; webhooks: %s; "

@@ -1,6 +1,6 @@
 """The extender's Queue informer against a real API server: live weights, and RBAC that does not grant Queues.
 
-The Queue CRD is applied from ``charts/stowage/crds`` (idempotent: other folders apply it too). Queue
+The Queue CRD is applied from ``charts/stowage/files/crds`` (idempotent: other folders apply it too). Queue
 names are unique per test: Queues are cluster-scoped and the control plane is shared by the session.
 """
 
@@ -55,7 +55,7 @@ class Queues:
 
 @pytest.fixture
 def queues(control_plane) -> Iterator[Queues]:
-    """The Queue CRD Established (from charts/stowage/crds), and a :class:`Queues`."""
+    """The Queue CRD Established (from charts/stowage/files/crds), and a :class:`Queues`."""
     api = control_plane.api()
     install_crds(api, [d for d in crd.load_crds() if d["metadata"]["name"] == crd.QUEUE.crd_name])
     made = Queues(api)

@@ -3,7 +3,7 @@
 ``control_plane`` and ``fake_kubelet`` come from :mod:`tests.support.controlplane_plugin`.
 ``kube`` is a :class:`RawApi` on the admin credentials: plain JSON in and out (no typed models),
 any ``Accept`` (e.g. the Table format behind ``kubectl get``). ``stowage_crds`` applies
-``charts/stowage/crds/`` once per session and waits until both CRDs are Established.
+``charts/stowage/files/crds/`` once per session and waits until both CRDs are Established.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def kube(control_plane: ControlPlane | ExternalCluster) -> RawApi:  # noqa: F811
 
 @pytest.fixture(scope="session")
 def stowage_crds(kube: RawApi) -> list[dict[str, Any]]:
-    """Both CRDs from ``charts/stowage/crds/`` applied (server-side) and Established; returns them as stored."""
+    """Both CRDs from ``charts/stowage/files/crds/`` applied (server-side) and Established; returns them as stored."""
     stored = []
     for definition in crd.load_crds():
         name = definition["metadata"]["name"]

@@ -2,7 +2,7 @@
 
 One :class:`OperatorStack` per test module::
 
-    control plane (session fixture) ── CRDs (charts/stowage/crds + Kopf's peering CRDs), PriorityClass
+    control plane (session fixture) ── CRDs (charts/stowage/files/crds + Kopf's peering CRDs), PriorityClass
     fake kubelet: ``nodes`` Ready nodes (cpu 8 / memory 16Gi capacity, 7.5 / 15Gi allocatable), labelled
                   ``stowage-test/operator=<id>``; task pods select that label
     stowage extender (--port 0) ◄── kube-scheduler from manifests/scheduler-config.yaml (urlPrefix patched)
@@ -267,7 +267,7 @@ def _check_alive(proc: Proc) -> None:
 
 
 def install(api: client.ApiClient) -> None:
-    """Stowage's and Kopf's peering CRDs (charts/stowage/crds), Established; the opportunistic PriorityClass."""
+    """Stowage's and Kopf's peering CRDs (charts/stowage/files/crds), Established; the opportunistic PriorityClass."""
     install_crds(api)
 
 
