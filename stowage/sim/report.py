@@ -10,7 +10,8 @@ JSON shape (every number deterministic for a seed; no wall-clock values)::
                                "makespan_lower_bound_s", "jct_mean_lower_bound_s",
                                "utilization": {"<resource>": {"allocated", "used"}},
                                "opportunistic_fraction", "evictions", "lost_tasks", "time_cap_reached",
-                               "slowed_jobs_fraction", "tasks", "jobs", ...more}},
+                               "slowed_jobs_fraction", "slowed_vs_fluid_fraction", "jct_mean_fluid_s",
+                               "tasks", "jobs", ...more}},
      "reference_runs": {"<reference preset not asked for>": {...the same keys...}}}
 
 A run is complete when no preset stopped at the simulated-time cap, none left a task unfinished,
@@ -151,10 +152,11 @@ def format_table(report: Mapping[str, Any]) -> str:
 
     Reference runs nobody asked for follow the asked presets, marked ``(ref)``; a run that stopped at
     the time cap or left tasks unfinished is marked ``(incomplete)``; a ratio or slowdown whose
-    reference run did not finish shows as ``-``.
+    reference run did not finish shows as ``-``. ``slow/fluid``: jobs > 10 % later than under fluid
+    weighted fair sharing (:mod:`stowage.sim.fluid`); ``slow/drf``: than in the ``drf`` run.
     """
     header = ("policy", "makespan", "×kube", "mean JCT", "×kube", "p50", "p95", "÷LB",
-              "cpu alloc/used", "mem alloc/used", "opp", "evict", "lost", "slowed")
+              "cpu alloc/used", "mem alloc/used", "opp", "evict", "lost", "slow/fluid", "slow/drf")
     rows = [header]
     listed = [(name, p) for name, p in report["policies"].items()]
     listed += [(f"{name} (ref)", p) for name, p in report.get("reference_runs", {}).items()]
@@ -177,6 +179,7 @@ def format_table(report: Mapping[str, Any]) -> str:
             f"{p['opportunistic_fraction']:.0%}",
             str(p["evictions"] + p.get("oom_kills", 0)),
             str(p["lost_tasks"]),
+            f"{p.get('slowed_vs_fluid_fraction', 0.0):.0%}",
             "-" if slowed is None else f"{slowed:.0%}",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
