@@ -14,7 +14,7 @@ from pathlib import Path
 
 from stowage.errors import InvalidInput
 from stowage.resources import ResourceVector
-from stowage.sim.traces import shapes, tenants
+from stowage.sim.traces import random_mix, shapes, tenants
 from stowage.sim.traces.openb import read_openb
 from stowage.sim.traces.swim import SWIM_CLUSTER_NODES, SWIM_SOURCES, read_swim, source_nodes_of
 from stowage.sim.traces.synthetic import TetrisMix, tetris_mix
@@ -48,7 +48,7 @@ EMBEDDED_DATA_PER_TASK = 6 * 2**30
 
 WORKLOAD_SPECS = (
     "embedded (default), synthetic, swim (bundled FB-2009 day), swim:PATH, openb:PODS[,NODES], "
-    "or a workload file (.yaml, .yml, .json)"
+    "random or random:SEED (a random mix), or a workload file (.yaml, .yml, .json)"
 )
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -125,8 +125,9 @@ def resolve_workload(
     """The workload a ``--workload`` spec names, with ``--nodes`` / ``--node-shape`` applied.
 
     Specs: ``embedded`` (or empty: :func:`embedded_default`), ``synthetic`` (Tetris mix, 250 nodes),
-    ``swim`` (the bundled FB-2009 day, 600 nodes) or ``swim:PATH``, ``openb:PODS[,NODES]``, or a
-    workload file. Synthetic and SWIM size their work to the node count (load, byte scaling); the
+    ``swim`` (the bundled FB-2009 day, 600 nodes) or ``swim:PATH``, ``openb:PODS[,NODES]``, ``random``
+    or ``random:SEED`` (:mod:`stowage.sim.traces.random_mix`; without SEED, ``seed``), or a workload
+    file. Synthetic, SWIM and random size their work to the node count (load, byte scaling); the
     others keep their jobs and only change nodes (see :func:`shapes.resize_nodes`).
 
     ``source_nodes`` (``--source-nodes``, SWIM only): the machines of the cluster the trace was
@@ -156,6 +157,10 @@ def resolve_workload(
             raise InvalidInput("--source-nodes", None, f"the number of machines {path.name} was recorded on "
                                                       f"(its name does not say; {known})")
         return read_swim(path, n_nodes=count or source, seed=seed, node_capacity=shape, source_nodes=source)
+    if kind == "random":
+        if sep and not arg.strip().isdigit():
+            raise InvalidInput("--workload", spec, "random:SEED with SEED a whole number ≥ 0")
+        return random_mix.random_mix(int(arg) if sep else seed, n_nodes=count, node_capacity=shape)
     if kind == "openb" and sep:
         pods, _, node_list = arg.partition(",")
         pods_path = _existing(pods, spec, "openb:PODS[,NODES] with PODS an openb pod list .csv")

@@ -1,0 +1,130 @@
+"""Random workloads benchmark (issue #21 §3): how ``stowage`` does on shapes nobody tuned it for.
+
+Runs ``kube-default`` and ``stowage`` (``--policy`` adds e.g. ``tetris``) on each random workload of
+:data:`SEEDS` (:mod:`stowage.sim.traces.random_mix`, the same as ``stowage simulate --workload
+random:SEED``), with the simulator's defaults (usage model, the operator's pass delay, estimated
+durations), and prints, in Markdown, the distribution over the workloads of:
+
+- makespan ÷ kube-default's, mean JCT ÷ kube-default's, mean JCT ÷ its lower bound (mean critical
+  path), and the fraction of jobs slowed > 10 % against fluid weighted fair sharing
+  (``slowed_vs_fluid_fraction``): min, median, p90, max and the seed of the max.
+
+Each workload's summaries go to ``--out`` (JSON lines, one per seed and preset) as they finish; a
+seed already there is not run again, so an interrupted benchmark resumes.
+
+    .venv/bin/python scripts/random_workloads.py --jobs 1            # all 50 seeds
+    .venv/bin/python scripts/random_workloads.py --seeds 5 --jobs 1  # the first 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: The benchmark's workloads, by seed: fixed so that tables stay comparable across commits.
+SEEDS = tuple(range(50))
+BASE = "kube-default"
+PRESETS = (BASE, "stowage")
+
+
+def run_seed(seed: int, presets: Sequence[str]) -> list[dict[str, Any]]:
+    """Each preset's summary on ``random:seed``, with the workload's drawn parameters and wall time."""
+    from stowage.policy.dispatch import PASS_DELAY_S
+    from stowage.sim.engine import SimConfig, simulate
+    from stowage.sim.traces.random_mix import random_mix
+
+    workload = random_mix(seed)
+    out = []
+    for preset in presets:
+        started = time.perf_counter()
+        result = simulate(workload, preset, config=SimConfig(pass_delay_s=PASS_DELAY_S), seed=seed)
+        out.append({"seed": seed, "preset": preset, "wall_s": time.perf_counter() - started,
+                    "workload": {k: workload.model[k] for k in ("n_nodes", "load", "usage_mean", "queues",
+                                                                 "jobs", "tasks")},
+                    "summary": result.summary})
+    return out
+
+
+def _load(path: Path) -> dict[tuple[int, str], dict[str, Any]]:
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["seed"], r["preset"]): r for r in rows}
+
+
+def _stats(values: dict[int, float]) -> str:
+    seeds = list(values)
+    v = np.array([values[s] for s in seeds])
+    worst = seeds[int(np.argmax(v))]
+    return (f"{v.min():.3f} | {np.median(v):.3f} | {np.percentile(v, 90):.3f} | {v.max():.3f} | {worst}")
+
+
+def table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[int], presets: Sequence[str]) -> str:
+    """The Markdown distribution table over ``seeds`` (those with every preset's run)."""
+    done = [s for s in seeds if all((s, p) in rows for p in presets)]
+    lines = [f"{len(done)} random workloads (seeds {done[0]}–{done[-1]})" if done else "no workloads",
+             "", "| figure | preset | min | median | p90 | max | worst seed |", "|---|---|---|---|---|---|---|"]
+    for preset in presets:
+        s = {seed: rows[(seed, preset)]["summary"] for seed in done}
+        b = {seed: rows[(seed, BASE)]["summary"] for seed in done}
+        figures = {
+            "makespan ÷ kube-default": {k: s[k]["makespan_s"] / b[k]["makespan_s"] for k in done},
+            "mean JCT ÷ kube-default": {k: s[k]["jct_mean_s"] / b[k]["jct_mean_s"] for k in done},
+            "mean JCT ÷ its lower bound": {k: s[k]["jct_mean_s"] / s[k]["jct_mean_lower_bound_s"] for k in done},
+            "jobs slowed > 10 % vs fluid": {k: s[k]["slowed_vs_fluid_fraction"] for k in done},
+        }
+        for name, values in figures.items():
+            if preset == BASE and "kube-default" in name.split("÷")[-1]:
+                continue
+            lines.append(f"| {name} | {preset} | {_stats(values)} |")
+    if done:
+        for preset in presets:
+            if preset == BASE:
+                continue
+            wins = sum(rows[(k, preset)]["summary"]["makespan_s"] <= rows[(k, BASE)]["summary"]["makespan_s"]
+                       for k in done)
+            lost = sum(rows[(k, preset)]["summary"]["lost_tasks"] for k in done)
+            lines.append("")
+            lines.append(f"{preset}: makespan ≤ kube-default's in {wins} of {len(done)}; lost tasks {lost}.")
+        walls = [r["wall_s"] for (k, _), r in rows.items() if k in done]
+        lines.append(f"Wall time per run: median {np.median(walls):.1f} s, max {max(walls):.1f} s.")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=len(SEEDS), help="run the first N of SEEDS (default: all)")
+    parser.add_argument("--policy", action="append", default=[], help="another preset to run (repeatable)")
+    parser.add_argument("--jobs", type=int, default=1, help="workloads run in parallel (default 1)")
+    parser.add_argument("--out", type=Path, default=Path("random-workload-runs.jsonl"),
+                        help="JSON lines of every run's summary, kept to resume (default: %(default)s)")
+    args = parser.parse_args(argv)
+    seeds = SEEDS[: max(args.seeds, 0)]
+    presets = tuple(dict.fromkeys((*PRESETS, *args.policy)))
+    rows = _load(args.out)
+    todo = [s for s in seeds if not all((s, p) in rows for p in presets)]
+    missing = {s: [p for p in presets if (s, p) not in rows] for s in todo}
+    started = time.perf_counter()
+    with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
+        for done in pool.map(run_seed, todo, [missing[s] for s in todo]):
+            for r in done:
+                rows[(r["seed"], r["preset"])] = r
+                sink.write(json.dumps(r) + "\n")
+            sink.flush()
+            s = done[0]["seed"]
+            print(f"seed {s}: " + ", ".join(f"{r['preset']} {r['wall_s']:.1f}s" for r in done)
+                  + f" ({time.perf_counter() - started:.0f}s so far)", file=sys.stderr)
+    print(table(rows, seeds, presets))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
