@@ -95,6 +95,12 @@ def _gated(pod: Mapping[str, Any]) -> bool:
     return any(isinstance(g, Mapping) and g.get("name") == labels.GATE_ADMISSION for g in gates)
 
 
+def _decided_on(pod: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """What of a gated pod the dispatcher reads (``_plain_group``): labels, annotations, spec."""
+    meta = pod.get("metadata") or {}
+    return meta.get("labels"), meta.get("annotations"), pod.get("spec")
+
+
 def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
     meta = pod.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
@@ -118,11 +124,16 @@ class GatedPods:
     def apply_event(self, kind: str, pod: Mapping[str, Any]) -> None:
         key = _key(pod)
         with self._lock:
+            before = self._pods.get(key)
             if kind == "DELETED" or not _gated(pod) or (pod.get("spec") or {}).get("nodeName"):
-                self._pods.pop(key, None)
+                changed = self._pods.pop(key, None) is not None
             elif self._watched(key[0]):
                 self._pods[key] = dict(pod)
-        self.on_change()
+                changed = before is None or _decided_on(before) != _decided_on(pod)
+            else:
+                changed = False
+        if changed:  # a status-only change (our own stowage.io/Held condition) changes no decision: no pass
+            self.on_change()
 
     def pods(self) -> list[dict[str, Any]]:
         with self._lock:

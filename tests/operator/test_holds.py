@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 from stowage.operator import holds, jobs, tasks
 from stowage.operator.dispatcher import Dispatcher, DispatchView, NodeRecord, PendingGroup, QueueRecord, RunningPod
 from stowage.operator.metrics import OperatorMetrics
+from stowage.operator.runtime import GatedPods
 
 from stowage import labels
 from stowage.config import StowageSettings
@@ -218,3 +219,18 @@ def test_the_condition_patch_on_the_real_api_server_keeps_pod_scheduled(control_
         assert [(e["reason"], e["message"]) for e in events] == [("WaitingForQuota", QUOTA.message)]
     finally:
         client.delete(f"/api/v1/namespaces/{ns}")
+
+
+def test_our_own_condition_on_a_gated_pod_triggers_no_dispatch_pass() -> None:
+    pokes: list[int] = []
+    gated = GatedPods(lambda _ns: True)
+    gated.on_change = lambda: pokes.append(1)
+    pod = {"metadata": {"name": "p1", "namespace": "ns", "labels": {labels.LABEL_QUEUE: "q"}},
+           "spec": {"schedulingGates": [{"name": labels.GATE_ADMISSION}], "containers": [{"name": "main"}]}}
+    gated.apply_event("ADDED", pod)
+    with_condition = {**pod, "status": {"conditions": [{"type": labels.CONDITION_HELD, "status": "True"}]}}
+    gated.apply_event("MODIFIED", with_condition)
+    assert len(pokes) == 1 and gated.pods() == [with_condition]  # cached, but no pass for it
+    gated.apply_event("MODIFIED", {**with_condition, "spec": {"containers": [{"name": "main"}]}})  # released
+    gated.apply_event("MODIFIED", {**with_condition, "spec": {"containers": [{"name": "main"}]}})  # Released written
+    assert len(pokes) == 2 and gated.pods() == []
