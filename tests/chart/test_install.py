@@ -69,6 +69,8 @@ class Installed:
         self.core = client.CoreV1Api(self.api)
         self.dynamic = DynamicClient(self.api)
         self.installed = False
+        #: Upgrade flags: --force-conflicts once CRDs another field manager applied were adopted (docs/install.md).
+        self.upgrade_flags: list[str] = []
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return helm(*args, "--kubeconfig", str(self.plane.kubeconfig), check=check)
@@ -125,7 +127,10 @@ def installed(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> I
             objects.delete_cluster_custom_object("stowage.io", "v1alpha1", "queues", "default")
     # CRDs another module applied (not Helm's) are adopted as docs/install.md tells a user upgrading from a chart
     # that kept them in crds/: Helm's ownership label and annotations, then the install takes them over.
-    adopt_crds(state.api, RELEASE, NAMESPACE)
+    if adopt_crds(state.api, RELEASE, NAMESPACE):
+        # Helm 4 applies server-side: fields another manager applied (kubectl, Helm 3's crds/) conflict on the
+        # first upgrade that changes them, unless it forces them over (docs/install.md).
+        state.upgrade_flags = ["--force-conflicts"]
     try:
         # Default values: two operator replicas peered as "stowage", the CRDs templates of the release.
         state.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace")
@@ -593,11 +598,11 @@ def test_upgrade_changes_a_crd(installed: Installed, tmp_path: Path) -> None:
 
     assert "Upgraded" not in columns()
     queue = installed.dynamic.resources.get(api_version="stowage.io/v1alpha1", kind="Queue").get(name="default")
-    installed.helm("upgrade", RELEASE, str(chart), "-n", NAMESPACE, "--reuse-values")
+    installed.helm("upgrade", RELEASE, str(chart), "-n", NAMESPACE, "--reuse-values", *installed.upgrade_flags)
     assert "Upgraded" in columns()
     after = installed.dynamic.resources.get(api_version="stowage.io/v1alpha1", kind="Queue").get(name="default")
     assert after.metadata.uid == queue.metadata.uid, "the default Queue is not re-created by an upgrade"
-    installed.helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values")
+    installed.helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", *installed.upgrade_flags)
     assert "Upgraded" not in columns()
 
 
