@@ -15,7 +15,7 @@
 ==============================================  ==========================================================
 
 Each problem names the field, the value and what is allowed (``stowage.errors.InvalidInput``). The
-API server's schema and CEL rules (``charts/stowage/crds/``) run before a validating webhook and
+API server's schema and CEL rules (``charts/stowage/files/crds/``) run before a validating webhook and
 catch most of the same mistakes; these rules repeat them so each stands alone, and add what a
 schema cannot see: other objects (does the Queue exist?), cycles, quantity grammar in a pod template.
 
