@@ -9,8 +9,10 @@ durations), and prints, in Markdown, the distribution over the workloads of:
   path), and the fraction of jobs slowed > 10 % against fluid weighted fair sharing
   (``slowed_vs_fluid_fraction``): min, median, p90, max and the seed of the max.
 
-Each workload's summaries go to ``--out`` (JSON lines, one per seed and preset) as they finish; a
-seed already there is not run again, so an interrupted benchmark resumes.
+Each workload's summaries go to ``--out`` (JSON lines, one per seed and preset; default
+``makespan-runs/random-workloads.jsonl``) as they finish; a seed already there is not run again,
+so an interrupted benchmark resumes. One workload's run again, as the script ran it:
+``stowage simulate --workload random:SEED --seed SEED --policy kube-default --policy stowage``.
 
     .venv/bin/python scripts/random_workloads.py --jobs 1            # all 50 seeds
     .venv/bin/python scripts/random_workloads.py --seeds 5 --jobs 1  # the first 5
@@ -104,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="run the first N of SEEDS (default: all)")
     parser.add_argument("--policy", action="append", default=[], help="another preset to run (repeatable)")
     parser.add_argument("--jobs", type=int, default=1, help="workloads run in parallel (default 1)")
-    parser.add_argument("--out", type=Path, default=Path("random-workload-runs.jsonl"),
+    # Beside makespan_table.py's kept runs: a folder git already ignores.
+    parser.add_argument("--out", type=Path, default=Path("makespan-runs/random-workloads.jsonl"),
                         help="JSON lines of every run's summary, kept to resume (default: %(default)s)")
     args = parser.parse_args(argv)
     seeds = SEEDS[: max(args.seeds, 0)]
@@ -113,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo = [s for s in seeds if not all((s, p) in rows for p in presets)]
     missing = {s: [p for p in presets if (s, p) not in rows] for s in todo}
     started = time.perf_counter()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
         for done in pool.map(run_seed, todo, [missing[s] for s in todo]):
             for r in done:
