@@ -89,7 +89,7 @@ class Scenario:
         for i in range(n_nodes):
             name = f"node-{i:05d}"
             req = ResourceVector({k: v * fill[i] for k, v in _NODE.items() if k in ("cpu", "memory")})
-            self.background.append(RunningPod(name, req, queue=None))
+            self.background.append(RunningPod(name, req, queue=None, bound_at_s=0.0))  # long bound: its usage is in U
             self.nodes.append(NodeRecord(name, alloc, harvest=True, usage=req * float(rng.uniform(0.3, 0.7))))
         orders = (JobOrder.SRTF, JobOrder.FIFO, JobOrder.FSP)
         self.queues = [QueueRecord(f"queue-{q:02d}", weight=float(rng.integers(1, 4)), opportunistic=q % 5 != 4,
