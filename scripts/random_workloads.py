@@ -88,16 +88,16 @@ def table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[int], pre
                 continue
             lines.append(f"| {name} | {preset} | {_stats(values)} |")
     if done:
+        lines.append("")
         for preset in presets:
             if preset == BASE:
                 continue
             wins = sum(rows[(k, preset)]["summary"]["makespan_s"] <= rows[(k, BASE)]["summary"]["makespan_s"]
                        for k in done)
             lost = sum(rows[(k, preset)]["summary"]["lost_tasks"] for k in done)
-            lines.append("")
-            lines.append(f"{preset}: makespan ≤ kube-default's in {wins} of {len(done)}; lost tasks {lost}.")
+            lines.append(f"- {preset}: makespan ≤ kube-default's in {wins} of {len(done)}; lost tasks {lost}.")
         walls = [r["wall_s"] for (k, _), r in rows.items() if k in done]
-        lines.append(f"Wall time per run: median {np.median(walls):.1f} s, max {max(walls):.1f} s.")
+        lines.append(f"- wall time per run: median {np.median(walls):.1f} s, max {max(walls):.1f} s.")
     return "\n".join(lines)
 
 
