@@ -294,7 +294,10 @@ class Dispatcher:
         """Released-but-unbound tasks hold their demand where they were released.
 
         The newest ``unbound`` releases of a group are taken as the unbound ones (earlier releases bind
-        first); ``trim`` forgets the older ones (``decide`` does, before adding its own).
+        first); ``trim`` forgets the older ones (``decide`` does, before adding its own). kube-scheduler may bind
+        a release on another node than planned (the node hint is off by default), taking the slot planned for
+        a release still unbound: a regular release whose planned node no longer has its room is held where it
+        now fits (``_regular_slot``), so the slot its peer left free is not released a second time.
         """
         placed: list[tuple[int, int]] = []  # (node, group) of the unbound releases whose node is known
         for g, group in enumerate(a.groups):
@@ -310,6 +313,8 @@ class Dispatcher:
                 a.queue_alloc[p, a.queue[g]] += a.demand[g]
                 n = node_index.get(keep[k][0]) if k < len(keep) else None
                 if n is not None:
+                    if p == 0:
+                        n = _regular_slot(a, n, a.demand[g])
                     (a.reg_alloc if p == 0 else a.opp_alloc)[n] += a.demand[g]
                     placed.append((n, g))
         if placed:  # about to bind: in the ramp-up allowance S as just bound (NaN), as the extender will count them
@@ -331,3 +336,14 @@ class Dispatcher:
         demand = dict(zip(a.resources, (a.demand[g] / norm).tolist(), strict=True))
         job_name = group.job.rsplit("/", 1)[-1] if group.job is not None else group.key.rsplit("/", 1)[-1]
         return dispatch.task_features(group.queue, job_name, group.group, demand, group.job_progress)
+
+
+def _regular_slot(a: ViewArrays, planned: int, demand: NDArray[np.float64]) -> int:
+    """Where an unbound regular release holds its demand: its planned node while it still has the room, else
+    the node with the most room left among those it fits, else (it fits nowhere) the planned node."""
+    room = a.alloc - a.reg_alloc
+    fits = (room >= demand * (1 - 1e-9)).all(axis=1)
+    if fits[planned] or not fits.any():
+        return planned
+    share = np.divide(room - demand, a.alloc, out=np.zeros_like(room), where=a.alloc > 0).min(axis=1)
+    return int(np.flatnonzero(fits)[np.argmax(share[fits])])

@@ -310,6 +310,21 @@ def test_regular_tasks_released_in_the_same_pass_or_unbound_count_in_the_ramp_up
     assert released(d.decide(later)) == Counter()
 
 
+def test_a_release_bound_on_another_node_than_planned_frees_no_slot_twice() -> None:
+    # Two 2-core nodes, two 2-core tasks released, one per node. kube-scheduler binds x on the node planned
+    # for y while y is still unbound: the node planned for x is the one y will take, not room for z.
+    nodes = [node("n1", cpu=2.0, memory=64.0), node("n2", cpu=2.0, memory=64.0)]
+    d = Dispatcher(StowageSettings(), clock=lambda: 0.0)
+    first = d.decide(DispatchView(nodes, [], [QueueRecord("q")], [grp("x", cpu=2.0), grp("y", cpu=2.0)]))
+    planned = {r.group_key: r.node_hint for r in first}
+    assert set(planned) == {"x", "y"} and planned["x"] != planned["y"]
+    x_bound = RunningPod(planned["y"], rv(cpu=2.0, memory=2 * GI), queue="q", bound_at_s=0.0)
+    later = DispatchView(nodes, [x_bound], [QueueRecord("q")],
+                         [grp("x", cpu=2.0, tasks=0, remaining=1), grp("y", cpu=2.0, tasks=0, remaining=1, unbound=1),
+                          grp("z", cpu=2.0)])
+    assert released(d.decide(later)) == Counter()
+
+
 # --- the starvation guard ------------------------------------------------------------------------
 
 
