@@ -47,6 +47,7 @@ __all__ = [
     "bandwidth_demand",
     "harvest_enabled",
     "node_bandwidth_capacity",
+    "parse_demand",
     "pod_class",
     "pod_intent",
 ]
@@ -73,7 +74,8 @@ CONDITION_HELD = f"{DOMAIN}/Held"
 # --- labels -------------------------------------------------------------------------------------
 LABEL_OPPORTUNISTIC = f"{DOMAIN}/opportunistic"  # user intent: "true" | "auto" | "false"
 LABEL_CLASS = f"{DOMAIN}/class"  # system-set: "regular" | "opportunistic"
-LABEL_QUEUE = f"{DOMAIN}/queue"  # system-set on Job pods; on a namespace: default queue
+#: On a pod (or on a namespace: its pods' default) makes the pod Stowage's, in that Queue; system-set on Job pods.
+LABEL_QUEUE = f"{DOMAIN}/queue"
 LABEL_JOB = f"{DOMAIN}/job"
 LABEL_TASK_GROUP = f"{DOMAIN}/task-group"
 LABEL_HARVEST = f"{DOMAIN}/harvest"  # node label; "false" keeps the node out of harvesting
@@ -88,7 +90,7 @@ WEBHOOK_IGNORE = "ignore"
 SYSTEM_LABELS: tuple[str, ...] = (LABEL_CLASS, LABEL_QUEUE, LABEL_JOB, LABEL_TASK_GROUP)
 
 # --- annotations --------------------------------------------------------------------------------
-ANN_DEMAND = f"{DOMAIN}/demand"  # system-set JSON map: an opportunistic pod's real demand
+ANN_DEMAND = f"{DOMAIN}/demand"  # JSON map: an opportunistic pod's real demand (stated, or written at admission)
 ANN_DISK_BANDWIDTH = f"{DOMAIN}/disk-bandwidth"  # pod demand or node capacity, bytes/s quantity
 ANN_NETWORK_BANDWIDTH = f"{DOMAIN}/network-bandwidth"
 ANN_EXPECTED_DURATION = f"{DOMAIN}/expected-duration"  # seconds
@@ -234,7 +236,8 @@ def _parse_duration(value: str, field: str) -> float:
     return seconds
 
 
-def _parse_demand(value: str, field: str) -> ResourceVector:
+def parse_demand(value: str, field: str) -> ResourceVector:
+    """The ``stowage.io/demand`` annotation's JSON map of quantities; raise :class:`IntentError` on a bad one."""
     try:
         raw = json.loads(value)
     except (TypeError, json.JSONDecodeError):
@@ -261,7 +264,7 @@ def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FA
         else default
     )
     pod_class_ = pod_class(labels, where_l)
-    demand = _parse_demand(annotations[ANN_DEMAND], f"{where_a}[{ANN_DEMAND!r}]") if ANN_DEMAND in annotations else None
+    demand = parse_demand(annotations[ANN_DEMAND], f"{where_a}[{ANN_DEMAND!r}]") if ANN_DEMAND in annotations else None
     duration = (
         _parse_duration(annotations[ANN_EXPECTED_DURATION], f"{where_a}[{ANN_EXPECTED_DURATION!r}]")
         if ANN_EXPECTED_DURATION in annotations
