@@ -210,7 +210,7 @@ def simulate(
         hours = parse_hours(hours_spec) if hours_spec is not None else None
         limits = sizing.Limits(max_tasks=max_tasks, max_nodes=max_nodes, max_memory=_quantity_bytes(max_memory_spec))
         workload = resolve_workload(workload_spec, nodes=nodes, node_shape=node_shape, seed=seed,
-                                    source_nodes=source_nodes)
+                                    source_nodes=source_nodes, max_nodes=limits.max_nodes)
         workload = workload.sliced(first_jobs=first_jobs, hours=hours)
         if arrivals == "batch":
             workload = workload.with_batch_arrivals()

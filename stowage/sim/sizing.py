@@ -17,7 +17,7 @@ import numpy as np
 from stowage.errors import StowageError
 from stowage.sim.engine import SimConfig, resource_axis
 from stowage.sim.report import RATIO_BASELINE, SLOWDOWN_REFERENCE, time_cap
-from stowage.sim.workload import Workload
+from stowage.sim.workload import Workload, nodes_over_limit
 
 __all__ = [
     "DEFAULT_MAX_NODES",
@@ -186,9 +186,9 @@ def plan_runs(
     if tasks > limits.max_tasks:
         problems.append(f"{tasks:,} tasks is above the limit of {limits.max_tasks:,} (--max-tasks raises it; "
                         "--first-jobs N or --hours A-B replay a slice)")
-    if nodes > limits.max_nodes:
-        problems.append(f"{nodes:,} nodes is above the limit of {limits.max_nodes:,} (--max-nodes raises it; "
-                        "--nodes N simulates fewer)")
+    too_many = nodes_over_limit(nodes, limits.max_nodes)
+    if too_many:
+        problems.append(too_many)
     problems += _time_problems(workload, config.max_sim_s)
     per_process = estimate_memory(workload)
     limit = limits.max_memory if limits.max_memory is not None else available_memory()

@@ -16,7 +16,15 @@ from stowage.labels import Opportunistic
 from stowage.model import JobOrder
 from stowage.resources import ResourceVector
 
-__all__ = ["JobSpec", "NodeSpec", "QueueSpec", "TaskGroup", "Workload"]
+__all__ = ["JobSpec", "NodeSpec", "QueueSpec", "TaskGroup", "Workload", "nodes_over_limit"]
+
+
+def nodes_over_limit(nodes: int, limit: int | None) -> str | None:
+    """Why ``nodes`` nodes are refused (``--max-nodes``), or None. Asked before nodes are built as well as after:
+    a count of ten million must be refused before ten million node objects exist."""
+    if limit is None or nodes <= limit:
+        return None
+    return f"{nodes:,} nodes is above the limit of {limit:,} (--max-nodes raises it; --nodes N simulates fewer)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -369,3 +369,31 @@ def test_any_workload_round_trips_through_the_file_form(workload: Workload) -> N
     text = yaml.safe_dump(workload_to_dict(workload))
     again = parse_workload(yaml.safe_load(text))
     assert (again.nodes, again.queues, again.jobs) == (workload.nodes, workload.queues, workload.jobs)
+
+
+def test_a_node_count_above_the_limit_is_refused_before_any_node_is_built(tmp_path: Path) -> None:
+    """Ten million nodes in one entry: refused naming --max-nodes, with no node object made (memory stays small)."""
+    import tracemalloc
+
+    from stowage.sim.traces import resolve_workload
+
+    doc = {"nodes": [{"name": "n", "count": 10_000_000, "cpu": 4, "memory": "8Gi"}],
+           "jobs": [{"name": "j", "arrival": 0, "groups": [{"name": "g", "tasks": 1, "duration": 10,
+                                                          "demand": {"cpu": 1, "memory": "1Gi"}}]}]}
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    tracemalloc.start()
+    try:
+        with pytest.raises(WorkloadError) as refused:
+            resolve_workload(str(path), nodes=None, node_shape=None, seed=0, max_nodes=20_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "10,000,000 nodes is above the limit of 20,000 (--max-nodes raises it" in str(refused.value)
+    assert peak < 50 * 2**20, f"{peak / 2**20:.0f} MiB traced: nodes were built before the check"
+    # Under the limit the same file loads (a smaller count), and --nodes is checked before it is used.
+    doc["nodes"][0]["count"] = 3
+    path.write_text(yaml.safe_dump(doc))
+    assert len(resolve_workload(str(path), nodes=None, node_shape=None, seed=0, max_nodes=3).nodes) == 3
+    with pytest.raises(Exception, match="--max-nodes raises it"):
+        resolve_workload("synthetic", nodes=10_000_000, node_shape=None, seed=0, max_nodes=20_000)

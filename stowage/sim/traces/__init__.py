@@ -19,7 +19,7 @@ from stowage.sim.traces.openb import read_openb
 from stowage.sim.traces.swim import SWIM_CLUSTER_NODES, SWIM_SOURCES, read_swim, source_nodes_of
 from stowage.sim.traces.synthetic import TetrisMix, tetris_mix
 from stowage.sim.traces.workload_file import load_workload_file
-from stowage.sim.workload import Workload
+from stowage.sim.workload import Workload, nodes_over_limit
 
 __all__ = [
     "BUNDLED_SWIM",
@@ -120,7 +120,8 @@ def _existing(path: str, spec: str, what: str) -> Path:
 
 
 def resolve_workload(
-    spec: str, *, nodes: int | None, node_shape: str | None, seed: int, source_nodes: int | None = None
+    spec: str, *, nodes: int | None, node_shape: str | None, seed: int, source_nodes: int | None = None,
+    max_nodes: int | None = None,
 ) -> Workload:
     """The workload a ``--workload`` spec names, with ``--nodes`` / ``--node-shape`` applied.
 
@@ -133,8 +134,14 @@ def resolve_workload(
     ``source_nodes`` (``--source-nodes``, SWIM only): the machines of the cluster the trace was
     recorded on. For ``swim:PATH`` it defaults to what the file name says (FB-2009: 600, FB-2010:
     3,000) and is required otherwise; the simulated cluster defaults to that size (bytes unscaled).
+
+    ``max_nodes`` (``--max-nodes``): more nodes, by ``--nodes`` or a file's ``count``, are refused before any
+    is built (the size check after reading, ``sizing.plan_runs``, would come only after building them).
     """
     count = _positive(nodes, "--nodes")
+    too_many = nodes_over_limit(count or 0, max_nodes)
+    if too_many:
+        raise InvalidInput("--nodes", count, too_many)
     source = _positive(source_nodes, "--source-nodes")
     shape = shapes.parse_node_shape(node_shape, "--node-shape") if node_shape else None
     spec = (spec or "embedded").strip()
@@ -168,7 +175,7 @@ def resolve_workload(
             if node_list else None
         return read_openb(pods_path, nodes_path, seed=seed, n_nodes=count, node_capacity=shape)
     if Path(spec).suffix.lower() in _FILE_SUFFIXES:
-        workload = load_workload_file(_existing(spec, spec, "a workload file"))
+        workload = load_workload_file(_existing(spec, spec, "a workload file"), max_nodes=max_nodes)
         return _with_nodes(workload, count, shape)
     raise InvalidInput("--workload", spec, WORKLOAD_SPECS)
 

@@ -49,7 +49,7 @@ from stowage.labels import Opportunistic
 from stowage.model import JobOrder, QueueOpportunistic
 from stowage.resources import CORE_RESOURCES, CPU, MEMORY, ResourceVector, format_quantity, parse_quantity
 from stowage.sim.traces.shapes import is_extended_resource
-from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup, Workload
+from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup, Workload, nodes_over_limit
 
 __all__ = ["DEFAULT_QUEUE", "load_workload_file", "parse_workload", "workload_to_dict"]
 
@@ -184,10 +184,18 @@ def _resources(chk: _Checker, entry: Mapping[str, Any], path: str, names: Sequen
     return amounts
 
 
-def _nodes(chk: _Checker, raw: object) -> list[NodeSpec]:
+def _nodes(chk: _Checker, raw: object, max_nodes: int | None = None) -> list[NodeSpec]:
     nodes: list[NodeSpec] = []
     seen: dict[str, int] = {}
-    for index, item in enumerate(chk.entries(raw, "nodes", "nodes")):
+    entries = list(chk.entries(raw, "nodes", "nodes"))
+    # Sized before anything is built: `count: 10000000` must not make ten million nodes to be refused.
+    counts = [e.get("count", 1) if isinstance(e, dict) else 1 for e in entries]
+    total = sum(c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c > 0)
+    too_many = nodes_over_limit(total, max_nodes)
+    if too_many:
+        chk.add("nodes", f"after expanding count, {too_many}")
+        return nodes
+    for index, item in enumerate(entries):
         path = _label(item, index, seen, "node", "nodes", chk)
         entry = chk.mapping(item, path)
         if entry is None:
@@ -387,15 +395,17 @@ def _jobs(chk: _Checker, raw: object, queues: Sequence[QueueSpec], queues_given:
     return jobs
 
 
-def parse_workload(data: object, name: str = "workload", source: str = "workload file") -> Workload:
-    """Validate a decoded workload document; raise :class:`WorkloadError` with every problem."""
+def parse_workload(data: object, name: str = "workload", source: str = "workload file", *,
+                   max_nodes: int | None = None) -> Workload:
+    """Validate a decoded workload document; raise :class:`WorkloadError` with every problem. More nodes than
+    ``max_nodes`` (after ``count``) are refused before any node is built."""
     chk = _Checker()
     doc = chk.mapping(data, "(top level)")
     if doc is None:
         raise WorkloadError(chk.problems)
     chk.keys(doc, "", _TOP_KEYS)
     chk.required(doc, "", ("nodes", "jobs"))
-    nodes = _nodes(chk, doc["nodes"]) if "nodes" in doc else []
+    nodes = _nodes(chk, doc["nodes"], max_nodes) if "nodes" in doc else []
     queues = _queues(chk, doc.get("queues"))
     jobs = _jobs(chk, doc["jobs"], queues, doc.get("queues") is not None, nodes) if "jobs" in doc else []
     if chk.problems:
@@ -414,8 +424,9 @@ def parse_workload(data: object, name: str = "workload", source: str = "workload
     )
 
 
-def load_workload_file(path: str | Path) -> Workload:
-    """Read and validate a YAML (``.yaml``/``.yml``) or JSON (``.json``) workload file."""
+def load_workload_file(path: str | Path, *, max_nodes: int | None = None) -> Workload:
+    """Read and validate a YAML (``.yaml``/``.yml``) or JSON (``.json``) workload file (``max_nodes``: as
+    :func:`parse_workload`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -426,7 +437,7 @@ def load_workload_file(path: str | Path) -> Workload:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
         raise WorkloadError([f"{path}: not valid {kind}: {exc}"]) from exc
-    return parse_workload(data, name=path.stem, source=f"workload file {path.name}")
+    return parse_workload(data, name=path.stem, source=f"workload file {path.name}", max_nodes=max_nodes)
 
 
 def _quantities(vector: Mapping[str, float]) -> dict[str, str]:
