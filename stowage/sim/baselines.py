@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from stowage.policy import alignment, fairness, harvest
 from stowage.sim import scoring
 from stowage.sim.assumed import AssumedTracker
-from stowage.sim.presets import OPP_TRUE, Preset
+from stowage.sim.preset import OPP_TRUE, Preset
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation

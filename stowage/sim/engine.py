@@ -33,12 +33,12 @@ from stowage.resources import CORE_RESOURCES, DISK, NETWORK
 from stowage.sim import monitor, rates
 from stowage.sim.cluster import FEW_ROWS, Cluster, Running
 from stowage.sim.metrics import Recorder, RunResult
-from stowage.sim.presets import OPP_AUTO, OPP_FALSE, OPP_TRUE
+from stowage.sim.preset import OPP_AUTO, OPP_FALSE, OPP_TRUE
 from stowage.sim.usage import UsageModel
 from stowage.sim.workload import Workload
 
 if TYPE_CHECKING:
-    from stowage.sim.presets import Preset
+    from stowage.sim.preset import Preset
 
 __all__ = ["MAX_SIM_S", "InvariantViolation", "SimConfig", "Simulation", "resource_axis", "simulate"]
 

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from stowage.model import Pool
 from stowage.policy import decide, dispatch, estimates
-from stowage.sim.presets import Preset
+from stowage.sim.preset import Preset
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation

@@ -29,102 +29,32 @@ Stowage formula comes from ``stowage.policy`` (the code the cluster runs).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import numpy as np
-from numpy.typing import NDArray
+from collections.abc import Callable
 
 from stowage.errors import InvalidInput
-from stowage.policy import decide, harvest
+from stowage.sim.baselines import KubePreset
+from stowage.sim.packing import PackingPreset
+from stowage.sim.preset import OPP_AUTO, OPP_FALSE, OPP_TRUE, Preset
 
-if TYPE_CHECKING:
-    from stowage.sim.engine import Simulation
-
-__all__ = ["PRESETS", "Preset", "make"]
-
-# JobSpec.opportunistic as the engine codes it: the decision's intent codes
-OPP_FALSE, OPP_AUTO, OPP_TRUE = decide.INTENT_FALSE, decide.INTENT_AUTO, decide.INTENT_TRUE
+__all__ = ["OPP_AUTO", "OPP_FALSE", "OPP_TRUE", "PRESETS", "Preset", "make"]
 
 
-class Preset:
-    """Base: hooks the engine calls, and shared helpers."""
+_FACTORIES: dict[str, Callable[[], Preset]] = {
+    "kube-default": lambda: KubePreset("kube-default", "least"),
+    "binpack": lambda: KubePreset("binpack", "most"),
+    "drf": lambda: KubePreset("drf", "least", order="drf"),
+    "load-aware": lambda: KubePreset("load-aware", "tlp"),
+    "tetris": lambda: PackingPreset("tetris", harvesting=False, job_order=False, classifier=False, guard=False),
+    "ubis": lambda: KubePreset("ubis", "least", harvesting=True),
+    "stowage": lambda: PackingPreset("stowage", harvesting=True, job_order=True, classifier=True, guard=True),
+}
 
-    name = "base"
-    harvesting = False
-    operator_paced = False
-    """Its passes are the operator's dispatcher's, paced by ``SimConfig.pass_delay_s``; False: event-driven,
-    as kube-scheduler is."""
-
-    def attach(self, sim: Simulation) -> None:
-        self.sim = sim
-
-    def regular_resources(self, sim: Simulation) -> NDArray[np.bool_]:
-        """Resources checked when fitting a regular pod."""
-        return np.ones(len(sim.resources), dtype=bool)
-
-    def on_job_arrived(self, j: int) -> None: ...
-    def on_job_finished(self, j: int) -> None: ...
-    def on_evicted(self, groups: NDArray[np.int64]) -> None: ...
-    def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None: ...
-
-    def schedule(self, sim: Simulation) -> None:
-        raise NotImplementedError
-
-    # --- helpers ---------------------------------------------------------------------------------
-
-    def _pick(self, scores: NDArray, ok: NDArray[np.bool_]) -> int | None:
-        """Highest-scoring feasible node; ties at random like kube's selectHost."""
-        if not ok.any():
-            return None
-        s = np.where(ok, scores, -np.inf)
-        best = np.flatnonzero(s == s.max())
-        if best.size == 1:
-            return int(best[0])
-        return int(best[self.sim.rng.integers(best.size)])
-
-    def _harvestable(self, sim: Simulation) -> NDArray[np.float64]:
-        """``A_opp`` per node (UBIS Alg. 1 l.21), from a fresh-enough monitor sample."""
-        c = sim.cluster
-        if sim.now - sim.monitor.last_sample >= sim.settings.contention.sample_interval_s:
-            sim.monitor.sample()
-        run = sim.running  # every running row, regular or opportunistic: any new task's usage lags U
-        assumed = harvest.assumed(
-            sim.g_demand[run.group], run.start, run.node, sim.now, sim.settings.harvest.ramp_up_s, c.n,
-        )
-        a = harvest.harvestable(c.cap, c.usage, c.blocked, assumed, sim.settings.harvest.t_alloc.array(sim.resources))
-        a[~c.harvest] = 0.0
-        return a
-
-    def _opp_eligible(self, sim: Simulation, groups: NDArray[np.int64]) -> NDArray[np.bool_]:
-        jobs = sim.g_job[groups]
-        return (sim.j_opp[jobs] != OPP_FALSE) & sim.q_opp[sim.g_queue[groups]]
-
-
-def _factories() -> dict[str, object]:
-    from stowage.sim.baselines import KubePreset
-    from stowage.sim.packing import PackingPreset
-
-    return {
-        "kube-default": lambda: KubePreset("kube-default", "least"),
-        "binpack": lambda: KubePreset("binpack", "most"),
-        "drf": lambda: KubePreset("drf", "least", order="drf"),
-        "load-aware": lambda: KubePreset("load-aware", "tlp"),
-        "tetris": lambda: PackingPreset("tetris", harvesting=False, job_order=False, classifier=False,
-                                          guard=False),
-        "ubis": lambda: KubePreset("ubis", "least", harvesting=True),
-        "stowage": lambda: PackingPreset("stowage", harvesting=True, job_order=True, classifier=True,
-                                           guard=True),
-    }
-
-
-PRESETS: tuple[str, ...] = ("kube-default", "binpack", "drf", "load-aware", "tetris", "ubis", "stowage")
-"""The preset names, in report order. Spelled out rather than ``tuple(_factories())``: building the factories
-imports ``baselines`` and ``packing``, which import this module, so importing either of them first failed."""
+PRESETS: tuple[str, ...] = tuple(_FACTORIES)
+"""The preset names, in report order."""
 
 
 def make(name: str) -> Preset:
     """A fresh preset instance by name (one per run: presets hold run state)."""
-    factories = _factories()
-    if name not in factories:
+    if name not in _FACTORIES:
         raise InvalidInput("policy", name, f"one of {', '.join(PRESETS)}")
-    return factories[name]()  # type: ignore[operator]
+    return _FACTORIES[name]()

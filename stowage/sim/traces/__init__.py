@@ -7,16 +7,21 @@ the package (``stowage/data/``), used when no ``--workload`` is given. See ``doc
 
 from __future__ import annotations
 
-import importlib.resources
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 
 from stowage.errors import InvalidInput
 from stowage.resources import ResourceVector
 from stowage.sim.traces import random_mix, shapes, tenants
 from stowage.sim.traces.openb import read_openb
-from stowage.sim.traces.swim import SWIM_CLUSTER_NODES, SWIM_SOURCES, read_swim, source_nodes_of
+from stowage.sim.traces.swim import (
+    BUNDLED_SWIM,
+    SWIM_CLUSTER_NODES,
+    SWIM_SOURCES,
+    bundled_swim_path,
+    read_swim,
+    source_nodes_of,
+)
 from stowage.sim.traces.synthetic import TetrisMix, tetris_mix
 from stowage.sim.traces.workload_file import load_workload_file
 from stowage.sim.workload import Workload, nodes_over_limit
@@ -34,8 +39,6 @@ __all__ = [
     "resolve_workload",
 ]
 
-#: The SWIM trace shipped in ``stowage/data/`` (unchanged copy; New BSD licence, see LICENSE-SWIM.txt).
-BUNDLED_SWIM = "FB-2009_samples_24_times_1hr_0.tsv"
 #: The embedded default: this many nodes of the Facebook 2009 profile ...
 EMBEDDED_NODES = 50
 #: ... the first hours of FB-2009 (bytes scaled to 50/600 as SWIM prescribes) ...
@@ -51,14 +54,6 @@ WORKLOAD_SPECS = (
     "random or random:SEED (a random mix), or a workload file (.yaml, .yml, .json)"
 )
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-@contextmanager
-def bundled_swim_path() -> Iterator[Path]:
-    """A filesystem path to the bundled FB-2009 trace, valid inside the ``with`` block."""
-    resource = importlib.resources.files("stowage") / "data" / BUNDLED_SWIM
-    with importlib.resources.as_file(resource) as path:
-        yield Path(path)
 
 
 def embedded_default(

@@ -155,7 +155,6 @@ def random_mix(seed: int, *, n_nodes: int | None = None, node_capacity: Mapping[
 @functools.cache
 def _swim_rows() -> tuple[swim.SwimRow, ...]:
     """The bundled FB-2009 day's rows, parsed once per process: the pool job sizes are drawn from."""
-    from stowage.sim.traces import bundled_swim_path  # the package imports this module
 
-    with bundled_swim_path() as path:
+    with swim.bundled_swim_path() as path:
         return tuple(swim.parse_swim(path))

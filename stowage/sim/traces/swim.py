@@ -34,8 +34,10 @@ Task model (the trace has no CPU, memory or durations; these are ours, stated):
 
 from __future__ import annotations
 
+import importlib.resources
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,10 +49,12 @@ from stowage.sim.traces import shapes, tenants
 from stowage.sim.workload import JobSpec, TaskGroup, Workload
 
 __all__ = [
+    "BUNDLED_SWIM",
     "SWIM_CLUSTER_NODES",
     "SWIM_SOURCES",
     "SwimRow",
     "SwimTaskModel",
+    "bundled_swim_path",
     "parse_swim",
     "read_swim",
     "source_nodes_of",
@@ -65,6 +69,18 @@ SWIM_SOURCES = {"FB-2009": SWIM_CLUSTER_NODES, "FB-2010": 3000}
 _MIB = 2**20
 _GIB = 2**30
 _MAX_PROBLEMS = 20
+
+
+#: The SWIM trace shipped in ``stowage/data/`` (unchanged copy; New BSD licence, see LICENSE-SWIM.txt).
+BUNDLED_SWIM = "FB-2009_samples_24_times_1hr_0.tsv"
+
+
+@contextmanager
+def bundled_swim_path() -> Iterator[Path]:
+    """A filesystem path to the bundled FB-2009 trace, valid inside the ``with`` block."""
+    resource = importlib.resources.files("stowage") / "data" / BUNDLED_SWIM
+    with importlib.resources.as_file(resource) as path:
+        yield Path(path)
 
 
 @dataclass(frozen=True, slots=True)
