@@ -65,8 +65,10 @@ def test_two_queues_weighted_2_to_1_converge_to_2_to_1_running_shares(operator_s
                                       stack_id=stack.id))
         stack.create_job(ns, job_body("b", [{"name": "t", "replicas": 60, "run_s": 15}], queue="fair-b",
                                       stack_id=stack.id))
-        # Warm-up: the cluster fills (21 slots).
-        wait_for(lambda: sum(_running_cores(stack, ns).values()) >= 18, 240, "the three nodes filled with tasks")
+        # Warm-up: the cluster fills (21 slots) and both queues run. Job a, seen first, may fill every slot
+        # before Job b exists for the dispatcher; the window starts once the first of a's tasks have ended.
+        wait_for(lambda: sum((cores := _running_cores(stack, ns)).values()) >= 18 and min(cores.values()) > 0,
+                 240, "the three nodes filled with tasks of both queues")
         samples: list[dict[str, float]] = []
         started = time.monotonic()
         while time.monotonic() - started < 75:
