@@ -341,9 +341,12 @@ class Dispatcher:
 def _regular_slot(a: ViewArrays, planned: int, demand: NDArray[np.float64]) -> int:
     """Where an unbound regular release holds its demand: its planned node while it still has the room, else
     the node with the most room left among those it fits, else (it fits nowhere) the planned node."""
+    need = demand * (1 - 1e-9)
+    if (a.alloc[planned] - a.reg_alloc[planned] >= need).all():  # the common case: one row, not every node's
+        return planned
     room = a.alloc - a.reg_alloc
-    fits = (room >= demand * (1 - 1e-9)).all(axis=1)
-    if fits[planned] or not fits.any():
+    fits = (room >= need).all(axis=1)
+    if not fits.any():
         return planned
     share = np.divide(room - demand, a.alloc, out=np.zeros_like(room), where=a.alloc > 0).min(axis=1)
     return int(np.flatnonzero(fits)[np.argmax(share[fits])])
