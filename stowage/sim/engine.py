@@ -30,7 +30,7 @@ from stowage.labels import Opportunistic
 from stowage.model import JobOrder
 from stowage.policy import alignment
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK
-from stowage.sim import monitor, rates
+from stowage.sim import monitor, presets, rates
 from stowage.sim.cluster import FEW_ROWS, Cluster, Running
 from stowage.sim.metrics import Recorder, RunResult
 from stowage.sim.preset import OPP_AUTO, OPP_FALSE, OPP_TRUE
@@ -532,7 +532,5 @@ def simulate(
 
     ``progress(tasks_done, simulated_s)``: called about twice a wall second and once at the end.
     """
-    from stowage.sim import presets
-
     p = presets.make(preset) if isinstance(preset, str) else preset
     return Simulation(workload, p, config or SimConfig(), seed).run(progress)
