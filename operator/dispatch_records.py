@@ -146,5 +146,10 @@ class QueueShare:
     """pool → unweighted dominant share ``max_r(alloc_r/total_r)`` (comparable with ``fair_share``)."""
     fair_share: float
     """``weight / Σ weights of the queues with work`` (0 without work)."""
+    usage: dict[str, float] = field(default_factory=dict)
+    """pool → decayed usage: the dominant share averaged with ``packing.queue_usage_half_life_s``
+    (``fairness.QueueUsage``; the dominant share now with a half-life of 0)."""
+    usage_target: dict[str, float] = field(default_factory=dict)
+    """pool → the usage its weight entitles it to: ``fair_share`` × the usage of the queues with work."""
     quota_used: dict[str, dict[str, float]] = field(default_factory=dict)
     """pool → resource → allocated / ``spec.quota`` for each resource the quota names ({} without a quota)."""

@@ -9,11 +9,12 @@ No Kubernetes I/O here; the clock is injected.
 What is the operator's own: tasks released by an earlier ``decide`` and not yet bound (``PendingGroup.unbound``)
 keep their demand on the node they were released for, so a slow scheduler does not make the same capacity
 count twice; the state a restarted operator reads back (``state_dict``: what the decider learned, the guard's
-counts and holds, where unbound releases went, the queue deficits); and the queue numbers it publishes
+counts and holds, where unbound releases went, the decayed queue usage); and the queue numbers it publishes
 (``queue_shares``).
 
-Fairness over time (``packing.queue_share_deficit_s`` > 0): the time the operator was down accrues nothing
-(nobody could be served then): the first pass after ``load_state`` is the deficits' new reference time.
+Fairness over time (``packing.queue_usage_half_life_s`` > 0): the time the operator was down counts as the
+shares of its last decision held throughout, as the pods it had released ran on; the state a restarted
+operator loads is therefore the same until its decisions change the shares, and it writes nothing new.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from stowage.operator import deficit_state
+from stowage.operator import usage_state
 from stowage.operator.dispatch_arrays import (
     ViewArrays,
     bandwidth_mask,
@@ -61,8 +62,8 @@ __all__ = [
     "RunningPod",
 ]
 
-_STATE_VERSION = 4  # 4: estimates (priors, history); 3: the queue deficits; 2: the classifier's own state_dict
-_READS = (2, 3, 4)  # earlier versions load with what they had; the rest starts empty
+_STATE_VERSION = 5  # 5: decayed queue usage; 4: estimates (priors, history); 3: queue deficits; 2: classifier
+_READS = (2, 3, 4, 5)  # earlier versions load with what they had; the rest starts empty
 _POOLS = decide.POOLS
 _INTENT = {Opportunistic.FALSE: decide.INTENT_FALSE, Opportunistic.AUTO: decide.INTENT_AUTO,
            Opportunistic.TRUE: decide.INTENT_TRUE}
@@ -114,7 +115,7 @@ class Dispatcher:
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state a restarted operator needs: what the decider learned (classifier, duration
         priors, recurring history), the starvation guard's counts and holds, where unbound releases were placed,
-        and each pool's queue deficits (``deficit_state``; none while ``packing.queue_share_deficit_s`` is 0).
+        and each pool's decayed queue usage (``usage_state``; none while ``packing.queue_usage_half_life_s`` is 0).
         FSP trackers are rebuilt from the jobs' arrival times."""
         inner = self.decider.state_dict()
         return {
@@ -125,7 +126,7 @@ class Dispatcher:
             "skips": {str(k): v for k, v in inner["skips"]},
             "held": inner["held"],
             "released": {key: [list(x) for x in v] for key, v in sorted(self._released.items())},
-            "deficits": deficit_state.to_state(self.decider.deficits),
+            "usage": usage_state.to_state(self.decider.usage),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -135,10 +136,11 @@ class Dispatcher:
         values)). Its labels were given under its ``short_task_threshold_s``: a state learned under another
         threshold than the settings' is refused (``ValueError``) rather than mixed.
 
-        Versions 2 and 3 (before estimates) start with no learned priors or history; version 2 (no deficits
-        yet) starts every queue owed nothing; with ``packing.queue_share_deficit_s`` 0 deficits are dropped
-        (nothing would keep them current). A queue deleted meanwhile drops out at the next pass, one added
-        starts at 0 (``QueueDeficits.reordered``); the downtime accrues nothing (module docstring).
+        Versions 2 and 3 (before estimates) start with no learned priors or history; versions 3 and 4 saved queue
+        deficits, whose last shares become the usage (``usage_state.from_deficits``); version 2 starts every
+        queue at no usage. With ``packing.queue_usage_half_life_s`` 0 the usage is dropped (nothing would keep it
+        current). A queue deleted meanwhile drops out at the next decision, one added starts at 0
+        (``QueueUsage.reordered``); the downtime counts as the last shares held (module docstring).
         """
         version = int(state["version"])
         if version not in _READS:
@@ -155,13 +157,13 @@ class Dispatcher:
         skips = {str(k): int(v) for k, v in state["skips"].items()}
         held = {(str(k), str(p)): str(n) for k, p, n in state["held"]}
         released = {str(k): [(str(n), str(p)) for n, p in v] for k, v in state["released"].items()}
-        deficits = deficit_state.from_state(state.get("deficits")) if version >= 3 else {}
+        usage = (usage_state.from_state(state.get("usage")) if version >= 5
+                 else usage_state.from_deficits(state.get("deficits")) if version >= 3 else {})
         d = self.decider
         d.classifier, d.priors, d.history = fresh, priors, history
         d.skips, d.held = dict(skips), dict(held)
         self._released = released
-        d.deficits = deficits if self.settings.packing.queue_share_deficit_s > 0 else {}
-        d.resume_deficits = bool(d.deficits)
+        d.usage = usage if self.settings.packing.queue_usage_half_life_s > 0 else {}
 
     def held(self) -> dict[tuple[str, str], str]:
         """(group key, pool) → node held for a starved group (the starvation guard's reservations)."""
@@ -254,6 +256,11 @@ class Dispatcher:
                   enumerate(_POOLS)} if queues else {}
         plain = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, np.ones(len(queues))) for p, pool in
                  enumerate(_POOLS)} if queues else {}
+        names = [q.name for q in queues]
+        used = {}
+        for pool in _POOLS:
+            decayed = self.decider.queue_usage(pool, names, self.clock()) if queues else None
+            used[pool.value] = plain[pool.value] if decayed is None else decayed
         for i, q in enumerate(queues):
             out.append(QueueShare(
                 name=q.name,
@@ -262,6 +269,8 @@ class Dispatcher:
                 dominant_share={pool: float(s[i]) for pool, s in shares.items()},
                 share={pool: float(s[i]) for pool, s in plain.items()},
                 fair_share=float(fair[i]),
+                usage={pool: float(u[i]) for pool, u in used.items()},
+                usage_target={pool: float(fair[i] * u[active].sum()) for pool, u in used.items()},
                 quota_used=self._quota_used(a, p_alloc=a.queue_alloc[:, i], quota=q.quota),
             ))
         return out

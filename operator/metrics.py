@@ -57,6 +57,8 @@ class QueueNumbers:
     running_jobs: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
     quota_used: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # pool → resource → alloc/quota
+    usage: Mapping[str, float] = field(default_factory=dict)  # pool → decayed usage (fraction of the pool)
+    usage_target: Mapping[str, float] = field(default_factory=dict)  # pool → the usage its weight entitles it to
 
 
 class _QueueCollector(Collector):
@@ -82,14 +84,21 @@ class _QueueCollector(Collector):
                                       labels=["queue", "pool", "resource"])
         pending = GaugeMetricFamily(METRICS.QUEUE_PENDING_TASKS, "Tasks waiting for the dispatcher",
                                     labels=["queue"])
+        usage = GaugeMetricFamily(METRICS.QUEUE_USAGE, "Dominant share averaged with the usage half-life, per pool",
+                                  labels=["queue", "pool"])
+        target = GaugeMetricFamily(METRICS.QUEUE_USAGE_TARGET,
+                                   "The decayed usage the queue's weight entitles it to among the queues with work",
+                                   labels=["queue", "pool"])
         for q in queues:
             for pool in Pool:
                 dominant.add_metric([q.name, pool.value], float(q.dominant_share.get(pool.value, 0.0)))
+                usage.add_metric([q.name, pool.value], float(q.usage.get(pool.value, 0.0)))
+                target.add_metric([q.name, pool.value], float(q.usage_target.get(pool.value, 0.0)))
                 for resource, amount in sorted((q.allocated.get(pool.value) or {}).items()):
                     allocated.add_metric([q.name, pool.value, resource], float(amount))
             fair.add_metric([q.name], float(q.fair_share))
             pending.add_metric([q.name], float(q.pending_tasks))
-        yield from (dominant, fair, allocated, pending)
+        yield from (dominant, fair, allocated, pending, usage, target)
 
 
 class _HeldCollector(Collector):

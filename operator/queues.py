@@ -5,6 +5,8 @@ Queue status (``status`` subresource; the CRD's printer columns read it)::
     allocated:      {regular: {cpu: "6", memory: 12Gi}, opportunistic: {...}}   what running tasks hold
     dominantShare:  {regular: 0.38, opportunistic: 0.0}                         max_r(alloc_r/total_r)/weight
     fairShare:      0.25                                                        entitled share among queues with work
+    usage:          {regular: 0.31, opportunistic: 0.0}                         dominant share, decayed (half-life)
+    usageTarget:    {regular: 0.25, opportunistic: 0.0}                         what its weight entitles it to
     quotaUsed:      {regular: {cpu: 0.75}, opportunistic: {cpu: 0.0}}           allocated / spec.quota (with a quota)
     pendingTasks, runningTasks, pendingJobs, runningJobs
 
@@ -81,6 +83,8 @@ def status_of(numbers: QueueNumbers) -> dict[str, Any]:
         "allocated": {pool.value: _quantities(numbers.allocated.get(pool.value) or {}) for pool in Pool},
         "dominantShare": {pool.value: round(float(numbers.dominant_share.get(pool.value, 0.0)), 4) for pool in Pool},
         "fairShare": round(float(numbers.fair_share), 4),
+        "usage": {pool.value: round(float(numbers.usage.get(pool.value, 0.0)), 4) for pool in Pool},
+        "usageTarget": {pool.value: round(float(numbers.usage_target.get(pool.value, 0.0)), 4) for pool in Pool},
         "pendingTasks": int(numbers.pending_tasks),
         "runningTasks": int(numbers.running_tasks),
         "pendingJobs": int(numbers.pending_jobs),

@@ -561,7 +561,7 @@ class OperatorRuntime:
             running_tasks=running.get(share.name, 0),
             pending_jobs=jobs_by_phase.get((share.name, tasks.Phase.PENDING.value), 0),
             running_jobs=jobs_by_phase.get((share.name, tasks.Phase.RUNNING.value), 0),
-            quota_used=share.quota_used,
+            quota_used=share.quota_used, usage=share.usage, usage_target=share.usage_target,
         ) for share in self.dispatcher.queue_shares(view)]
 
     # --- releases --------------------------------------------------------------------------------

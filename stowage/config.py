@@ -127,17 +127,17 @@ class PackingSettings:
 
     fairness_knob: float = 0.25
     """``f``: only the ⌈(1−f)·|J|⌉ jobs furthest below fair share compete (Tetris §5.3: 0.25)."""
-    queue_share_slack: float = 0.01
-    """``δ``: between queues, only those whose weighted dominant share is within ``δ`` of the lowest compete
-    (``fairness.deprived_queues``; ``f = 0`` lifts it). 1 % of the pool keeps two saturated queues of weights
-    2:1 within 1.94–2.06; larger values leave more to packing and remaining-work order (shorter mean JCT)
-    at the price of looser shares (0.1: 1.5–2.75; measured in docs/simulator.md) (ours)."""
-    queue_share_deficit_s: float = 0.0
-    """``D`` (pool fraction × seconds): fairness over time instead of at every slot. Each queue's shortfall below
-    its weighted fair share is integrated while it has work waiting (``fairness.update_deficits``, a deficit
-    counter); while none is owed more than ``D`` every queue competes (packing and job order decide), a queue
-    owed more goes first until repaid. Time-averaged shares stay weighted DRF's within about ``D / span``.
-    0: weighted DRF at every slot (``queue_share_slack``) (ours)."""
+    queue_usage_half_life_s: float = 600.0
+    """``H``: fairness between queues holds on usage decayed with this half-life (``fairness.QueueUsage``): a
+    queue's weight is honoured on the moving average of its dominant share, not at every slot, so a queue that
+    is momentarily ahead may still start its short jobs. 0: no memory (shares at every slot). Default from the
+    sweep in docs/simulator.md ("Fairness over time") (ours; Kueue, Slurm and Volcano decay usage likewise)."""
+    queue_usage_tolerance: float = 0.1
+    """How far (relative) a queue's projected usage per weight may exceed the backlogged queues' before it is
+    held back (``fairness.queue_tiers``); within it every queue competes and packing and job order decide (ours)."""
+    queue_share_floor: float = 0.5
+    """A backlogged queue holding less than this fraction of its weighted fair share goes first, whatever its
+    usage (the short-term floor; YARN's fair-share preemption threshold is 0.5 likewise) (ours)."""
     barrier_knob: float = 0.9
     """``b``: once this fraction of a group before a barrier finished, its stragglers go first."""
     remaining_work_weight: float = 1.0
@@ -236,6 +236,13 @@ def _coerce(value: Any, current: Any, path: str, problems: list[str]) -> Any:
     return value
 
 
+REPLACED: dict[str, str] = {
+    key: "queues share over time on decayed usage instead: set packing.queue_usage_half_life_s (0: shares at "
+         "every slot) and packing.queue_usage_tolerance (docs/configuration.md)"
+    for key in ("packing.queue_share_slack", "packing.queue_share_deficit_s")}
+"""Settings an earlier release had, and what replaced them: a config that still sets one is refused saying so."""
+
+
 def _apply(obj: Any, overrides: Mapping[str, Any], path: str, problems: list[str]) -> Any:
     if not isinstance(overrides, Mapping):
         problems.append(f"{path or 'config'}: must be a mapping, got {overrides!r}")
@@ -244,6 +251,9 @@ def _apply(obj: Any, overrides: Mapping[str, Any], path: str, problems: list[str
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         dotted = f"{path}.{key}" if path else str(key)
+        if dotted in REPLACED:
+            problems.append(f"{dotted}: no longer a setting; {REPLACED[dotted]}")
+            continue
         if key not in names:
             problems.append(f"{dotted}: unknown key; known keys: {', '.join(sorted(names))}")
             continue
@@ -327,8 +337,9 @@ def validate(settings: StowageSettings) -> list[str]:
             f"({c.block_time_max_s}), got {c.block_time_initial_s}"
         )
     _check_range(p, "packing.fairness_knob", k.fairness_knob, 0.0, 1.0, False, False)
-    _check_range(p, "packing.queue_share_slack", k.queue_share_slack, 0.0, 1.0, False, False)
-    _check_range(p, "packing.queue_share_deficit_s", k.queue_share_deficit_s, 0.0, 86400.0, False, False)
+    _check_range(p, "packing.queue_usage_half_life_s", k.queue_usage_half_life_s, 0.0, 30 * 86400.0, False, False)
+    _check_range(p, "packing.queue_usage_tolerance", k.queue_usage_tolerance, 0.0, 10.0, False, False)
+    _check_range(p, "packing.queue_share_floor", k.queue_share_floor, 0.0, 1.0, False, False)
     _check_range(p, "packing.barrier_knob", k.barrier_knob, 0.0, 1.0, False, False)
     _check_range(p, "packing.remaining_work_weight", k.remaining_work_weight, 0.0, 1000.0, False, False)
     _check_range(p, "packing.remote_penalty", k.remote_penalty, 0.0, 1.0, False, True)

@@ -118,6 +118,10 @@ class METRICS:
     # operator
     QUEUE_DOMINANT_SHARE = "stowage_queue_dominant_share"
     QUEUE_FAIR_SHARE = "stowage_queue_fair_share"
+    #: Gauges per queue and pool: the decayed usage (``packing.queue_usage_half_life_s``) and what its weight
+    #: entitles it to (``fairness.QueueUsage``).
+    QUEUE_USAGE = "stowage_queue_usage"
+    QUEUE_USAGE_TARGET = "stowage_queue_usage_target"
     QUEUE_ALLOCATED = "stowage_queue_allocated"
     QUEUE_PENDING_TASKS = "stowage_queue_pending_tasks"
     JOB_COMPLETION_SECONDS = "stowage_job_completion_seconds"

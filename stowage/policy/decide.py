@@ -18,14 +18,14 @@ copy of the orchestration below.
    ``DecideInput.harvestable``; only groups that fit some node's harvestable room are asked about.
 
 Both passes cap disk and network at what the declared bandwidth of every pod leaves (the extender's filter),
-share queues by weighted DRF per pool with the fairness knob (or the queue deficits of fairness over time),
+share queues per pool by weighted DRF over time (decayed usage, a floor) with the fairness knob,
 order jobs per queue (FIFO, SRTF, FSP), boost groups at the barrier, apply queue quotas and the starvation
 guard, and pick by Tetris alignment + remaining work. A placement's demand comes off its node's free vector
 before the next one is chosen, so a decision never places more than fits.
 
 State kept between decisions (``Decider``): the classifier, the duration priors per queue and the recurring
 jobs' history (what the estimator learns), FSP trackers per queue, the starvation guard's skip counts and held
-nodes (by group key), and each pool's queue deficits. Pure and deterministic: the clock comes in as
+nodes (by group key), and each pool's decayed queue usage. Pure and deterministic: the clock comes in as
 ``DecideInput.now``; nothing here does I/O.
 """
 
@@ -176,8 +176,7 @@ class Decider:
         self.history = estimates.RecurringHistory(settings.estimates)
         self.skips: dict[Hashable, int] = {}
         self.held: dict[tuple[Hashable, str], Hashable] = {}  # (group key, pool) → node key
-        self.deficits: dict[Pool, tuple[tuple[str, ...], fairness.QueueDeficits]] = {}
-        self.resume_deficits = False  # restored: the next decision's time is their reference time
+        self.usage: dict[Pool, tuple[tuple[str, ...], fairness.QueueUsage]] = {}
         self._fsp: dict[str, ordering.FspTracker] = {}
         self._fsp_jobs: dict[Hashable, str] = {}
         self._ranks_kept: dict[str, tuple[bytes, NDArray[np.float64]]] = {}
@@ -235,11 +234,9 @@ class Decider:
         placements: list[tuple[int, int, Pool]] = []
         skipped = np.zeros(n_groups, dtype=bool)
         if n_groups == 0 or len(inp.node_key) == 0 or not (inp.releasable > 0).any():
+            self._record_usage(inp, np.asarray(inp.queue_alloc, dtype=np.float64), now)
             holds = self._explain(inp, np.asarray(inp.releasable), {}) if inp.explain and n_groups else {}
             return Decision(placements, skipped, dur, source, holds)
-        if self.resume_deficits:  # restored deficits: the time since the last pass before the restart accrues nothing
-            self.deficits = {p: (names, d.resumed(now)) for p, (names, d) in self.deficits.items()}
-            self.resume_deficits = False
         knobs = self.knobs
         cap = np.asarray(inp.capacity, dtype=np.float64)
         mean_cap = cap.mean(axis=0)
@@ -278,15 +275,13 @@ class Decider:
                     node = self.held.get((inp.group_key[g], pool.value))
                     if node is not None:
                         held[g] = node_index.get(node, -1)
-            deficits = self._queue_deficits(pool, inp.queue_name)
             passed = dispatch.PassInput(
                 capacity=cap, available=avail, shapes=inp.shapes, group_shape=inp.group_shape,
                 group_job=inp.group_job, group_queue=inp.group_queue, pending=pending,
                 finished_fraction=inp.finished_fraction, job_work=work, queue_alloc=queue_alloc[p].copy(),
                 pool_total=inp.pool_total, queue_weight=inp.queue_weight,
                 job_rank=rank if self.job_order else None, skips=skips, held=held, queue_quota=inp.queue_quota,
-                queue_overdue=None if deficits is None else deficits.overdue(knobs.queue_share_deficit_s,
-                                                                             inp.queue_weight, now),
+                queue_usage=self.queue_usage(pool, inp.queue_name, now),
                 group_duration_s=durations, group_path_s=paths)
             result = dispatch.pack(passed, knobs)
             if self.on_pass is not None:
@@ -303,10 +298,6 @@ class Decider:
             if inp.explain:
                 left[p] = holding.PoolLeft(after, queue_alloc[p].copy())
             skipped[:] |= result.skipped
-            if deficits is not None:  # the shares this pass leaves hold until the next one
-                waiting = pending - np.bincount([pl.group for pl in result.placements], minlength=n_groups)
-                self.deficits[pool] = (tuple(inp.queue_name), fairness.after_pass(
-                    deficits, queue_alloc[p], inp.pool_total, inp.queue_weight, inp.group_queue[waiting > 0], now))
             for g in np.flatnonzero(pending > 0).tolist():
                 node = int(result.held[g])
                 if node >= 0:
@@ -342,6 +333,7 @@ class Decider:
                 if eligible.any():
                     run(Pool.OPPORTUNISTIC, np.where(eligible, releasable, 0), avail)
         self._count_skips(inp, placements, skipped)
+        self._record_usage(inp, queue_alloc, now)  # the shares this decision leaves hold until the next one
         holds: dict[int, holding.Hold] = {}
         if inp.explain:
             if 0 not in left:
@@ -365,11 +357,13 @@ class Decider:
             queue_name=inp.queue_name, queue_weight=np.asarray(inp.queue_weight, dtype=np.float64),
             queue_quota=inp.queue_quota, queue_opportunistic=np.asarray(inp.queue_opportunistic, dtype=bool),
             node_key=inp.node_key, resources=inp.resources, sample_age_s=inp.sample_age_s,
-            stale_after_s=self.settings.harvest.utilization_stale_after_s)
+            stale_after_s=self.settings.harvest.utilization_stale_after_s,
+            usage_tolerance=self.knobs.queue_usage_tolerance, share_floor=self.knobs.queue_share_floor)
         demand = np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape]
-        return holding.explain(np.asarray(waiting) > 0, pool, demand, np.asarray(inp.group_queue),
-                               [left.get(p) or holding.PoolLeft(np.zeros((len(inp.node_key), n_res)),
-                                                                np.asarray(inp.queue_alloc[p])) for p in (0, 1)], ctx)
+        pools = [replace(left.get(p) or holding.PoolLeft(np.zeros((len(inp.node_key), n_res)),
+                                                         np.asarray(inp.queue_alloc[p])),
+                         usage=self.queue_usage(kind, inp.queue_name, inp.now)) for p, kind in enumerate(Pool)]
+        return holding.explain(np.asarray(waiting) > 0, pool, demand, np.asarray(inp.group_queue), pools, ctx)
 
     @staticmethod
     def _fits_some_node(inp: DecideInput, rows: NDArray[np.bool_], avail: NDArray[np.float64]) -> NDArray[np.bool_]:
@@ -485,17 +479,32 @@ class Decider:
 
     # --- fairness over time -----------------------------------------------------------------------
 
-    def _queue_deficits(self, pool: Pool, names: Sequence[str]) -> fairness.QueueDeficits | None:
-        """The pool's deficits listed by ``names`` (fairness over time); None when it is off (deficit 0)."""
-        if self.knobs.queue_share_deficit_s <= 0:
+    def queue_usage(self, pool: Pool, names: Sequence[str], now: float) -> NDArray[np.float64] | None:
+        """(Q,) the pool's decayed usage at ``now`` listed by ``names``; None with a half-life of 0 (no memory) or
+        before the first decision: the pass then takes the dominant shares for the usage."""
+        half_life = self.knobs.queue_usage_half_life_s
+        if half_life <= 0:
             return None
-        before, state = self.deficits.get(pool, ((), fairness.QueueDeficits()))
-        return state.reordered(before, list(names))
+        before, state = self.usage.get(pool, ((), fairness.QueueUsage()))
+        if math.isnan(state.at):
+            return None  # nothing recorded yet: the shares held now stand for the past (``QueueUsage.recorded``)
+        return state.reordered(before, list(names)).usage_at(now, half_life, len(names))
+
+    def _record_usage(self, inp: DecideInput, queue_alloc: NDArray[np.float64], now: float) -> None:
+        """Each pool's usage after a decision that left ``queue_alloc`` (2, Q, R); unchanged shares keep the state."""
+        half_life = self.knobs.queue_usage_half_life_s
+        if half_life <= 0 or len(inp.queue_name) == 0:
+            return
+        names = tuple(inp.queue_name)
+        for p, pool in enumerate(Pool):
+            before, state = self.usage.get(pool, ((), fairness.QueueUsage()))
+            dom = fairness.dominant_shares(queue_alloc[p], inp.pool_total, np.ones(len(names)))
+            self.usage[pool] = (names, state.reordered(before, names).recorded(dom, now, half_life))
 
     # --- state ------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """What the decider learned and holds, JSON-serialisable except the deficits (``self.deficits``, which
+        """What the decider learned and holds, JSON-serialisable except the queue usage (``self.usage``, which
         the caller serialises): the classifier, priors, history, the guard's skip counts and holds."""
         return {
             "classifier": self.classifier.state_dict() if self.classifier is not None else None,

@@ -3,12 +3,11 @@
 The decision core of the simulator's ``tetris``/``stowage`` presets and of the operator's dispatcher
 (Tetris §3.2–3.5 on DRF queues, UBIS §IV-E, OPERA §III-E). Per placement:
 
-1. **Queues** (weighted DRF, Tetris §3.4): only the active queues whose weighted dominant share is within
-   ``packing.queue_share_slack`` of the lowest compete (``fairness.deprived_queues``; ``f = 0``: all). If
-   none of their rows fits, the next most deprived get the step, and so on (work-conserving). With
-   ``PassInput.queue_overdue`` (fairness over time, ``packing.queue_share_deficit_s``) the overdue queues
-   compete first instead, widening to every other queue when none of their rows fits; none overdue: every
-   queue competes.
+1. **Queues** (fairness over time, ``fairness.queue_tiers``): a backlogged queue below
+   ``packing.queue_share_floor`` of its weighted fair share competes first; then the queues not ahead of
+   their weight on decayed usage (``PassInput.queue_usage``, within ``packing.queue_usage_tolerance``), as
+   equals; then the ones ahead. If none of a tier's rows fits, the next tier gets the step (work-conserving).
+   ``f = 0``: every queue competes.
 2. **Jobs** (each queue's ``jobOrder``): inside a queue only its first ``max(1, ⌈(1−f)·J_q⌉)`` jobs in the
    caller's ranking (FIFO/SRTF from ``ordering.order_jobs``, FSP from the caller's ``FspTracker``).
 3. **Score** (Tetris §3.3.2, §3.5): the best ``a(t, n) − m·ā·p(job)/p̄`` among the allowed rows, plus
@@ -26,9 +25,10 @@ placement of its queue); it is not *skipped* (below), since no capacity could ha
 Starvation guard (OPERA §III-E, multi-chance reservation; ``PackingSettings.starvation_skip_limit`` = ε_s,
 0 = off): the caller counts, per row, the passes it was *skipped* in (``PassResult.skipped``: it got nothing
 while the pass placed other work, and it fits some node's capacity). A row skipped more than ε_s times is
-*starved*: it competes in every step whatever the fairness and job masks say, with a boost of ``2·10⁶`` above
-every other row; if it fits no node now, one node is **held** for it (no other row is placed there, so the
-node's free capacity accumulates): the one held before if it can still take the task, else the node whose
+*starved*: it competes in every step whatever the job mask says, with a boost of ``2·10⁶`` above every other
+row (its queue's tier still applies: a row held back because its queue is ahead of its weight is neither
+passed over nor starved); if it fits no node now, one node is **held** for it (no other row is placed there,
+so the node's free capacity accumulates): the one held before if it can still take the task, else the node whose
 largest shortfall ``max_r (d_r − A_r)⁺/C_r`` is smallest (ties: lowest index).
 
 Pure and deterministic: every input is an array the caller built; nothing here keeps state between passes.
@@ -118,10 +118,9 @@ class PassInput:
     """(G,) node held for each row by the previous pass, −1 for none."""
     queue_quota: NDArray[np.float64] | None = None
     """(Q, R) the most each queue may hold in this pool (``+inf`` where unlimited); None: no quotas."""
-    queue_overdue: NDArray[np.bool_] | None = None
-    """(Q,) queues owed more than ``packing.queue_share_deficit_s`` (``fairness.QueueDeficits.overdue``): they
-    compete first in this pass, the others only for what they cannot use; none overdue: every queue competes.
-    None: weighted DRF's rule at every slot (``fairness.deprived_queues``). Shorter than Q: the rest are not."""
+    queue_usage: NDArray[np.float64] | None = None
+    """(Q,) each queue's decayed usage of the pool at the pass (``fairness.QueueUsage.usage_at``); None: no memory
+    (half-life 0), the usage is the dominant share the queue holds at each placement. Shorter than Q: the rest 0."""
     group_duration_s: NDArray[np.float64] | None = None
     """(G,) expected task duration per row: the waiting work's drain time per resource
     (``remaining_work.drain_times``) for ``packing.bottleneck_weight`` and ``critical_path_fraction``; None:
@@ -185,11 +184,20 @@ def pack(inp: PassInput, knobs: PackingSettings, *, limit: int | None = None) ->
         ever = alignment.feasible(np.asarray(inp.shapes, dtype=np.float64), cap).any(axis=1)
         skipped[waiting] = ever[inp.group_shape[waiting]]
         skipped[[pl.group for pl in placements]] = False
+        qa = np.array(inp.queue_alloc, dtype=np.float64)
+        placed = np.array([pl.group for pl in placements], dtype=np.int64)
+        np.add.at(qa, inp.group_queue[placed], np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape[placed]])
         if inp.queue_quota is not None:  # held back by its quota, not passed over
-            qa = np.array(inp.queue_alloc, dtype=np.float64)
-            placed = np.array([pl.group for pl in placements], dtype=np.int64)
-            np.add.at(qa, inp.group_queue[placed], np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape[placed]])
             skipped[waiting[~_within_quota(inp, waiting, qa)]] = False
+        weight = np.asarray(inp.queue_weight, dtype=np.float64)
+        queues = inp.group_queue[waiting]
+        if not _every_queue_competes(queues, weight.shape[0], knobs.fairness_knob):
+            # Held back for its queue's share, not passed over: a queue ahead of its weight would otherwise get
+            # its rows starved and past every queue rule (a queue of many one-task jobs took 64 % against 2:1).
+            usage = None if inp.queue_usage is None else fairness.padded(inp.queue_usage, weight.shape[0], 0.0)
+            present = np.bincount(queues, minlength=weight.shape[0]) > 0
+            ahead = _tiers(qa, inp.pool_total, weight, usage, present, knobs) == fairness.AHEAD
+            skipped[waiting[ahead[queues]]] = False
     return PassResult(placements, skipped, held_out)
 
 
@@ -218,7 +226,7 @@ def _place_all(
         boost = boost + starved * (2 * BOOST)
     bonus, critical = _end_game(inp, knobs, rows, shapes[shape_of], cap)
     boost = boost + bonus + critical * BOOST
-    urgent = starved | critical  # rows that compete whatever the queue and job masks say
+    urgent = starved | critical  # rows that compete whatever the job mask says (within their queue's tier)
     any_urgent = bool(urgent.any())
     ranks = _Ranks(inp.job_rank, jobs)
     queues = inp.group_queue[rows]
@@ -228,9 +236,8 @@ def _place_all(
     total, weight = inp.pool_total, np.asarray(inp.queue_weight, dtype=np.float64)
     shaped = candidates.ShapeScores(score)
     rescore = column.ColumnScorer(shapes, cap)  # alignment of one node's column, cleaned once per pass
-    # Fairness over time: the caller's deficits say which queues go first, not this pass's shares.
-    owed = None if inp.queue_overdue is None else fairness.padded(inp.queue_overdue, weight.shape[0], False)
-    every_queue = owed is not None or _every_queue_competes(queues, weight.shape[0], f)
+    usage = None if inp.queue_usage is None else fairness.padded(inp.queue_usage, weight.shape[0], 0.0)
+    every_queue = _every_queue_competes(queues, weight.shape[0], f)
     present = np.bincount(queues, minlength=weight.shape[0]) > 0  # queues with rows: changes only when rows go
     while rows.size and (limit is None or len(placements) < limit):
         # Rows whose shape fits some node now. A search over rows none of which fits returns None
@@ -239,24 +246,18 @@ def _place_all(
         if not fits.any():
             return
         best = None
-        tried = np.zeros(weight.shape[0], dtype=bool)
-        # Shares and active queues change only with a placement: once per placement, not per widening.
-        shares = None if every_queue else (fairness.dominant_shares(qa, total, weight), present)
-        while best is None:  # deprived queues first; widen to the next ones while none of theirs fits
-            if owed is not None:  # the overdue queues with rows, then everyone
-                first = owed & present & ~tried
-                picked = first if f > 0 and first.any() else None
-            else:
-                picked = (_queue_mask(qa, queues, total, weight, tried, knobs.queue_share_slack, shares)
-                          if shares is not None else None)
-            allowed = jobs_ok if picked is None else jobs_ok & picked[queues]
-            if any_urgent:
-                allowed |= urgent  # the reservation, the critical path: these compete whatever the masks say
+        # Tiers change only with a placement: once per placement, then the first tier with a row that fits.
+        tiers = None if every_queue else _tiers(qa, total, weight, usage, present, knobs)
+        for level in (fairness.FLOOR, fairness.EVEN, fairness.AHEAD) if tiers is not None else (None,):
+            # The reservation and the critical path pass the job mask, not the queue tiers: a queue's share is
+            # not starvation (its many one-task jobs, all "passed over", would otherwise take every slot).
+            allowed = (jobs_ok | urgent) if any_urgent else jobs_ok
+            if tiers is not None:
+                allowed = allowed & (tiers == level)[queues]
             if (allowed & fits).any():
                 best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
-            if picked is None or not picked.any():
+            if best is not None:
                 break
-            tried |= picked
         if best is None:
             best = candidates.best_candidate(shaped, shape_of, p, boost, np.ones(rows.size, dtype=bool), m)
         if best is None:
@@ -276,7 +277,7 @@ def _place_all(
             rows, shape_of, p, boost, queues = rows[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
             jobs, pending, starved, urgent = jobs[keep], pending[keep], starved[keep], urgent[keep]
             jobs_ok = ranks.mask(jobs, queues, f)
-            every_queue = owed is not None or _every_queue_competes(queues, weight.shape[0], f)
+            every_queue = _every_queue_competes(queues, weight.shape[0], f)
             present = np.bincount(queues, minlength=weight.shape[0]) > 0
 
 
@@ -306,7 +307,7 @@ def _within_quota(inp: PassInput, rows: NDArray[np.int64], qa: NDArray[np.float6
 
 
 def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) -> bool:
-    """Whether the fairness knob lets every active queue compete whatever the shares (``_queue_mask`` all True).
+    """Whether the fairness knob lets every active queue compete whatever the shares (no tiers).
 
     True with at most one active queue, or with ``f = 0`` (Tetris's most efficient setting: no fairness mask);
     then the shares need not be computed.
@@ -314,22 +315,12 @@ def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) ->
     return f <= 0.0 or int(np.count_nonzero(np.bincount(queues, minlength=n_queues))) <= 1
 
 
-def _queue_mask(
-    qa: NDArray[np.float64],
-    queues: NDArray[np.int64],
-    total: NDArray[np.float64],
-    weight: NDArray[np.float64],
-    tried: NDArray[np.bool_],
-    slack: float,
-    known: tuple[NDArray[np.float64], NDArray[np.bool_]] | None = None,
-) -> NDArray[np.bool_]:
-    """(Q,) queues that compete now: the most deprived of the active queues not ``tried`` yet (all False if none).
-
-    ``known``: the dominant shares of ``qa`` and the queues with rows, when the caller already has them.
-    """
-    shares, present = known if known is not None else (
-        fairness.dominant_shares(qa, total, weight), np.bincount(queues, minlength=weight.shape[0]) > 0)
-    return fairness.deprived_queues(shares, present & ~tried, slack)
+def _tiers(qa: NDArray[np.float64], total: NDArray[np.float64], weight: NDArray[np.float64],
+           usage: NDArray[np.float64] | None, present: NDArray[np.bool_], knobs: PackingSettings) -> NDArray[np.int8]:
+    """(Q,) ``fairness.queue_tiers`` of the queues with rows, from the allocation ``qa`` this far in the pass."""
+    dom = fairness.dominant_shares(qa, total, np.ones(weight.shape[0]))
+    return fairness.queue_tiers(dom, dom if usage is None else usage, weight, present,
+                                knobs.queue_usage_tolerance, knobs.queue_share_floor)
 
 
 class _Ranks:

@@ -13,18 +13,15 @@
 - **Fairness knob** ``f`` (Tetris §3.4) over **jobs**: only the ⌈(1−f)·|J|⌉ jobs
   furthest below their fair share compete for a freed slot; ``f = 0`` all of
   them (most efficient), ``f → 1`` only the most deprived (most fair).
-- **Between queues** (``deprived_queues``): only the most deprived queues
-  compete, those whose weighted dominant share is within a slack δ
-  (``packing.queue_share_slack``, 1 % of the pool) of the lowest; ``f = 0``
-  lifts this too. A count like ⌈(1−f)·Q⌉ is vacuous
-  for the few queues a cluster has (⌈0.75·2⌉ = 2 holds nobody back), so
-  weighted DRF between queues does not depend on how many there are.
-- **Fairness over time** (``QueueDeficits``, ``update_deficits``; ``packing.queue_share_deficit_s`` D): each
-  queue's shortfall below its weighted fair share, integrated over time while it has work waiting (a
-  deficit counter, as deficit round robin and stride scheduling keep). While no queue is owed more than D
-  every queue competes and packing and job order decide; a queue owed more goes first until it is repaid
-  below D, so shares deviate for a while but not on average: over a span T the time-averaged shares are
-  weighted DRF's within about D/T. D = 0: strict weighted DRF at every slot (``deprived_queues``).
+- **Fairness over time between queues** (``QueueUsage``, ``queue_tiers``): weights hold on *decayed usage*,
+  each queue's dominant share averaged with a half-life ``H`` (``packing.queue_usage_half_life_s``), as Kueue's
+  admission fair sharing, Slurm and Volcano's fairshare decay usage. A queue whose projected usage per weight
+  (``projected``: half past usage, half what it holds now, so a burst counts at once) is more than
+  ``packing.queue_usage_tolerance`` above the lowest backlogged queue's is *ahead* and gets only what the
+  others cannot use; the rest compete as equals, and packing and job order (SRTF, FSP) decide between them. A
+  backlogged queue holding less than ``packing.queue_share_floor`` (½) of its weighted fair share
+  (``fair_levels``) goes before everyone: the short-term floor. ``H = 0`` and tolerance 0 is weighted DRF at
+  every slot (only the queues with the lowest weighted dominant share compete).
 - **Barrier knob** ``b`` (Tetris §3.5): once a fraction ``b`` of a task group
   has finished and another group waits on it, its remaining tasks go first.
 
@@ -35,8 +32,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -45,16 +42,21 @@ from stowage.errors import InvalidInput
 from stowage.policy.alignment import nan_to_num_if_needed
 
 __all__ = [
-    "QueueDeficits",
-    "after_pass",
+    "AHEAD",
+    "EVEN",
+    "FLOOR",
+    "IDLE",
+    "QueueUsage",
     "barrier_boost",
-    "deprived_queues",
+    "decayed",
     "dominant_shares",
     "drf_pick",
+    "fair_levels",
     "fair_share",
     "fairness_candidates",
     "padded",
-    "update_deficits",
+    "projected",
+    "queue_tiers",
 ]
 
 # ⌈(1−f)·J⌉ and fraction ≥ b are computed in floats; this absorbs their rounding
@@ -89,20 +91,6 @@ def dominant_shares(allocated: ArrayLike, total: ArrayLike, weights: ArrayLike) 
         raise InvalidInput("allocated.shape", alloc.shape, f"must be (Q, {tot.shape[0]}) like total")
     if w.shape != (alloc.shape[0],):
         raise InvalidInput("weights.shape", w.shape, f"must be ({alloc.shape[0]},), one per queue")
-    tot_list = tot.tolist()
-    if alloc.size <= 64 and all(0.0 < t < math.inf for t in tot_list):
-        # A pass's few queues, the usual pool: plain floats do the same IEEE operations for a fraction of
-        # numpy's per-call overhead (a share of zero may differ in sign only, which no comparison sees).
-        top = np.finfo(np.float64).max
-        shares = []
-        for row, wq in zip(alloc.tolist(), w.tolist(), strict=True):
-            fracs = []
-            for a, t in zip(row, tot_list, strict=True):
-                a = 0.0 if a != a else (top if a == math.inf else a)  # nan_to_num
-                fracs.append((a if a >= 0.0 else 0.0) / t)
-            dom = max(fracs, default=0.0)
-            shares.append(dom / wq if 0.0 < wq < math.inf else math.inf)
-        return np.array(shares, dtype=np.float64)
     alloc = np.maximum(nan_to_num_if_needed(alloc, posinf=np.finfo(np.float64).max), 0.0)
     tot = nan_to_num_if_needed(tot, posinf=np.finfo(np.float64).max)  # nan_to_num's default for +inf
     with np.errstate(over="ignore"):
@@ -175,124 +163,137 @@ def fairness_candidates(share_deficit: ArrayLike, f: float) -> NDArray[np.int64]
     return order[:k].astype(np.int64)
 
 
-def deprived_queues(shares: ArrayLike, active: ArrayLike, slack: float) -> NDArray[np.bool_]:
-    """Queues that may compete for the next slot: the most deprived by weighted DRF, within ``slack``.
+IDLE: Final = -1
+"""``queue_tiers``: not backlogged."""
+FLOOR: Final = 0
+"""``queue_tiers``: below ``packing.queue_share_floor`` of its fair share; goes first."""
+EVEN: Final = 1
+"""``queue_tiers``: within ``packing.queue_usage_tolerance`` of its weight on projected usage."""
+AHEAD: Final = 2
+"""``queue_tiers``: ahead of its weight; gets what the others cannot use."""
 
-    ``active_q ∧ s_q ≤ min_{active} s + slack`` with ``s = dominant_shares(...)`` (weighted). The queue with
-    the lowest share always competes (so never empty when some queue is active); a queue with a weight
-    ≤ 0 (share +inf) competes only when every active queue has +inf. ``slack`` < 0 counts as 0; NaN shares
-    never compete unless all are NaN. A held-back queue still gets what the deprived ones cannot use: the
-    caller widens the set (``active`` minus the queues it tried) when none of their tasks fits.
-    shares, active: (Q,) → (Q,) bool.
+
+def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backlogged: ArrayLike,
+                tolerance: float, floor: float) -> NDArray[np.int8]:
+    """Which queues compete first for the next slot of a pool: fairness over time (module docstring).
+
+    - ``FLOOR`` (0): backlogged and holding less than ``floor`` × its weighted fair share (``fair_levels``).
+    - ``EVEN`` (1): backlogged and not ahead: its projected usage per weight (``projected``) is at most
+      ``1 + tolerance`` times the lowest of the backlogged queues'.
+    - ``AHEAD`` (2): backlogged and ahead by more; also a queue whose weight is ≤ 0 or NaN, or whose shares are
+      NaN (it is served only with what the others cannot use).
+    - ``IDLE`` (−1): not backlogged.
+
+    dominant: (Q,) unweighted dominant shares now; usage: (Q,) decayed usage (``QueueUsage.usage_at``);
+    weights, backlogged: (Q,). A queue that has used nothing is ahead of nobody; while one such waits, every
+    queue that has used something is ahead (as weighted DRF serves a newcomer first).
     """
-    s = _vec(shares, "shares")
-    act = _vec(active, "active", bool)
-    if act.shape != s.shape:
-        raise InvalidInput("active.shape", act.shape, f"must be {s.shape}, one per queue")
-    if s.shape[0] <= _FEW_QUEUES:  # a pool's few queues: plain floats, the same comparisons (once per placement)
-        return _deprived_on_floats(s.tolist(), act.tolist(), float(slack))
-    key = np.where(np.isnan(s), np.inf, s)
-    if not act.any():
-        return act.copy()
-    floor = key[act].min()
-    with np.errstate(invalid="ignore"):
-        near = key <= floor + max(float(np.nan_to_num(slack, nan=0.0)), 0.0)
-    return act & (near | (key == floor))
+    dom, used, w = _vec(dominant, "dominant"), _vec(usage, "usage"), _vec(weights, "weights")
+    on = _vec(backlogged, "backlogged", bool)
+    if not (used.shape == w.shape == on.shape == dom.shape):
+        raise InvalidInput("usage.shape", (used.shape, w.shape, on.shape), f"must be {dom.shape}, one per queue")
+    out = np.full(dom.shape[0], IDLE, dtype=np.int8)
+    k = projected(dom, used)
+    fine = on & np.isfinite(k) & np.isfinite(w) & (w > 0)
+    out[on] = AHEAD
+    if not fine.any():
+        return out
+    per_weight = np.where(fine, k / np.where(fine, w, 1.0), np.inf)
+    limit = (1.0 + max(float(np.nan_to_num(tolerance, nan=0.0)), 0.0)) * per_weight.min()
+    out[fine & (per_weight <= limit * (1 + 1e-12) + 1e-15)] = EVEN
+    out[fine & (dom < floor * fair_levels(dom, w, on) - 1e-12)] = FLOOR
+    return out
 
 
-_FEW_QUEUES = 16  # up to this many queues, deprived_queues works on Python floats
+def projected(dominant: ArrayLike, usage: ArrayLike) -> NDArray[np.float64]:
+    """(Q,) each queue's usage one half-life ahead if its allocation held: ``(usage + dominant) / 2``.
+
+    The current allocation counts as much as the past: a burst placed between two updates of the decayed
+    usage (or within one pass) raises a queue's figure at once, so it cannot buy more than its share (the
+    role of Kueue's entry penalty). With a half-life of 0 the usage is the dominant share and this is too.
+    """
+    return (np.asarray(usage, dtype=np.float64) + np.asarray(dominant, dtype=np.float64)) / 2.0
 
 
-def _deprived_on_floats(shares: list[float], active: list[bool], slack: float) -> NDArray[np.bool_]:
-    """:func:`deprived_queues` on Python floats: NaN shares as +inf, the slack cleaned as ``np.nan_to_num``
-    cleans it (NaN → 0, ±inf → ±the largest float) and clamped at 0, the same sum and comparisons."""
-    key = [math.inf if x != x else x for x in shares]
-    live = [k for k, on in zip(key, active, strict=True) if on]
-    if not live:
-        return np.zeros(len(active), dtype=bool)
-    floor = min(live)
-    top = np.finfo(np.float64).max
-    slack = 0.0 if slack != slack else (top if slack == math.inf else (-top if slack == -math.inf else slack))
-    limit = floor + max(slack, 0.0)
-    return np.array([on and (k <= limit or k == floor) for k, on in zip(key, active, strict=True)], dtype=bool)
+def fair_levels(dominant: ArrayLike, weights: ArrayLike, backlogged: ArrayLike) -> NDArray[np.float64]:
+    """(Q,) each backlogged queue's weighted fair share of a pool, 0 for the others: weighted max-min.
+
+    The backlogged queues want more; every other queue wants what it holds. Filling at a common level ``L``,
+    a queue gets ``min(want, w·L)`` and the level solves Σ = 1, so a queue that holds little leaves the rest
+    to the backlogged ones, in proportion to their weights (``w_q·L``). Weights ≤ 0 or NaN count as 0.
+    """
+    dom = np.nan_to_num(_vec(dominant, "dominant"), nan=0.0, posinf=1.0)
+    w = np.maximum(np.nan_to_num(_vec(weights, "weights"), nan=0.0, posinf=0.0), 0.0)
+    on = _vec(backlogged, "backlogged", bool) & (w > 0)
+    rest = ~on & (w > 0) & (dom > 0)
+    left, weight = 1.0, float(w[on | rest].sum())
+    for q in np.flatnonzero(rest)[np.argsort(dom[rest] / w[rest], kind="stable")].tolist():
+        if weight <= 0 or dom[q] / w[q] > left / weight:
+            break
+        left, weight = left - float(dom[q]), weight - float(w[q])
+    level = max(left, 0.0) / weight if weight > 0 else 0.0
+    return np.where(on, w * level, 0.0)
+
+
+def decayed(usage: ArrayLike, dominant: ArrayLike, elapsed_s: float, half_life_s: float) -> NDArray[np.float64]:
+    """(Q,) decayed usage ``elapsed_s`` later, the dominant shares held meanwhile: ``u·a + d·(1 − a)``.
+
+    ``a = 2^(−Δt / H)``: the exponential moving average of a queue's dominant share with half-life ``H``
+    (``packing.queue_usage_half_life_s``; Kueue's admission fair sharing and Slurm's fair-share factor decay
+    usage the same way). ``H ≤ 0``: the usage is the dominant share (no memory). NaN usage (a queue first seen)
+    starts at the dominant share it holds.
+    """
+    u, d = np.asarray(usage, dtype=np.float64), np.asarray(dominant, dtype=np.float64)
+    u = np.where(np.isnan(u), d, u)
+    if half_life_s <= 0:
+        return d.copy()
+    a = 2.0 ** (-max(float(elapsed_s), 0.0) / half_life_s)
+    return u * a + d * (1.0 - a)
 
 
 @dataclass(frozen=True, slots=True)
-class QueueDeficits:
-    """Each queue's time-integrated shortfall below its weighted fair share; the caller keeps it between passes.
+class QueueUsage:
+    """Each queue's decayed usage of one pool; the caller keeps it between passes.
 
-    One per pool, carried from pass to pass by whoever runs the passes (the simulator's packing preset, the
-    operator's dispatcher); ``update_deficits`` makes the next one from the shares a pass left. Empty:
-    nothing seen yet. ``deficit`` is in pool-fraction × seconds (0.1 of the pool for 100 s = 10).
+    One per pool, carried by whoever runs the passes (the simulator's packing preset, the operator's
+    dispatcher). It changes only when a pass changes the shares (``recorded``): between changes the usage
+    follows from these fields alone, so a caller that saves it has nothing to write while nothing changes.
+    Empty: nothing seen yet.
     """
 
-    deficit: tuple[float, ...] = ()
-    """(Q,) owed (> 0) or ahead (< 0); over the active queues they sum to 0."""
+    usage: tuple[float, ...] = ()
+    """(Q,) decayed usage at ``at``: the moving average of the dominant share, a fraction of the pool."""
     dominant: tuple[float, ...] = ()
     """(Q,) the unweighted dominant shares that hold since ``at``."""
-    active: tuple[bool, ...] = ()
-    """(Q,) which queues had work waiting since ``at``."""
     at: float = math.nan
-    """When the last update was (NaN: never)."""
+    """When the shares last changed (NaN: never)."""
 
-    def overdue(self, threshold: float, weights: ArrayLike, now: float) -> NDArray[np.bool_]:
-        """(Q,) queues owed more than ``threshold`` (pool-fraction × seconds) by ``now``, the shares of the last
-        update held until then: they go first in a pass at ``now``. weights: (Q,) as for ``update_deficits``."""
-        w = _vec(weights, "weights")
-        return _accrued(self, w, w.shape[0], now) > threshold
+    def usage_at(self, now: float, half_life_s: float, q: int | None = None) -> NDArray[np.float64]:
+        """(Q,) the decayed usage at ``now``, the shares since ``at`` held until then (0 for a queue not seen)."""
+        q = len(self.usage) if q is None else q
+        if math.isnan(self.at):
+            return np.zeros(q)
+        out = decayed(padded(self.usage, q, 0.0), padded(self.dominant, q, 0.0), float(now) - self.at, half_life_s)
+        return np.nan_to_num(out, nan=0.0)
 
-    def resumed(self, now: float) -> QueueDeficits:
-        """The same deficits with nothing accrued before ``now``: the last update's shares count from ``now``.
+    def recorded(self, dominant: ArrayLike, now: float, half_life_s: float) -> QueueUsage:
+        """The state after a pass at ``now`` that left ``dominant`` (Q,): itself when the shares did not change."""
+        dom = tuple(float(x) for x in np.nan_to_num(_vec(dominant, "dominant"), nan=0.0).tolist())
+        if dom == self.dominant and not math.isnan(self.at):
+            return self
+        usage = self.usage_at(now, half_life_s, len(dom)) if not math.isnan(self.at) else np.asarray(dom)
+        return QueueUsage(tuple(usage.tolist()), dom, float(now))
 
-        ``update_deficits`` integrates those shares over the whole gap since ``at``, however long; a caller that
-        ran no passes for a while (an operator that was down, when nobody could be served) resumes with this,
-        so the gap adds nothing to what each queue is owed.
-        """
-        return replace(self, at=float(now))
-
-    def reordered(self, before: Sequence[str], names: Sequence[str]) -> QueueDeficits:
+    def reordered(self, before: Sequence[str], names: Sequence[str]) -> QueueUsage:
         """The same state for queues listed as ``names``, kept under ``before``: a queue new to it starts at 0."""
         if tuple(before) == tuple(names):
             return self
         at = {n: i for i, n in enumerate(before)}
 
-        def pick(values: tuple, fill: Any) -> tuple:
-            return tuple(values[at[n]] if at.get(n, len(values)) < len(values) else fill for n in names)
+        def pick(values: tuple) -> tuple:
+            return tuple(values[at[n]] if at.get(n, len(values)) < len(values) else 0.0 for n in names)
 
-        return QueueDeficits(pick(self.deficit, 0.0), pick(self.dominant, math.nan), pick(self.active, False), self.at)
-
-
-def update_deficits(
-    state: QueueDeficits, dominant: ArrayLike, weights: ArrayLike, active: ArrayLike, now: float
-) -> QueueDeficits:
-    """The state after a pass at ``now``: ``state``'s shares held since ``state.at``; ``dominant`` holds from now.
-
-    Over ``[at, now]`` each queue active then gains ``(w_q·L − dom_q)·Δt``, ``L = Σ dom / Σ w`` over those
-    queues (weighted DRF's common level: at it every queue holds ``w_q·L``), so the deficits of the active
-    queues sum to 0. A queue without waiting work forfeits what it was owed or ahead (its deficit restarts
-    at 0, as a queue that comes back starts with nothing owed). Weights ≤ 0 or NaN and NaN shares take no
-    part (deficit 0). dominant (unweighted ``max_r alloc/total``), weights, active: (Q,); the queue count
-    may change between passes (a queue first seen starts at 0). The whole gap since ``state.at`` accrues,
-    however long (``QueueDeficits.resumed`` skips one); a ``now`` before ``state.at`` accrues nothing.
-    """
-    dom = _vec(dominant, "dominant")
-    w = _vec(weights, "weights")
-    act = _vec(active, "active", bool)
-    if w.shape != dom.shape or act.shape != dom.shape:
-        raise InvalidInput("weights.shape", (w.shape, act.shape), f"must be {dom.shape}, one per queue")
-    deficit = _accrued(state, w, dom.shape[0], now)
-    keep = act & np.isfinite(dom) & np.isfinite(w) & (w > 0)
-    deficit = np.where(keep, deficit, 0.0)
-    return QueueDeficits(tuple(deficit.tolist()), tuple(dom.tolist()), tuple(keep.tolist()), float(now))
-
-
-def after_pass(state: QueueDeficits, allocated: ArrayLike, total: ArrayLike, weights: ArrayLike,
-               waiting: ArrayLike, now: float) -> QueueDeficits:
-    """``update_deficits`` from what a pass left: allocated (Q, R) per queue, the pool's total (R,), and the
-    queue index of every row that still has tasks waiting (those queues are the active ones)."""
-    w = _vec(weights, "weights")
-    active = np.bincount(np.asarray(waiting, dtype=np.int64).reshape(-1), minlength=w.shape[0])[: w.shape[0]] > 0
-    return update_deficits(state, dominant_shares(allocated, total, np.ones(w.shape[0])), w, active, now)
+        return QueueUsage(pick(self.usage), pick(self.dominant), self.at)
 
 
 def padded(values: ArrayLike, q: int, fill: float) -> NDArray:
@@ -302,19 +303,6 @@ def padded(values: ArrayLike, q: int, fill: float) -> NDArray:
     v = np.asarray(values, dtype=out.dtype).reshape(-1)[:q]
     out[: v.size] = v
     return out
-
-
-def _accrued(state: QueueDeficits, w: NDArray[np.float64], q: int, now: float) -> NDArray[np.float64]:
-    """(Q,) ``state``'s deficits plus what its shares accrued from ``state.at`` to ``now`` (``update_deficits``)."""
-
-    deficit = padded(state.deficit, q, 0.0)
-    before, was = padded(state.dominant, q, math.nan), padded(state.active, q, False)
-    takes_part = was & np.isfinite(before) & np.isfinite(w) & (w > 0)
-    dt = float(now) - state.at
-    if takes_part.any() and dt > 0:  # NaN ``at`` (never updated) compares False
-        level = before[takes_part].sum() / w[takes_part].sum()
-        deficit[takes_part] += (w[takes_part] * level - before[takes_part]) * dt
-    return deficit
 
 
 def barrier_boost(finished_fraction: ArrayLike, has_waiters: ArrayLike, b: float) -> NDArray[np.bool_]:

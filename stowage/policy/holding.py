@@ -8,9 +8,9 @@ pool's free room and each queue's allocation. A group waits in the pool it may u
    named, used/limit);
 2. ``sample`` (harvested pool only): it fits no node's harvestable room, but some node without a fresh
    utilization sample (older than ``harvest.utilization_stale_after_s``, or none) could take it by capacity;
-3. ``share``: its queue holds more than its fair share ``w_q / Σ w`` (of the queues with work in the pool) on
-   its dominant resource, while another queue with waiting work is below its own: that one gets the next free
-   room (weighted DRF, ``fairness``);
+3. ``share``: another queue with waiting work comes first (``fairness.queue_tiers``): one below
+   ``packing.queue_share_floor`` of its fair share, or, when this queue is ahead of its weight on decayed usage,
+   one that is not; that one gets the next free room;
 4. ``room``: otherwise: no node has room; the node closest to taking a task (smallest largest shortfall
    ``max_r (d_r − A_r)⁺/C_r``, as the starvation guard picks) is named with what it lacks.
 
@@ -61,6 +61,8 @@ class PoolLeft:
     """(N, R) free room after the decision's placements (bandwidth caps applied)."""
     queue_alloc: NDArray[np.float64]
     """(Q, R) each queue's allocation in the pool, the decision's placements included."""
+    usage: NDArray[np.float64] | None = None
+    """(Q,) each queue's decayed usage of the pool (``fairness.QueueUsage``); None: no memory (the shares)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,10 @@ class Context:
     sample_age_s: NDArray[np.float64] | None
     """(N,) seconds since each node's utilization sample (``inf``: none; NaN: the node does not harvest)."""
     stale_after_s: float
+    usage_tolerance: float = 0.0
+    """``packing.queue_usage_tolerance``."""
+    share_floor: float = 0.5
+    """``packing.queue_share_floor``."""
 
 
 def explain(waiting: NDArray[np.bool_], pool: NDArray[np.int64], demand: NDArray[np.float64],
@@ -103,9 +109,8 @@ class _Pool:
         self.p, self.state, self.ctx = p, state, ctx
         self.waits = np.zeros(len(ctx.queue_name), dtype=bool)
         self.waits[group_queue[waiting]] = True
-        self.works = (state.queue_alloc > 0).any(axis=1) | self.waits
-        self._plain: NDArray[np.float64] | None = None  # dominant shares, fair shares: asked once at most
-        self._fair = np.zeros(0)
+        self._tiers: NDArray[np.int8] | None = None  # dominant shares, usage, tiers: worked out once at most
+        self._dom = self._use = np.zeros(0)
         shapes = np.unique(demand[waiting], axis=0) if waiting.any() else np.zeros((0, demand.shape[1]))
         fits = (alignment.feasible(shapes, state.available).any(axis=1) if state.available.shape[0]
                 else np.zeros(shapes.shape[0], dtype=bool))
@@ -170,25 +175,34 @@ class _Pool:
                             f"{listed}{more}; harvesting needs one newer than {ctx.stale_after_s:g} s")
 
     def _over_share(self, q: int) -> Hold | None:
-        """A ``share`` hold when queue ``q`` is above its fair share and a waiting queue is below its own."""
-        ctx, works = self.ctx, self.works
-        if int(works.sum()) < 2:
+        """A ``share`` hold when another waiting queue comes first by ``fairness.queue_tiers``: one below its
+        floor, or, when queue ``q`` is ahead of its weight on decayed usage, one that is not."""
+        ctx, waits = self.ctx, self.waits
+        if int(waits.sum()) < 2:
             return None
-        total = np.asarray(ctx.pool_total, dtype=np.float64)
-        if self._plain is None:
-            self._plain = fairness.dominant_shares(self.state.queue_alloc, total, np.ones(len(ctx.queue_name)))
-            self._fair = fairness.fair_share(ctx.queue_weight, works)
-        plain, fair = self._plain, self._fair
-        below = self.waits & (plain < fair - 1e-9)
-        below[q] = False
-        if not (plain[q] > fair[q] + 1e-9 and below.any()):
+        total, w = np.asarray(ctx.pool_total, dtype=np.float64), ctx.queue_weight
+        if self._tiers is None:
+            self._dom = fairness.dominant_shares(self.state.queue_alloc, total, np.ones(len(ctx.queue_name)))
+            self._use = self._dom if self.state.usage is None else self.state.usage
+            self._tiers = fairness.queue_tiers(self._dom, self._use, w, waits, ctx.usage_tolerance, ctx.share_floor)
+        dom, tiers = self._dom, self._tiers
+        first = np.flatnonzero(waits & (tiers >= 0) & (tiers < tiers[q]))
+        if first.size == 0:
             return None
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per = np.where(total > 0, self.state.queue_alloc[q] / total, 0.0)
-        res = _resource(ctx, int(np.argmax(per)))
-        return Hold(SHARE, f"queue {ctx.queue_name[q]!r} is above its fair share: dominant share {plain[q]:.2f} "
-                           f"({res}), fair share {fair[q]:.2f} of {int(works.sum())} queues with work; a queue below "
-                           "its share gets the next free room")
+        if tiers[q] == fairness.AHEAD:
+            k = fairness.projected(dom, self._use)
+            o = int(first[np.argmin(k[first] / w[first])])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                per = np.where(total > 0, self.state.queue_alloc[q] / total, 0.0)
+            res = _resource(ctx, int(np.argmax(per)))
+            return Hold(SHARE, f"queue {ctx.queue_name[q]!r} is ahead of its weight: usage {k[q]:.2f} of the pool "
+                               f"({res}, now and decayed past) at weight {w[q]:g}, queue {ctx.queue_name[o]!r} "
+                               f"{k[o]:.2f} at weight {w[o]:g} (tolerance {ctx.usage_tolerance:.0%}); queues not "
+                               "ahead get the next free room")
+        o = int(first[0])
+        fair = fairness.fair_levels(dom, w, waits)
+        return Hold(SHARE, f"queue {ctx.queue_name[o]!r} holds {dom[o]:.2f} of the pool, below "
+                           f"{ctx.share_floor:.0%} of its fair share {fair[o]:.2f}: it gets the next free room")
 
 
 def _no_room(needs: NDArray[np.float64], avail: NDArray[np.float64], ctx: Context, kind: str) -> list[str]:

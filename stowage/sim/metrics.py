@@ -20,6 +20,14 @@
   that slow down compared to a fair allocation"). Against a real scheduler's
   schedule, packing included, but noisy: a small input change reorders a
   ``drf`` run and moves it by tens of percent (#12).
+* **queues over time** (issue #21; ``fairness_over_time``): with two or more queues backlogged (work ready
+  to start), each queue's *decayed usage* (its sampled dominant share averaged with
+  ``packing.queue_usage_half_life_s``, as the policy keeps it) against its weight's share of the backlogged
+  queues' usage: ``usage_deviation_max`` the largest relative deviation, ``over_tolerance_fraction`` the
+  fraction of such samples where some queue is more than 15 % off, both counted once every backlogged queue
+  has been so for one half-life (before that the average still remembers the time it was not);
+  ``below_floor_longest_s`` the longest a backlogged queue held less than ``packing.queue_share_floor`` of its
+  weighted fair share (``fairness.fair_levels``). To the sampling period.
 * **relative integral unfairness** (Tetris §5.4): per job
   ``∫ (a(t) − f(t))/f(t) dt`` over its runtime, divided by the runtime, with
   ``a`` the job's dominant share of the cluster and ``f`` its fair share (its
@@ -38,14 +46,51 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from stowage.policy import fairness
 from stowage.sim import fluid
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
-__all__ = ["Recorder", "RunResult", "critical_paths", "fluid_lower_bound", "slowed_fraction"]
+__all__ = ["Recorder", "RunResult", "critical_paths", "fairness_over_time", "fluid_lower_bound", "slowed_fraction"]
 
 SLOWDOWN_TOLERANCE = 0.10
+
+
+FAIRNESS_TOLERANCE = 0.15
+"""Issue #21's promise: decayed usage within ±15 % of the weights' share while queues are backlogged."""
+
+
+def fairness_over_time(t: NDArray[np.float64], shares: NDArray[np.float64], backlogged: NDArray[np.bool_],
+                       weights: NDArray[np.float64], half_life_s: float, floor: float) -> dict[str, float | int]:
+    """The queues-over-time figures (module docstring) from samples: times (T,), dominant shares (T, Q),
+    backlogged (T, Q), weights (Q,)."""
+    out: dict[str, float | int] = {"usage_deviation_max": 0.0, "over_tolerance_fraction": 0.0,
+                                   "below_floor_longest_s": 0.0, "usage_samples": 0}
+    if t.size == 0:
+        return out
+    w = np.maximum(np.nan_to_num(np.asarray(weights, dtype=np.float64)), 0.0)
+    usage = shares[0].copy()
+    since = np.where(backlogged[0], t[0], np.nan)  # when each queue last became backlogged
+    below_from = np.full(shares.shape[1], np.nan)
+    worst, over, counted, longest = 0.0, 0, 0, 0.0
+    for i in range(t.size):
+        if i:
+            usage = fairness.decayed(usage, shares[i - 1], t[i] - t[i - 1], half_life_s)
+        on = backlogged[i] & (w > 0)
+        since = np.where(on, np.where(np.isnan(since), t[i], since), np.nan)
+        low = on & (shares[i] < floor * fairness.fair_levels(shares[i], w, on) - 1e-9)
+        below_from = np.where(low, np.where(np.isnan(below_from), t[i], below_from), np.nan)
+        if low.any():
+            longest = max(longest, float(np.nanmax(t[i] - below_from)))
+        warm = on.sum() >= 2 and bool((t[i] - since[on] >= half_life_s).all())
+        if warm and usage[on].sum() > 0:
+            dev = np.abs((usage[on] / usage[on].sum()) / (w[on] / w[on].sum()) - 1.0)
+            worst, counted = max(worst, float(dev.max())), counted + 1
+            over += int(dev.max() > FAIRNESS_TOLERANCE)
+    out.update(usage_deviation_max=worst, over_tolerance_fraction=over / counted if counted else 0.0,
+               below_floor_longest_s=longest, usage_samples=counted)
+    return out
 
 
 def critical_paths(sim: Simulation) -> NDArray[np.float64]:
@@ -121,6 +166,7 @@ class Recorder:
         self.alloc: list[NDArray[np.float64]] = []
         self.used: list[NDArray[np.float64]] = []
         self.shares: list[NDArray[np.float64]] = []
+        self.backlogged: list[NDArray[np.bool_]] = []
         self.unfair_sum = np.zeros(sim.n_jobs)
         self.unfair_n = np.zeros(sim.n_jobs)
         self._q = q
@@ -151,6 +197,8 @@ class Recorder:
         self.used.append(used / total)
         qshare = (sim.queue_alloc.sum(axis=0) / total).max(axis=1)
         self.shares.append(qshare)
+        ready = sim.g_ready & (sim.g_pending > 0)
+        self.backlogged.append(np.bincount(sim.j_queue[sim.g_job[ready]], minlength=self._q)[: self._q] > 0)
         # Relative integral unfairness: jobs arrived and not finished.
         active = sim.j_arrived & np.isnan(sim.j_finish)
         if active.any():
@@ -218,6 +266,10 @@ class Recorder:
             "slowed_jobs_fraction": 0.0,
             "slowed_vs_fluid_fraction": slowed_fraction(jct, fluid_jct),
             "jct_mean_fluid_s": float(np.nanmean(fluid_jct)) if np.isfinite(fluid_jct).any() else 0.0,
+            "queues_over_time": fairness_over_time(
+                np.array(self.times), np.array(self.shares).reshape(-1, self._q),
+                np.array(self.backlogged, dtype=bool).reshape(-1, self._q), sim.q_weight,
+                sim.settings.packing.queue_usage_half_life_s, sim.settings.packing.queue_share_floor),
             "unfairness": {
                 "negative_jobs_fraction": float(negative.size / max(int(measured.sum()), 1)),
                 "mean_negative": float(negative.mean()) if negative.size else 0.0,
@@ -228,6 +280,7 @@ class Recorder:
             "allocated": np.array(self.alloc).reshape(-1, len(sim.resources)),
             "used": np.array(self.used).reshape(-1, len(sim.resources)),
             "shares": np.array(self.shares).reshape(-1, len(sim.queue_names)),
+            "backlogged": np.array(self.backlogged, dtype=bool).reshape(-1, len(sim.queue_names)),
             "resources": sim.resources,
             "queues": list(sim.queue_names),
             "harvesting": sim.preset.harvesting,

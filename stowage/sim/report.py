@@ -11,6 +11,8 @@ JSON shape (every number deterministic for a seed; no wall-clock values)::
                                "utilization": {"<resource>": {"allocated", "used"}},
                                "opportunistic_fraction", "evictions", "lost_tasks", "time_cap_reached",
                                "slowed_jobs_fraction", "slowed_vs_fluid_fraction", "jct_mean_fluid_s",
+                               "queues_over_time": {"usage_deviation_max", "over_tolerance_fraction",
+                                                    "below_floor_longest_s", "usage_samples"},
                                "tasks", "jobs", ...more}},
      "reference_runs": {"<reference preset not asked for>": {...the same keys...}}}
 
@@ -153,10 +155,13 @@ def format_table(report: Mapping[str, Any]) -> str:
     Reference runs nobody asked for follow the asked presets, marked ``(ref)``; a run that stopped at
     the time cap or left tasks unfinished is marked ``(incomplete)``; a ratio or slowdown whose
     reference run did not finish shows as ``-``. ``slow/fluid``: jobs > 10 % later than under fluid
-    weighted fair sharing (:mod:`stowage.sim.fluid`); ``slow/drf``: than in the ``drf`` run.
+    weighted fair sharing (:mod:`stowage.sim.fluid`); ``slow/drf``: than in the ``drf`` run. ``usage±``: the
+    largest deviation of a backlogged queue's decayed usage from its weights' share; ``<floor``: the longest a
+    backlogged queue held less than its floor, in seconds (``metrics.fairness_over_time``).
     """
     header = ("policy", "makespan", "×kube", "mean JCT", "×kube", "p50", "p95", "÷LB",
-              "cpu alloc/used", "mem alloc/used", "opp", "evict", "lost", "slow/fluid", "slow/drf")
+              "cpu alloc/used", "mem alloc/used", "opp", "evict", "lost", "slow/fluid", "slow/drf",
+              "usage±", "<floor")
     rows = [header]
     listed = [(name, p) for name, p in report["policies"].items()]
     listed += [(f"{name} (ref)", p) for name, p in report.get("reference_runs", {}).items()]
@@ -165,6 +170,7 @@ def format_table(report: Mapping[str, Any]) -> str:
             name += " (incomplete)"  # its numbers cover only the jobs that finished
         u = p["utilization"]
         slowed = p.get("slowed_jobs_fraction")
+        over = p.get("queues_over_time") or {}
         rows.append((
             name,
             format_duration(p["makespan_s"]),
@@ -181,6 +187,8 @@ def format_table(report: Mapping[str, Any]) -> str:
             str(p["lost_tasks"]),
             f"{p.get('slowed_vs_fluid_fraction', 0.0):.0%}",
             "-" if slowed is None else f"{slowed:.0%}",
+            f"{over.get('usage_deviation_max', 0.0):.0%}" if over.get("usage_samples") else "-",
+            f"{over.get('below_floor_longest_s', 0.0):.0f}",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))

@@ -95,12 +95,27 @@ def test_bad_values_are_reported_with_path_value_and_allowed_range(overrides: di
     assert any(p.startswith(message) for p in err.value.problems), err.value.problems
 
 
-def test_queue_share_slack_from_the_environment_and_its_range(tmp_path: Path) -> None:
-    env = {"STOWAGE_PACKING__QUEUE_SHARE_SLACK": "0.1"}
-    assert load_settings(None, environ=env).packing.queue_share_slack == 0.1
+def test_queue_usage_settings_from_the_environment_and_their_ranges(tmp_path: Path) -> None:
+    env = {"STOWAGE_PACKING__QUEUE_USAGE_HALF_LIFE_S": "60", "STOWAGE_PACKING__QUEUE_USAGE_TOLERANCE": "0.2"}
+    packing = load_settings(None, environ=env).packing
+    assert (packing.queue_usage_half_life_s, packing.queue_usage_tolerance, packing.queue_share_floor) == (60, 0.2, 0.5)
     with pytest.raises(ConfigError) as err:
-        load_settings(None, overrides={"packing": {"queue_share_slack": 1.5}}, environ={})
-    assert "packing.queue_share_slack: must be within [0.0, 1.0], got 1.5" in err.value.problems
+        load_settings(None, overrides={"packing": {"queue_share_floor": 1.5, "queue_usage_half_life_s": -1}},
+                      environ={})
+    assert "packing.queue_share_floor: must be within [0.0, 1.0], got 1.5" in err.value.problems
+    assert "packing.queue_usage_half_life_s: must be within [0.0, 2592000.0], got -1.0" in err.value.problems
+
+
+@pytest.mark.parametrize("key", ["queue_share_slack", "queue_share_deficit_s"])
+def test_the_settings_fairness_over_time_replaced_are_refused_naming_what_to_set(tmp_path: Path, key: str) -> None:
+    config = tmp_path / "stowage.yaml"
+    config.write_text(f"packing:\n  {key}: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(config, environ={})
+    assert err.value.problems == [
+        f"packing.{key}: no longer a setting; queues share over time on decayed usage instead: set "
+        "packing.queue_usage_half_life_s (0: shares at every slot) and packing.queue_usage_tolerance "
+        "(docs/configuration.md)"]
 
 
 def test_estimate_settings_from_the_environment() -> None:

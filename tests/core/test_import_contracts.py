@@ -81,7 +81,7 @@ def test_the_operator_and_the_simulator_run_the_one_decision_and_no_copy_of_it(p
     """Both call ``decide.Decider``; neither runs a packing pass, the classifier or job order itself."""
     calls = _calls(path)
     assert "decide.Decider" in calls
-    deciding = ("dispatch.pack", "dispatch.job_ranks", "fairness.after_pass", "fairness.deprived_queues",
+    deciding = ("dispatch.pack", "dispatch.job_ranks", "fairness.queue_tiers", "fairness.decayed",
                 "remaining_work.remaining_work", "estimates.estimate", "alignment.feasible")
     own = sorted(c for c in calls if c in deciding or c.startswith("ordering.")
                  or c.endswith(("is_short", "FspTracker", ".pack")))

@@ -297,15 +297,16 @@ def test_queue_printer_columns_show_weight_and_shares_side_by_side(kube: RawApi,
     kube.ok("POST", crd.QUEUE.path(), _queue(queue_name, {"weight": 2}))
     kube.ok("PATCH", crd.QUEUE.path(queue_name) + "/status",
             {"status": {"dominantShare": {"regular": 0.4, "opportunistic": 0.1}, "fairShare": 0.5,
+                        "usage": {"regular": 0.45, "opportunistic": 0.0}, "usageTarget": {"regular": 0.5},
                         "pendingTasks": 7, "runningTasks": 4,
                         "allocated": {"regular": {"cpu": "16", "memory": "64Gi"}}}},
             content_type="application/merge-patch+json")
     names, rows = _table(kube, crd.QUEUE.path())
-    assert names == ["Name", "Weight", "Dominant Share", "Fair Share", "Pending", "Running", "Age", "Opp Share",
-                     "Order", "Opportunistic"]
+    assert names == ["Name", "Weight", "Dominant Share", "Fair Share", "Usage", "Target", "Pending", "Running", "Age",
+                     "Opp Share", "Order", "Opportunistic"]
     row = rows[queue_name]
-    assert row[:6] == [queue_name, 2, 0.4, 0.5, 7, 4]
-    assert row[7:] == [0.1, "SRTF", "Allow"]
+    assert row[:8] == [queue_name, 2, 0.4, 0.5, 0.45, 0.5, 7, 4]
+    assert row[9:] == [0.1, "SRTF", "Allow"]
 
 
 def test_short_names_reach_the_same_resources(kube: RawApi, stowage_crds: list[dict[str, Any]]) -> None:

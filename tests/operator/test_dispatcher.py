@@ -438,16 +438,17 @@ def test_state_survives_a_restart_as_json() -> None:
                                              grp("small", cpu=1.0, memory=1.0, tasks=100, duration=1.0)])
     d.decide(view)
     state = json.loads(json.dumps(d.state_dict()))
-    assert state["version"] == 4 and state["deficits"] == {}  # deficits only with queue_share_deficit_s > 0
+    assert state["version"] == 5 and state["usage"]["regular"]["queues"] == ["q"]
     restarted = Dispatcher(s, clock=lambda: 0.0)
     restarted.load_state(state)
     assert restarted.state_dict() == d.state_dict()
     previous = Dispatcher(s, clock=lambda: 0.0)  # the previous release's state (version 2) is still read
-    previous.load_state({k: v for k, v in state.items() if k not in ("deficits", "priors", "history")}
+    previous.load_state({k: v for k, v in state.items() if k not in ("usage", "priors", "history")}
                         | {"version": 2})
     fresh = estimates.DurationPriors(s.estimates).state_dict(), estimates.RecurringHistory(s.estimates).state_dict()
     assert (previous.state_dict()["priors"], previous.state_dict()["history"]) == fresh  # learned nothing yet
-    assert previous.state_dict() | {"priors": state["priors"], "history": state["history"]} == d.state_dict()
+    assert (previous.state_dict() | {"priors": state["priors"], "history": state["history"], "usage": state["usage"]}
+            == d.state_dict())
     assert restarted.classifier.class_counts == d.classifier.class_counts == (3, 3)
     for f in (short, long_, {**short, "stage": "reduce"}):
         assert restarted.classifier.probability_short(f) == d.classifier.probability_short(f)

@@ -1,20 +1,24 @@
-"""Weighted DRF on a real control plane: two queues of weights 2 and 1 with more work than fits run 2:1.
+"""Fairness over time on a real control plane: two queues of weights 2 and 1 with more work than fits run 2:1.
 
 Three fake nodes of 7.5 allocatable cores hold 21 one-core tasks (seven per node). Queue ``fair-a``
 (weight 2) and queue ``fair-b`` (weight 1) each get a Job of far more one-core, 15-second tasks than
 fit, so both always have work waiting and every slot that frees is the dispatcher's to give. Weighted
 DRF gives each queue a dominant share proportional to its weight: a → 14 cores, b → 7.
 
-The operator runs with the DEFAULT settings (``packing.fairness_knob`` 0.25). Between queues only the
-most deprived compete for a slot: a queue whose weighted dominant share is more than
-``packing.queue_share_slack`` (default 1 % of the pool) above the lowest is held back while the lowest has work
-that fits (``fairness.deprived_queues``). Before issue #9's fix the knob counted queues, ⌈0.75·2⌉ = 2, so
-both competed for every slot, the packing score alone decided, and one queue took all 21 slots.
+The operator runs with the default settings but a usage half-life of 20 s (``packing.queue_usage_half_life_s``;
+the default, 600 s, would need an hour to judge). Between queues a queue whose decayed usage per weight (past and
+present) is more than 10 % ahead of the other's waits, and a queue below half its fair share goes first
+(``fairness.queue_tiers``). Before issue #9's fix the knob counted queues, ⌈0.75·2⌉ = 2, so both competed for
+every slot, the packing score alone decided, and one queue took all 21 slots.
 
-Measured: the cores each queue's running pods hold, sampled every 2 s over a window that starts once
-the cluster is full and ends while both queues still have tasks pending. **Tolerance: the ratio of the
-window's mean running cores, a/b, within 2.0 ± 15 % (1.7 – 2.3).** The numbers of a run are printed
-(docs/operator.md quotes them).
+Measured, sampled every 2 s over a window that starts five half-lives after b first nears its share (the
+decayed usage then remembers a's lone start by less than 4 %) and ends while both queues still have tasks
+pending:
+- each Queue's ``status.usage`` (decayed usage) beside its ``status.usageTarget``: **within ± 15 % at every
+  sample** (issue #21's promise; #9's was the running cores 2:1 ± 15 % over the window, which the tolerance
+  lets b's shorter remaining work bend: 1.70 measured, printed);
+- **b never below half its fair share (3.5 cores) for more than 60 s**.
+The numbers of a run are printed (docs/operator.md quotes them).
 """
 
 from __future__ import annotations
@@ -32,11 +36,15 @@ from tests.scheduler.stack import Proc
 pytestmark = pytest.mark.timeout(900)
 
 TARGET, TOLERANCE = 2.0, 0.15
+HALF_LIFE_S = 20.0
+FLOOR_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def operator(operator_stack: OperatorStack) -> Iterator[Proc]:
-    with running_operator(operator_stack, webhooks=False) as proc:  # default settings
+def operator(operator_stack: OperatorStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    config = tmp_path_factory.mktemp("fair") / "stowage.yaml"
+    config.write_text(f"packing:\n  queue_usage_half_life_s: {HALF_LIFE_S}\n")
+    with running_operator(operator_stack, webhooks=False, extra=("--config", str(config))) as proc:
         yield proc
 
 
@@ -61,28 +69,45 @@ def test_two_queues_weighted_2_to_1_converge_to_2_to_1_running_shares(operator_s
     stack.create_queue("fair-a", weight=2)
     stack.create_queue("fair-b", weight=1)
     with stack.namespace("fair") as ns:
-        stack.create_job(ns, job_body("a", [{"name": "t", "replicas": 90, "run_s": 15}], queue="fair-a",
+        stack.create_job(ns, job_body("a", [{"name": "t", "replicas": 240, "run_s": 15}], queue="fair-a",
                                       stack_id=stack.id))
-        stack.create_job(ns, job_body("b", [{"name": "t", "replicas": 60, "run_s": 15}], queue="fair-b",
+        stack.create_job(ns, job_body("b", [{"name": "t", "replicas": 130, "run_s": 15}], queue="fair-b",
                                       stack_id=stack.id))
         # Warm-up: the cluster fills (21 slots) and both queues run. Job a, seen first, may fill every slot
         # before Job b exists for the dispatcher; the window starts once the first of a's tasks have ended.
         wait_for(lambda: sum((cores := _running_cores(stack, ns)).values()) >= 18 and min(cores.values()) > 0,
                  240, "the three nodes filled with tasks of both queues")
+        wait_for(lambda: _running_cores(stack, ns)["fair-b"] >= 6, 120, "b near its share")
+        time.sleep(5 * HALF_LIFE_S)  # the decayed usage forgets the warm-up, when a alone held the cluster
         samples: list[dict[str, float]] = []
+        usage: list[dict[str, tuple[float, float]]] = []
+        below_since: float | None = None
+        below_longest = 0.0
         started = time.monotonic()
         while time.monotonic() - started < 75:
             if min(_pending(stack, ns, "a"), _pending(stack, ns, "b")) < 5:
                 break  # one queue nearly out of work: its share would fall for lack of demand, not fairness
-            samples.append(_running_cores(stack, ns))
+            samples.append(cores := _running_cores(stack, ns))
+            now = time.monotonic()
+            if cores["fair-b"] < 3.5:  # half of b's fair share (7 of 21 cores)
+                below_since = now if below_since is None else below_since
+                below_longest = max(below_longest, now - below_since)
+            else:
+                below_since = None
+            statuses = {q: stack.queue(q).get("status") or {} for q in ("fair-a", "fair-b")}
+            usage.append({q: (st["usage"]["regular"], st["usageTarget"]["regular"]) for q, st in statuses.items()})
             time.sleep(2.0)
         a = statistics.fmean(s["fair-a"] for s in samples)
         b = statistics.fmean(s["fair-b"] for s in samples)
         ratio = a / b if b else float("inf")
+        off = max(abs(u / t - 1) for sample in usage for u, t in sample.values())
         print(f"fair share: {len(samples)} samples over {time.monotonic() - started:.0f}s; mean running cores "
-              f"fair-a {a:.2f}, fair-b {b:.2f}; ratio {ratio:.2f} (target {TARGET} ± {TOLERANCE:.0%})")
+              f"fair-a {a:.2f}, fair-b {b:.2f}; ratio {ratio:.2f} (target {TARGET} ± {TOLERANCE:.0%}); decayed usage "
+              f"at most {off:.0%} off its target; b below half its share for at most {below_longest:.0f}s")
         assert len(samples) >= 10, f"too short a window to judge ({len(samples)} samples)"
-        assert abs(ratio - TARGET) <= TARGET * TOLERANCE, f"a/b = {ratio:.2f} from {samples}"
+        assert ratio > 1.0, f"a/b = {ratio:.2f} from {samples}"  # a, weight 2, ahead of b however measured
+        assert off <= TOLERANCE, f"decayed usage (usage, target) per sample: {usage}"
+        assert below_longest <= FLOOR_S, f"b below half its fair share for {below_longest:.0f}s: {samples}"
 
         status_a, status_b = (stack.queue(q).get("status") or {} for q in ("fair-a", "fair-b"))
         assert status_a.get("pendingTasks", 0) > 0 and status_b.get("pendingTasks", 0) > 0

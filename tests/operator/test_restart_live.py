@@ -1,5 +1,5 @@
 """Restart safety on a real control plane: SIGKILL mid-Job duplicates nothing; the classifier keeps what it
-learned and the queue deficits survive the ConfigMap; with peering only one operator acts. The peering rule itself
+learned and the decayed queue usage survive the ConfigMap; with peering only one operator acts. The peering rule itself
 is checked first, without a cluster."""
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ def test_an_operator_killed_mid_job_and_restarted_duplicates_nothing(operator_st
 def test_the_classifier_keeps_what_it_learned_across_a_restart(operator_stack: OperatorStack, ns: str,
                                                                  tmp_path: Path) -> None:
     stack = operator_stack
-    config = tmp_path / "stowage.yaml"  # fairness over time on: the queue deficits are saved too
-    config.write_text("packing:\n  queue_share_deficit_s: 30\n")
+    config = tmp_path / "stowage.yaml"  # a short usage half-life: the decayed queue usage is saved too
+    config.write_text("packing:\n  queue_usage_half_life_s: 30\n")
     proc = stack.start_operator(webhooks=False, extra=("--config", str(config)))
     try:
         stack.create_job(ns, job_body("learn", [{"name": "s", "replicas": 3, "run_s": 1}], stack_id=stack.id))
@@ -144,7 +144,7 @@ def test_the_classifier_keeps_what_it_learned_across_a_restart(operator_stack: O
         proc.stop()  # SIGTERM: the state is written on the way out
     saved = _state(stack)
     assert saved, "the classifier's state is in the ConfigMap"
-    assert saved["version"] == 4 and "default" in saved["deficits"]["regular"]["queues"], saved["deficits"]
+    assert saved["version"] == 5 and "default" in saved["usage"]["regular"]["queues"], saved["usage"]
     again = stack.start_operator(webhooks=False, extra=("--config", str(config)))
     try:
         wait_for(lambda: "classifier state loaded" in again.tail(200_000), 60, "the state loaded at start")

@@ -10,7 +10,7 @@ import pytest
 
 from stowage.config import StowageSettings
 from stowage.model import JobOrder
-from stowage.policy import decide, estimates, holding
+from stowage.policy import decide, estimates, fairness, holding
 
 GI = 2.0**30
 RES = ("cpu", "memory")
@@ -78,21 +78,49 @@ def test_no_node_with_room_names_the_closest_node_and_what_it_lacks() -> None:
         "room", "no node has room for a task: cpu 1 needed, 500m free on n0 (the closest of 2 nodes)")}
 
 
-def test_a_queue_above_its_fair_share_waits_for_its_share_the_one_below_for_room() -> None:
-    # a holds 6 of 8 cores, b 1; both wait: a is above its half, b below.
+def test_a_queue_ahead_of_its_weight_waits_for_its_share_the_one_behind_for_room() -> None:
+    # a holds 6 of 8 cores, b 1; both wait: a is ahead, b comes first when room frees.
     inp = decide_input(nodes=[(4, 16), (4, 16)], free=[(0.5, 8), (0.5, 8)], groups=[("a", 1, 2), ("b", 1, 2)],
                        queues=("a", "b"), alloc={"a": (6, 6), "b": (1, 1)})
     got = holds(inp)
-    assert got[0] == holding.Hold("share", "queue 'a' is above its fair share: dominant share 0.75 (cpu), fair share "
-                                  "0.50 of 2 queues with work; a queue below its share gets the next free room")
+    assert got[0] == holding.Hold("share", "queue 'a' is ahead of its weight: usage 0.75 of the pool (cpu, now and "
+                                  "decayed past) at weight 1, queue 'b' 0.12 at weight 1 (tolerance 10%); queues not "
+                                  "ahead get the next free room")
     assert got[1].reason == "room"
 
 
-def test_weights_set_the_fair_share_a_heavier_queue_at_its_weight_waits_for_room() -> None:
-    # weight 3:1, a holds 6 of 8 cores = exactly its 0.75: not above it.
+def test_weights_set_the_share_a_heavier_queue_at_its_weight_waits_for_room() -> None:
+    # weight 3:1: a holds 6 of 8 cores (0.25 per weight), b 2 (0.25): neither is ahead; both wait for room.
     inp = decide_input(nodes=[(4, 16), (4, 16)], free=[(0.5, 8), (0.5, 8)], groups=[("a", 1, 1), ("b", 1, 1)],
-                       queues=("a", "b"), alloc={"a": (6, 6), "b": (1, 1)}, weights=[3.0, 1.0])
+                       queues=("a", "b"), alloc={"a": (6, 6), "b": (2, 2)}, weights=[3.0, 1.0])
     assert [h.reason for h in holds(inp).values()] == ["room", "room"]
+
+
+def test_a_queue_that_used_nothing_is_named_to_the_queues_ahead_of_it() -> None:
+    # Three equal queues: c holds nothing, a and b 3 cores each: both are ahead of c and wait for it.
+    inp = decide_input(nodes=[(4, 16), (4, 16)], free=[(0.5, 8), (0.5, 8)],
+                       groups=[("a", 1, 1), ("b", 1, 1), ("c", 1, 1)], queues=("a", "b", "c"),
+                       alloc={"a": (3, 3), "b": (3, 3)}, weights=[1.0, 1.0, 1.0])
+    got = holds(inp)
+    for g, name in ((0, "a"), (1, "b")):
+        assert got[g] == holding.Hold("share", f"queue {name!r} is ahead of its weight: usage 0.38 of the pool (cpu, "
+                                      "now and decayed past) at weight 1, queue 'c' 0.00 at weight 1 (tolerance 10%); "
+                                      "queues not ahead get the next free room")
+    assert got[2].reason == "room"
+
+
+def test_a_queue_below_its_floor_is_named_to_a_queue_even_with_it() -> None:
+    # b used much in the past and holds 1 of 8 cores now, a used less and holds 3: by usage they are even,
+    # but b holds less than half its fair share (0.5) and goes first.
+    d = decide.Decider(StowageSettings())
+    names = ("a", "b")
+    d.usage[decide.Pool.REGULAR] = (names, fairness.QueueUsage((0.6, 0.9), (0.375, 0.125), 100.0))
+    inp = decide_input(nodes=[(4, 16), (4, 16)], free=[(0.5, 8), (0.5, 8)], groups=[("a", 1, 1), ("b", 1, 1)],
+                       queues=names, alloc={"a": (3, 3), "b": (1, 1)})
+    got = d.decide(inp).holds
+    assert got[0] == holding.Hold(
+        "share", "queue 'b' holds 0.12 of the pool, below 50% of its fair share 0.50: it gets the next free room")
+    assert got[1].reason == "room"
 
 
 def test_an_opportunistic_pod_without_fresh_samples_waits_for_a_sample_naming_nodes_and_ages() -> None:

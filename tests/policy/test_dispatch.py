@@ -89,7 +89,8 @@ def test_a_heavier_queue_weight_keeps_it_competing() -> None:
     avail = [[4.0, 4.0], [4.0, 4.0]]
     inp = _input(avail, [[0.5, 0.5], [2.0, 2.0]], [0, 1], queue=[0, 1], queue_alloc=[[1.0, 1.0], [0.5, 0.5]],
                  weight=[4.0, 1.0], capacity=avail)
-    assert _groups(dispatch.pack(inp, dataclasses.replace(NO_KNOBS, fairness_knob=0.9)))[0] == 0
+    knobs = dataclasses.replace(NO_KNOBS, fairness_knob=0.9, queue_share_floor=0.0)  # by weight, not the floor
+    assert _groups(dispatch.pack(inp, knobs))[0] == 0
 
 
 def test_job_order_mask_lets_the_first_jobs_of_a_queue_go_first() -> None:

@@ -137,8 +137,9 @@ def test_held_pods_name_quota_share_and_room_and_the_reason_follows_its_cause(he
                   == 2, 240, "14 fillers running, 2 held")
         extra = sorted(n for n in fillers if gated(stack, ns, n))
         shares = wait_held(stack, ns, extra, "WaitingForShare", 60, "the extra fillers wait for hf's share")
-        assert all(m.startswith("queue 'hf' is above its fair share: dominant share 0.9") and
-                   "fair share 0.50 of 2 queues with work" in m for m in shares), shares
+        assert all(m.startswith("queue 'hf' is ahead of its weight: usage ") and "(cpu, now and decayed past) at "
+                   "weight 1, queue 'hq' 0.0" in m and m.endswith("queues not ahead get the next free room")
+                   for m in shares), shares
         assert wait_held(stack, ns, waiting, "WaitingForQuota", 30, "hq's pods still at its quota")
 
         set_quota(stack, "hq", "3")

@@ -40,6 +40,15 @@ def refusal(call: Callable[[], Any]) -> str:
     return str(json.loads(caught.value.body).get("message"))
 
 
+def refused_dry_run(call: Callable[[], Any]) -> bool:
+    """Whether ``call`` (a dry-run create) was refused by admission."""
+    try:
+        call()
+    except client.ApiException as exc:
+        return exc.status in (400, 422)
+    return False
+
+
 def template(stack: WholeStack, pod_labels: dict[str, str], run_s: float | None = None,
              **resources: dict[str, str]) -> dict[str, Any]:
     """A pod template with ``pod_labels`` and no ``schedulerName``, on this stack's nodes."""
@@ -210,7 +219,12 @@ def test_labels_that_cannot_be_honoured_are_refused_saying_what_to_change(health
     assert "metadata.labels['stowage.io/queue']" in wait_for(failed_create, 120, "the ReplicaSet's FailedCreate")
 
     stack.core.patch_namespace(ns, {"metadata": {"labels": {labels.LABEL_QUEUE: "nightly"}}})
-    namespaced = refusal(lambda: create(ns, bare_pod(stack, "defaulted", {})))
+    # The API server matches a webhook's namespaceSelector against its own cache of namespaces, which sees the
+    # new label a moment later; a dry run (no pod is stored) shows when it has.
+    defaulted = bare_pod(stack, "defaulted", {})
+    wait_for(lambda: refused_dry_run(lambda: create(ns, defaulted, dry_run="All")), 30,
+             "the API server to match the namespace's new label")
+    namespaced = refusal(lambda: create(ns, defaulted))
     assert (f"namespace {ns!r}: metadata.labels['stowage.io/queue']: the name of an existing Queue (") in namespaced
     assert "it is the default queue of the namespace's pods, got 'nightly'" in namespaced
     assert {p.metadata.name for p in stack.pods(ns)} == set()

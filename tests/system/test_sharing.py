@@ -3,11 +3,12 @@
 Three fake nodes of 7.5 allocatable cores: 21 one-core slots.
 
 * **Shares.** Queues ``share-a`` (weight 2) and ``share-b`` (weight 1) each get a Job and plain labelled
-  pods (``stowage.io/queue``), far more one-core tasks than fit. Weighted DRF gives a → 14 cores, b → 7.
-  **Tolerance: the mean running cores a/b over the window within 2.0 ± 15 % (1.7 – 2.3)**, sampled from the
-  running pods while both queues still have work waiting; the Queues' ``status.dominantShare.regular``
-  (weighted, so equal at 2:1) within 35 % of each other. (The same tolerance as the operator's live
-  test: the policy allows ±3 % plus one task, 1/21 of the slots, and a sample catches tasks finishing.)
+  pods (``stowage.io/queue``), far more one-core tasks than fit; a's Job comes first and fills the cluster.
+  Weights hold on usage decayed with a half-life (600 s by default), so a 90 s window judges the short-term
+  promise: **neither queue below half its fair share (a: 7 cores, b: 3.5) for more than 60 s**, sampled from
+  the running pods while both queues still have work waiting, and a ahead of b. The Queues' status shows each
+  one's decayed usage beside its target, the targets splitting the queues' usage 2:1. (The long-term promise,
+  decayed usage within ±15 % of the weights, is the operator's live test, with a half-life of 20 s.)
 * **Harvesting and a usage spike.** A regular Job fills every slot; an ``auto`` Job, which the classifier
   has seen finish short, spills onto harvested capacity (opportunistic pods bound). The load model then
   triples every pod's usage on every node: sustained contention; the node monitors evict opportunistic
@@ -29,7 +30,6 @@ from tests.system.workloads import create_plain_pods, finished_nothing_lost, gro
 
 pytestmark = pytest.mark.timeout(900)
 
-TARGET, TOLERANCE = 2.0, 0.15
 SPIKE = 3.0  # usage × 3 on every node: 7 one-core regular pods at the model's mean 0.5 alone pass 0.99 × 7.5
 
 
@@ -73,25 +73,33 @@ def test_two_queues_weighted_2_to_1_share_2_to_1_jobs_and_plain_pods(healthy: Wh
             create_plain_pods(stack, ns, plain[12:], queue="share-b", run_s=12)
             wait_for(lambda: sum(running_cores(stack, ns).values()) >= 18, 240, "the three nodes filled")
             samples: list[dict[str, float]] = []
-            statuses: list[tuple[float, float]] = []
+            statuses: list[dict[str, tuple[float, float]]] = []
+            below_since: dict[str, float] = {}
+            below_longest = {"share-a": 0.0, "share-b": 0.0}
             started = time.monotonic()
             while time.monotonic() - started < 90 and min(waiting(stack, ns).values()) >= 5:
-                samples.append(running_cores(stack, ns))
-                a_status, b_status = ((stack.queue(q).get("status") or {}) for q in ("share-a", "share-b"))
-                statuses.append(((a_status.get("dominantShare") or {}).get("regular", 0.0),
-                                 (b_status.get("dominantShare") or {}).get("regular", 0.0)))
+                samples.append(cores := running_cores(stack, ns))
+                now = time.monotonic()
+                for queue, half_share in (("share-a", 7.0), ("share-b", 3.5)):
+                    if cores[queue] < half_share:
+                        below_longest[queue] = max(below_longest[queue], now - below_since.setdefault(queue, now))
+                    else:
+                        below_since.pop(queue, None)
+                status = {q: stack.queue(q).get("status") or {} for q in ("share-a", "share-b")}
+                statuses.append({q: ((st.get("usage") or {}).get("regular", 0.0),
+                                     (st.get("usageTarget") or {}).get("regular", 0.0)) for q, st in status.items()})
                 time.sleep(2.0)
             a = statistics.fmean(s["share-a"] for s in samples) if samples else 0.0
             b = statistics.fmean(s["share-b"] for s in samples) if samples else 0.0
             ratio = a / b if b else float("inf")
-            share_a = statistics.fmean(s[0] for s in statuses) if statuses else 0.0
-            share_b = statistics.fmean(s[1] for s in statuses) if statuses else 0.0
             print(f"shares: {len(samples)} samples over {time.monotonic() - started:.0f}s; running cores "
-                  f"share-a {a:.2f}, share-b {b:.2f}, ratio {ratio:.2f} (target {TARGET} ± {TOLERANCE:.0%}); "
-                  f"Queue status weighted dominant share a {share_a:.3f}, b {share_b:.3f}")
+                  f"share-a {a:.2f}, share-b {b:.2f}, ratio {ratio:.2f}; longest below half the fair share "
+                  f"{below_longest}; last Queue status (usage, target) {statuses[-1] if statuses else None}")
             assert len(samples) >= 8, f"too short a window to judge ({len(samples)} samples)"
-            assert abs(ratio - TARGET) <= TARGET * TOLERANCE, f"a/b = {ratio:.2f} from {samples}"
-            assert share_a == pytest.approx(share_b, rel=0.35), statuses
+            assert max(below_longest.values()) <= 60.0, (below_longest, samples)
+            assert ratio > 1.0, f"a/b = {ratio:.2f} from {samples}"
+            (usage_a, target_a), (usage_b, target_b) = statuses[-1]["share-a"], statuses[-1]["share-b"]
+            assert usage_a > 0 and usage_b > 0 and target_a == pytest.approx(2 * target_b, rel=0.01), statuses
             problems = finished_nothing_lost(stack, ns, ledger, plain=plain, timeout_s=400)
         finally:
             ledger.stop()
