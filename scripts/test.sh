@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 export PATH="$PWD/.tools/helm:$PATH"
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q --benchmark-disable "$@"
+.venv/bin/python -m pytest -q --benchmark-disable --durations=30 "$@"  # the slowest: where CI time goes
