@@ -234,7 +234,7 @@ class Decider:
         placements: list[tuple[int, int, Pool]] = []
         skipped = np.zeros(n_groups, dtype=bool)
         if n_groups == 0 or len(inp.node_key) == 0 or not (inp.releasable > 0).any():
-            self._record_usage(inp, np.asarray(inp.queue_alloc, dtype=np.float64), now)
+            self.record_usage(inp.queue_name, np.asarray(inp.queue_alloc, dtype=np.float64), inp.pool_total, now)
             holds = self._explain(inp, np.asarray(inp.releasable), {}) if inp.explain and n_groups else {}
             return Decision(placements, skipped, dur, source, holds)
         knobs = self.knobs
@@ -333,7 +333,7 @@ class Decider:
                 if eligible.any():
                     run(Pool.OPPORTUNISTIC, np.where(eligible, releasable, 0), avail)
         self._count_skips(inp, placements, skipped)
-        self._record_usage(inp, queue_alloc, now)  # the shares this decision leaves hold until the next one
+        self.record_usage(inp.queue_name, queue_alloc, inp.pool_total, now)  # they hold until the next decision
         holds: dict[int, holding.Hold] = {}
         if inp.explain:
             if 0 not in left:
@@ -490,15 +490,18 @@ class Decider:
             return None  # nothing recorded yet: the shares held now stand for the past (``QueueUsage.recorded``)
         return state.reordered(before, list(names)).usage_at(now, half_life, len(names))
 
-    def _record_usage(self, inp: DecideInput, queue_alloc: NDArray[np.float64], now: float) -> None:
-        """Each pool's usage after a decision that left ``queue_alloc`` (2, Q, R); unchanged shares keep the state."""
+    def record_usage(self, queue_name: Sequence[str], queue_alloc: NDArray[np.float64], pool_total: NDArray[np.float64],
+                     now: float) -> None:
+        """Each pool's usage once the allocations are ``queue_alloc`` (2, Q, R) at ``now``: after a decision, or
+        for a caller that skips a decision with nothing waiting (the shares still change as tasks finish).
+        Unchanged shares keep the state as it is."""
         half_life = self.knobs.queue_usage_half_life_s
-        if half_life <= 0 or len(inp.queue_name) == 0:
+        if half_life <= 0 or len(queue_name) == 0:
             return
-        names = tuple(inp.queue_name)
+        names = tuple(queue_name)
         for p, pool in enumerate(Pool):
             before, state = self.usage.get(pool, ((), fairness.QueueUsage()))
-            dom = fairness.dominant_shares(queue_alloc[p], inp.pool_total, np.ones(len(names)))
+            dom = fairness.dominant_shares(queue_alloc[p], pool_total, np.ones(len(names)))
             self.usage[pool] = (names, state.reordered(before, names).recorded(dom, now, half_life))
 
     # --- state ------------------------------------------------------------------------------------

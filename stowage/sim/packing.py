@@ -100,6 +100,9 @@ class PackingPreset(Preset):
         live_job = sim.j_arrived & np.isnan(sim.j_finish)
         groups = np.flatnonzero(live_job[sim.g_job])
         if groups.size == 0 or not (sim.g_ready[groups] & (sim.g_pending[groups] > 0)).any():
+            # Nothing to decide, but the shares change as tasks finish: the usage follows them, as the
+            # operator's, which decides at every pass.
+            self.decider.record_usage(sim.queue_names, sim.queue_alloc, sim.cluster.total, sim.now)
             return
         jobs = np.flatnonzero(live_job)
         c = sim.cluster
