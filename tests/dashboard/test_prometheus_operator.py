@@ -70,6 +70,8 @@ def exposition(component: str, path: str, n: int) -> str:
     elif component == "operator":
         lines += [f'{m.QUEUE_DOMINANT_SHARE}{{queue="default",pool="regular"}} 0.5',
                   f'{m.QUEUE_FAIR_SHARE}{{queue="default"}} 1',
+                  f'{m.QUEUE_USAGE}{{queue="default",pool="regular"}} 0.5',
+                  f'{m.QUEUE_USAGE_TARGET}{{queue="default",pool="regular"}} 0.5',
                   *(f'{m.QUEUE_ALLOCATED}{{queue="default",pool="regular",resource="{r}"}} 1'
                     for r in ("cpu", "memory")),
                   f'{m.QUEUE_PENDING_TASKS}{{queue="default"}} 3',
