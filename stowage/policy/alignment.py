@@ -20,9 +20,6 @@ agree per resource (Stowage uses cores, bytes, bytes/s).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -122,17 +119,26 @@ def feasible_clamped(demand: NDArray[np.float64], available: NDArray[np.float64]
     return _feasible_2d(demand, np.maximum(finite_or_zero(available), 0.0))
 
 
-def fits_on_floats(demand: Sequence[float], available: Sequence[float]) -> bool:
-    """:func:`feasible_clamped` for one clamped demand on one node, on Python floats: the same cleaning of
-    the room (NaN, ±inf and negatives → 0), the same product and comparisons, so the same verdict (for
-    re-checking a node or two, where numpy's per-call cost is many times the arithmetic)."""
-    scale = 1.0 + FEASIBILITY_RTOL
-    for d, a in zip(demand, available, strict=True):
-        if not (math.isfinite(a) and a > 0.0):
-            a = 0.0
-        if not d <= a * scale:
-            return False
-    return True
+def fits_and_scores(d: NDArray[np.float64], cap: NDArray[np.float64], available: NDArray[np.float64]
+                    ) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
+    """:func:`alignment`'s (T, N) fit mask and score (0 where it does not fit), for demands already through
+    :func:`clamp_demand` and capacities already cleaned (finite, ≥ 0): what a packing pass cleans once."""
+    # Nothing is available beyond capacity; a zero-capacity resource has nothing available.
+    avail = np.clip(finite_or_zero(available), 0.0, cap)
+    # Per resource, (d/C)·(A/C): A/C ∈ [0, 1], and d/C ≤ 1 + tol wherever the task fits,
+    # so no term can overflow for a feasible pair even with tiny capacities.
+    fits = _feasible_2d(d, avail)
+    score = np.zeros(fits.shape)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for r in range(d.shape[1]):
+            c = cap[:, r]
+            if c.min(initial=1.0) > 0:  # every node has some: plain division (the masked one costs 5× more)
+                a_frac, d_frac = avail[:, r] / c, d[:, r, None] / c[None, :]
+            else:
+                a_frac = np.divide(avail[:, r], c, out=np.zeros_like(c), where=c > 0)
+                d_frac = np.divide(d[:, r, None], c[None, :], out=np.zeros(fits.shape), where=c[None, :] > 0)
+            score += np.where(fits, d_frac * a_frac[None, :], 0.0)
+    return fits, score
 
 
 def alignment(
@@ -174,25 +180,7 @@ def alignment(
             "available.shape", avail.shape, f"must have {cap.shape[0]} node rows like capacity"
         )
 
-    d = np.where(np.isnan(d), np.nan, np.maximum(d, 0.0))
-    cap = np.maximum(finite_or_zero(cap), 0.0)
-    # Nothing is available beyond capacity; a zero-capacity resource has nothing available.
-    avail = np.clip(finite_or_zero(avail), 0.0, cap)
-
-    # Per resource, (d/C)·(A/C): A/C ∈ [0, 1], and d/C ≤ 1 + tol wherever the task fits,
-    # so no term can overflow for a feasible pair even with tiny capacities.
-    fits = _feasible_2d(d, avail)
-    score = np.zeros(fits.shape)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for r in range(d.shape[1]):
-            c = cap[:, r]
-            if c.min(initial=1.0) > 0:  # every node has some: plain division (the masked one costs 5× more)
-                a_frac, d_frac = avail[:, r] / c, d[:, r, None] / c[None, :]
-            else:
-                a_frac = np.divide(avail[:, r], c, out=np.zeros_like(c), where=c > 0)
-                d_frac = np.divide(d[:, r, None], c[None, :], out=np.zeros(fits.shape), where=c[None, :] > 0)
-            score += np.where(fits, d_frac * a_frac[None, :], 0.0)
-
+    fits, score = fits_and_scores(clamp_demand(d), np.maximum(finite_or_zero(cap), 0.0), avail)
     if remote is not None:
         mask = np.asarray(remote, dtype=bool)
         if mask.shape not in ((cap.shape[0],), score.shape):

@@ -41,7 +41,6 @@ __all__ = [
 
 _U: Final = 2.0**-53  # unit roundoff of float64
 _TINY: Final = 1e-290  # below this a mean may underflow: let the exact search decide
-_FEW_SHAPES: Final = 8  # a small matrix's running sums are kept on Python floats up to this many shapes
 _REFRESH_REL_ERR: Final = 1e-11  # a shape's running sum is recomputed once its error bound passes this
 _SMALL: Final = 8192  # rows × nodes (or shapes × nodes) up to which plain recomputation is as cheap (~50 µs)
 
@@ -55,12 +54,11 @@ class ShapeScores:
     ``score`` (S, N): alignment, ``-inf`` where the shape does not fit; ``count`` (S,) feasible
     nodes per shape; ``row_max`` (S,) best alignment per shape (``-inf`` when none fits); both kept
     current by ``set_column``. ``summaries()``: what only the certified search needs, made on first use
-    and then updated column by column on large matrices (and on small ones with few shapes, on floats).
+    and then updated column by column.
     """
 
     def __init__(self, score: NDArray[np.float64]) -> None:
         self.score = score
-        self._small = score.size <= _SMALL  # recounting a small matrix costs less than updating it
         self._flat: tuple[NDArray[np.float64], NDArray[np.int64]] | None = None
         self._summaries: _Summaries | None = None
         self._recount()
@@ -79,25 +77,15 @@ class ShapeScores:
     def set_column(self, n: int, column: NDArray[np.float64]) -> None:
         """Node ``n``'s alignments changed (a task was placed there): update every summary."""
         self._flat = None
-        summaries = self._summaries
-        if self._small and summaries is not None and summaries.few:
-            # A small matrix is recounted plainly; its few shapes' running sums are kept, on floats (a
-            # rebuild per placement cost more than the rest of the search). A NaN: rebuilt on first use.
-            old = self.score[:, n].tolist()
-            self.score[:, n] = column
-            self._recount()
-            if not summaries.update_few(self.score, old, column.tolist()):
-                self._summaries = None
-            return
-        if self._small or np.isnan(column).any():  # (a small matrix never looks at the NaN test)
+        if np.isnan(column).any():  # outside the running sums' assumptions: rebuilt on first use
             self.score[:, n] = column
             self._recount()
             self._summaries = None
             return
-        self._feasible = None
         old = self.score[:, n].copy()
         self.score[:, n] = column
         fin_old, fin_new = np.isfinite(old), np.isfinite(column)
+        self._feasible = None
         self.count += fin_new.astype(np.int64) - fin_old
         before = self.row_max
         # max is exact: raise it where the new value is higher, rescan rows whose maximum was lowered.
@@ -134,7 +122,6 @@ class _Summaries:
         self.exact_only = bool(np.isnan(score).any() or (score[feasible] < 0).any())
         self.sums = np.zeros(score.shape[0])
         self.error = np.zeros(score.shape[0])
-        self.few = score.shape[0] <= _FEW_SHAPES  # update_few's size
         self._resum(score, np.arange(score.shape[0]))
 
     def _resum(self, score: NDArray[np.float64], shapes: NDArray[np.int64]) -> None:
@@ -142,26 +129,6 @@ class _Summaries:
         self.sums[shapes] = np.where(np.isfinite(rows), rows, 0.0).sum(axis=1)
         # Any summation order: |float sum − real sum| ≤ (n − 1)·u·Σ|x| (x ≥ 0 here).
         self.error[shapes] = (rows.shape[1] + 2) * _U * self.sums[shapes]
-
-    def update_few(self, score: NDArray[np.float64], old: list[float], new: list[float]) -> bool:
-        """:meth:`update` on Python floats (the same operations); False when a NaN arrived (rebuild instead)."""
-        sums, error = self.sums.tolist(), self.error.tolist()
-        stale = []
-        for k, (o, v) in enumerate(zip(old, new, strict=True)):
-            if v != v:
-                return False
-            fin_v, fin_o = math.isfinite(v), math.isfinite(o)
-            if fin_v and v < 0:
-                self.exact_only = True
-            diff = (v if fin_v else 0.0) - (o if fin_o else 0.0)
-            sums[k] += diff
-            error[k] += 2 * _U * (abs(diff) + abs(sums[k]))
-            if error[k] > _REFRESH_REL_ERR * abs(sums[k]):
-                stale.append(k)
-        self.sums[:], self.error[:] = sums, error
-        if stale:
-            self._resum(score, np.array(stale, dtype=np.int64))
-        return True
 
     def update(self, score: NDArray[np.float64], old: NDArray[np.float64], new: NDArray[np.float64],
                fin_old: NDArray[np.bool_], fin_new: NDArray[np.bool_]) -> None:

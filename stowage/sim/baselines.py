@@ -27,216 +27,61 @@ if TYPE_CHECKING:
 __all__ = ["KubePreset"]
 
 
-def _shape_index(sim: Simulation, groups: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """``np.unique(sim.g_shape[groups], return_inverse=True)`` without its sort: shape ids are small ints."""
-    shape = sim.g_shape[groups]
-    present = np.flatnonzero(np.bincount(shape, minlength=len(sim.shapes)))
-    rank = np.empty(len(sim.shapes), dtype=np.int64)
-    rank[present] = np.arange(present.size)
-    return present, rank[shape]
-
-
-_FEW_SHAPES = 32  # up to this many demand shapes in the workload, a pass works on all of them
-_FEW_NODES = 8  # up to this many nodes changed since the last pass, their fit verdicts are redone on floats
-
-
 def _pass_shapes(sim: Simulation, groups: NDArray[np.int64]
                  ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.bool_]]:
-    """(shapes, each group's row in shapes, shapes alive at the start of a pass: those present).
-
-    With few shapes in the workload (FB-2009: 2) the workload's own shape ids serve; otherwise only
-    the shapes present, renumbered, so that work per failure stays proportional to them.
-    """
-    if len(sim.shapes) <= _FEW_SHAPES:
-        shape_of = sim.g_shape[groups]
-        return sim.shapes, shape_of, np.bincount(shape_of, minlength=len(sim.shapes)) > 0
-    present, shape_of = _shape_index(sim, groups)
-    return sim.shapes[present], shape_of, np.ones(present.size, dtype=bool)
+    """(the workload's demand shapes, each group's shape, shapes alive at the start of a pass: those present)."""
+    shape_of = sim.g_shape[groups]
+    return sim.shapes, shape_of, np.bincount(shape_of, minlength=len(sim.shapes)) > 0
 
 
 def _fitting(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray | None, free: NDArray
              ) -> tuple[NDArray[np.int64], bool]:
-    """Those of ``groups`` (in order) that fit at least one node now, checked once per distinct demand shape
-    on the resources ``fit_res`` (None: all of them); and whether no shape of the workload fits anywhere
-    (known only with few shapes, where every shape is checked; else False)."""
+    """Those of ``groups`` (in order) whose demand shape fits at least one node of ``free`` on the resources
+    ``fit_res`` (None: all of them); and whether no shape of the workload fits anywhere."""
+    shapes = sim.clamped_shapes
     if fit_res is not None:
-        free = free[:, fit_res]
-    if len(sim.shapes) <= _FEW_SHAPES:  # every shape's verdict: cheaper than finding those present
-        shapes = sim.clamped_shapes if fit_res is None else sim.clamped_shapes[:, fit_res]
-        return _with_fitting_shapes(sim, groups, alignment.feasible_clamped(shapes, free).any(axis=1))
-    present, which = _shape_index(sim, groups)
-    shapes = sim.shapes[present] if fit_res is None else sim.shapes[present][:, fit_res]
-    fits = alignment.feasible(shapes, free).any(axis=1)
-    return groups[fits[which]], False
-
-
-def _with_fitting_shapes(sim: Simulation, groups: NDArray[np.int64], fits: NDArray[np.bool_]
-                         ) -> tuple[NDArray[np.int64], bool]:
-    """``_fitting``'s answer from each workload shape's verdict ``fits``."""
-    if fits.all():  # the usual verdicts: no gather over the groups
+        free, shapes = free[:, fit_res], shapes[:, fit_res]
+    fits = alignment.feasible_clamped(shapes, free).any(axis=1)
+    if fits.all():
         return groups, False
     if not fits.any():
         return groups[:0], True
     return groups[fits[sim.g_shape[groups]]], False
 
 
-_ROW_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # a row of R bools read as one integer
+def _spread_scores(avail: NDArray[np.float64], d: NDArray[np.float64], inv_cap: NDArray[np.float64]
+                   ) -> NDArray[np.float64]:
+    """The opportunistic pass's spread score per node (rows of ``avail``): LeastAllocated on the harvestable room."""
+    return ((avail - d) * inv_cap).sum(axis=1)
 
 
-def _any_per_row(a: NDArray[np.bool_]) -> NDArray[np.bool_]:
-    """``a.any(axis=1)`` for an (N, R) mask with few columns: numpy's reduction along a short axis
-    costs several times this column-by-column ``|``; with R of 1, 2, 4 or 8 (contiguous), each row's bytes
-    (0 or 1 each) read as one integer are nonzero exactly when one is true."""
-    word = _ROW_WORDS.get(a.shape[1])
-    if word is not None and a.flags.c_contiguous and a.shape[0]:
-        return a.view(word).reshape(-1) != 0
-    out = np.zeros(a.shape[0], dtype=bool)
-    for r in range(a.shape[1]):
-        out |= a[:, r]
-    return out
+class _PassNodes:
+    """Each node's Fit verdict and score per demand shape during one regular pass.
 
-
-def _all_per_row(a: NDArray[np.bool_]) -> NDArray[np.bool_]:
-    """``a.all(axis=1)``, column by column or a row at once (see :func:`_any_per_row`: all true is every byte 1)."""
-    word = _ROW_WORDS.get(a.shape[1])
-    if word is not None and a.flags.c_contiguous and a.shape[0]:
-        return a.view(word).reshape(-1) == np.ones(a.shape[1], dtype=bool).view(word)[0]
-    out = np.ones(a.shape[0], dtype=bool)
-    for r in range(a.shape[1]):
-        out &= a[:, r]
-    return out
-
-
-def _kube_score_one(req: list[float], cap: list[float], pod: list[float], strategy: str) -> float:
-    """``scoring.kube_scores`` for one node on Python floats: the same IEEE operations in the same order.
-
-    A placement changes one node; scoring it through numpy costs more in call overhead than the
-    arithmetic (``tests/sim/test_baselines_incremental.py`` compares the two bit for bit).
-    """
-    top = scoring.MAX_NODE_SCORE
-    non_zero = (pod[0] if pod[0] > 0 else scoring.DEFAULT_MILLI_CPU_REQUEST,
-                pod[1] if pod[1] > 0 else scoring.DEFAULT_MEMORY_REQUEST)
-    per, frac = [0.0, 0.0], [0.0, 0.0]
-    for r in (0, 1):
-        c = cap[r]
-        if c > 0:
-            q = req[r] + non_zero[r]
-            if strategy == "least":
-                per[r] = float(math.floor((c - q) * top / c)) if q <= c else 0.0
-            else:
-                per[r] = float(math.floor(min(q, c) * top / c))
-            frac[r] = min((req[r] + pod[r]) / c, 1.0)
-    fit = math.floor((per[0] + per[1]) / 2.0)
-    return float(fit + math.floor((1.0 - abs(frac[0] - frac[1]) / 2.0) * top))
-
-
-class _NodeCache:
-    """Per demand shape: each node's Fit verdict and kube score, recomputed only on nodes that changed.
-
-    A node's verdict and score depend only on its row of the pass's ``free`` and of ``reg_alloc``
-    (elementwise formulas), so recomputing the changed rows gives the very numbers a full rescore
-    would. ``sync`` (a pass's first try) marks the rows that differ from what the cache last saw; ``placed``
-    marks the chosen node after a placement.
+    Worked out for every node the first time a shape is tried; a placement changes one node's free
+    room and requests, so only the nodes placed on since are worked out again (by the same function).
     """
 
-    def __init__(self, n: int, fit_res: NDArray[np.bool_], cm: list[int], to_u: NDArray, cap_u: NDArray,
-                 score: str) -> None:
-        self.fit_res, self.cm, self.to_u, self.cap_u, self.score = fit_res, cm, to_u, cap_u, score
-        self.version = np.zeros(n, dtype=np.int64)
-        self.seen_reg: NDArray[np.float64] | None = None
-        self.seen_free: NDArray[np.float64] | None = None
-        self.by_shape: dict[int, tuple[NDArray[np.bool_], NDArray[np.float64], NDArray[np.int64]]] = {}
-        self.cap_list: list[list[float]] = cap_u.tolist()
-        self.units: list[float] = to_u.tolist()
-        self.fit_ok: NDArray[np.bool_] | None = None  # (shape, node) verdicts of shape_fits
-        self.fit_seen = self.version.copy()  # the node versions they were worked out at
-        self.fit_cols: list[int] = np.flatnonzero(fit_res).tolist()
-        self._fit_rows: list[list[float]] = []  # the shapes of shape_fits, as lists (set at its first call)
+    def __init__(self, preset: KubePreset, sim: Simulation, free: NDArray[np.float64]) -> None:
+        self.preset, self.sim, self.free = preset, sim, free
+        self.by_shape: dict[int, tuple[NDArray[np.bool_], NDArray[np.float64], set[int]]] = {}
 
-    def sync(self, reg: NDArray[np.float64], free: NDArray[np.float64]) -> None:
-        """Start of a pass: ``free`` is the pass's room (mutated in place by the pass)."""
-        if self.seen_reg is not None and self.seen_free is not None:
-            changed = _any_per_row(reg != self.seen_reg) | _any_per_row(free != self.seen_free)
-            self.version[changed] += 1
-        self.seen_reg, self.seen_free = reg.copy(), free
-
-    def shape_fits(self, shapes: NDArray[np.float64]) -> NDArray[np.bool_]:
-        """Whether each of ``shapes`` (clamped, on the fit resources) fits some node of the synced ``free``:
-        ``_fitting``'s verdicts, with each node's check redone only where the node changed since (the same
-        elementwise check on the same numbers, so the same verdicts)."""
-        free = self.seen_free
-        assert free is not None
-        if self.fit_ok is None:
-            self.fit_ok = alignment.feasible_clamped(shapes, free[:, self.fit_res])
-            self.fit_seen = self.version.copy()
-            self._fit_rows = shapes.tolist()
-        else:
-            rows = np.flatnonzero(self.fit_seen != self.version)
-            if 0 < rows.size <= _FEW_NODES:  # a node or two since the last pass: on floats, the same verdicts
-                cols, ok = self.fit_cols, self.fit_ok
-                for n in rows.tolist():
-                    room = free[n].tolist()
-                    room = [room[c] for c in cols]
-                    for s, shape in enumerate(self._fit_rows):
-                        ok[s, n] = alignment.fits_on_floats(shape, room)
-                self.fit_seen[rows] = self.version[rows]
-            elif rows.size:
-                self.fit_ok[:, rows] = alignment.feasible_clamped(shapes, free[rows][:, self.fit_res])
-                self.fit_seen[rows] = self.version[rows]
-        return self.fit_ok.any(axis=1)
-
-    def placed(self, n: int, reg: NDArray[np.float64]) -> None:
-        self.version[n] += 1
-        assert self.seen_reg is not None
-        self.seen_reg[n] = reg[n]
-
-    def lookup(self, shape: int, d: NDArray[np.float64], reg: NDArray[np.float64]
-               ) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
-        """(fits, score) per node for demand ``d`` of ``shape``; score only for the kube strategies."""
-        free = self.seen_free
-        assert free is not None
+    def get(self, shape: int) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
         entry = self.by_shape.get(shape)
         if entry is None:
-            rows: NDArray[np.int64] | slice = slice(None)
-            ok = np.empty(len(self.version), dtype=bool)
-            scores = np.empty(len(self.version))
-            entry = (ok, scores, self.version.copy())
-            self.by_shape[shape] = entry
-        else:
-            rows = np.flatnonzero(entry[2] != self.version)
-            if rows.size == 0:
-                return entry[0], entry[1]
-            entry[2][rows] = self.version[rows]
-        ok, scores, _ = entry
-        fr = self.fit_res
-        if not isinstance(rows, slice) and rows.size == 1:  # after a placement: one node, on floats
-            n = int(rows[0])
-            dl, room = d.tolist(), free[n].tolist()  # the check below, on floats (the same IEEE operations)
-            ok[n] = all(dl[c] <= room[c] * (1 + 1e-9) + 1e-12 for c in self.fit_cols)
-            if self.score in ("least", "most"):
-                c, m = self.cm
-                uc, um = self.units
-                req = [float(round(float(reg[n, c]) * uc)), float(round(float(reg[n, m]) * um))]
-                pod = [float(round(float(d[c]) * uc)), float(round(float(d[m]) * um))]
-                scores[n] = _kube_score_one(req, self.cap_list[n], pod, self.score)
+            ok, scores = self.preset._fit_and_score(self.sim, shape, self.free, slice(None))
+            self.by_shape[shape] = (ok, scores, set())
             return ok, scores
-        ok[rows] = _all_per_row(d[fr] <= free[rows][:, fr] * (1 + 1e-9) + 1e-12)
-        if self.score in ("least", "most"):
-            # Upstream's int64 milli-CPU and bytes: rounding once per quantity, as the API stores it.
-            req_u = np.rint(reg[rows][:, self.cm] * self.to_u)
-            pod_u = np.rint(d[self.cm] * self.to_u)
-            scores[rows] = scoring.kube_scores(req_u, self.cap_u[rows], pod_u, self.score)
+        ok, scores, stale = entry
+        if stale:
+            rows = np.fromiter(stale, dtype=np.int64, count=len(stale))
+            ok[rows], scores[rows] = self.preset._fit_and_score(self.sim, shape, self.free, rows)
+            stale.clear()
         return ok, scores
 
-
-def _spread_score_one(room: list[float], d: list[float], inv: list[float]) -> float:
-    """One node's ``((avail - d) * inv).sum(axis=1)``: numpy sums each row of an (N, R) array left to right
-    from +0.0 (``tests/sim/test_baselines_incremental.py`` checks it, signed zeros included), so the same
-    products added in the same order."""
-    total = 0.0
-    for r in range(len(room)):
-        total += (room[r] - d[r]) * inv[r]
-    return total
+    def placed(self, n: int) -> None:
+        for _, _, stale in self.by_shape.values():
+            stale.add(n)
 
 
 def _live_rows(alive: NDArray[np.bool_], shape_of: NDArray[np.int64], start: int) -> Iterator[int]:
@@ -278,9 +123,8 @@ class KubePreset(Preset):
         # Static per group: may it run regular (not opportunistic: true), may it run opportunistically.
         self._regular_ok = sim.j_opp[sim.g_job] != OPP_TRUE
         self._opp_ok = self._opp_eligible(sim, np.arange(sim.n_groups))
-        self._nodes = _NodeCache(sim.cluster.n, self.regular_resources(sim), self._cm, self._to_u, self._cap_u,
-                                 self.score)
         self._fit_shapes = sim.clamped_shapes[:, self.regular_resources(sim)]
+        self._pass_nodes: _PassNodes | None = None  # the current regular pass's verdicts and scores
         # Harvestable room: S kept per node, T·C − U − B kept while the sample and blocks are the same.
         self._assumed = AssumedTracker(sim) if self.harvesting else None
         self._t_alloc = sim.settings.harvest.t_alloc.array(sim.resources)
@@ -342,7 +186,7 @@ class KubePreset(Preset):
         return True
 
     def _scores(self, sim: Simulation, g: int) -> NDArray:
-        """load-aware's Trimaran scores for ``g`` on every node (the kube strategies' come from ``_nodes``)."""
+        """load-aware's Trimaran scores for ``g`` on every node (the kube strategies' come from ``_PassNodes``)."""
         c = sim.cluster
         pod = sim.g_demand[g, self._cm]
         # Trimaran: the load watcher reports every 60 s; pods bound since count at 1.5 × request.
@@ -357,20 +201,32 @@ class KubePreset(Preset):
         missing = np.maximum(self._tlp_missing, 0.0)
         return scoring.target_load_packing(self._tlp_measured, missing, c.cap[:, c.cpu], float(pod[0]))
 
+    def _fit_and_score(self, sim: Simulation, shape: int, free: NDArray[np.float64],
+                       rows: slice | NDArray[np.int64]) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
+        """(Fit verdict, score) of demand ``shape`` on nodes ``rows``; the score only for the kube strategies
+        (load-aware's is worked out per placement, ``_scores``)."""
+        room = free[rows][:, self.regular_resources(sim)]
+        ok = alignment.feasible_clamped(self._fit_shapes[shape : shape + 1], room)[0]
+        if self.score not in ("least", "most"):
+            return ok, np.zeros(ok.shape)
+        # Upstream's int64 milli-CPU and bytes: rounding once per quantity, as the API stores it.
+        req_u = np.rint(sim.cluster.reg_alloc[rows][:, self._cm] * self._to_u)
+        pod_u = np.rint(sim.shapes[shape, self._cm] * self._to_u)
+        return ok, scoring.kube_scores(req_u, self._cap_u[rows], pod_u, self.score)
+
     def _place_regular(self, sim: Simulation, g: int, free: NDArray[np.float64], fit_res: NDArray) -> bool:
+        """Place one task of ``g`` on its best node that fits ``free`` (the pass's room, updated here)."""
         d = sim.g_demand[g]
-        reg = sim.cluster.reg_alloc
-        if self._nodes.seen_free is not free:  # the first placement try of a pass (a new ``free``)
-            self._nodes.sync(reg, free)
-        ok, scores = self._nodes.lookup(int(sim.g_shape[g]), d, reg)
-        if not ok.any():
-            return False
+        nodes = self._pass_nodes
+        if nodes is None or nodes.free is not free:  # the first try of a pass (each pass has a new ``free``)
+            nodes = self._pass_nodes = _PassNodes(self, sim, free)
+        ok, scores = nodes.get(int(sim.g_shape[g]))
         n = self._pick(self._scores(sim, g) if self.score == "tlp" else scores, ok)
         if n is None:
             return False
         sim.place(g, n, opp=False)
         free[n] -= d
-        self._nodes.placed(n, reg)
+        nodes.placed(n)
         if self.score == "tlp":
             cpu = float(d[sim.cluster.cpu]) * scoring.TLP_REQUESTS_MULTIPLIER
             self._tlp_binds.append((sim.now, n, cpu))
@@ -418,11 +274,7 @@ class KubePreset(Preset):
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
-            if len(sim.shapes) <= _FEW_SHAPES:  # verdicts kept per node (_NodeCache.shape_fits)
-                self._nodes.sync(sim.cluster.reg_alloc, free)
-                regular, _ = _with_fitting_shapes(sim, regular, self._nodes.shape_fits(self._fit_shapes))
-            else:
-                regular, _ = _fitting(sim, regular, fit_res, free)
+            regular, _ = _fitting(sim, regular, fit_res, free)
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:
@@ -460,9 +312,7 @@ class KubePreset(Preset):
         chosen[groups] = True
         by_rank = self._drf_order(sim)
         ordered = by_rank[chosen[by_rank]]  # groups in DRF order, without a sort per pass
-        present, shape_of = _shape_index(sim, ordered)
-        shapes = sim.shapes[present]
-        alive = np.ones(present.size, dtype=bool)
+        shapes, shape_of, alive = _pass_shapes(sim, ordered)
         queues = sim.g_queue[ordered]
         by_queue = [np.flatnonzero(queues == q) for q in range(len(sim.queue_names))]
         head = [0] * len(by_queue)  # index into by_queue[q]; len(...) once the queue is done
@@ -543,15 +393,14 @@ class KubePreset(Preset):
                         break
                     # Spread like LeastAllocated, on the harvestable room.
                     if score is None:
-                        score = ((avail - d) * inv).sum(axis=1)
+                        score = _spread_scores(avail, d, inv)
                     n = self._pick(score, ok)
                     assert n is not None
                     sim.place(g, n, opp=True)
                     avail[n] = np.maximum(avail[n] - d, 0.0)
-                    # Only node n's room changed: its verdict and score again, on floats (the same numbers).
-                    room = avail[n].tolist()
-                    ok[n] = alignment.fits_on_floats(clamped[0].tolist(), room)
-                    score[n] = _spread_score_one(room, d.tolist(), inv[n].tolist())
+                    # Only node n's room changed: its verdict and score again.
+                    ok[n : n + 1] = alignment.feasible_clamped(clamped, avail[n : n + 1])[0]
+                    score[n : n + 1] = _spread_scores(avail[n : n + 1], d, inv[n : n + 1])
                 if failed:
                     alive &= ~(shapes >= d).all(axis=1)
                     todo = _live_rows(alive, shape_of, i + 1)

@@ -22,8 +22,6 @@ network at all, so those nodes really do get over-allocated):
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -31,7 +29,7 @@ from numpy.typing import NDArray
 
 from stowage.resources import CPU, MEMORY
 
-__all__ = ["FEW_ROWS", "Block", "Cluster", "RowObserver", "Running", "block_field"]
+__all__ = ["Block", "Cluster", "RowObserver", "Running", "block_field"]
 
 _F = np.float64
 
@@ -45,46 +43,25 @@ class RowObserver(Protocol):
 
 
 _FIRST_CAPACITY = 1024  # rows; doubled as needed
-_FEW_DROPPED = 16  # up to this many rows dropped at once, move the runs of kept rows between them
-FEW_ROWS = 4
-"""Up to this many rows started or stopped at once, per-row bookkeeping runs on Python numbers: numpy's
-per-call cost is more than the arithmetic (the same IEEE operations in the same order, so the same bits)."""
 
 
 class Block:
     """Parallel per-row arrays of one dtype, one row of ``data`` each, changed in place.
 
     Rows are the last axis: ``data[:, lo:lo + n]`` is in use and the rest is spare capacity, so
-    appending writes after it (compacting or doubling when the end is reached), and dropping a row
-    moves the shorter side of the rows in use over it, keeping row order (per-node sums still add in
-    start order, bit for bit). A finish drops a row or two out of thousands at every event, mostly
-    old rows near the front: a copy of every field per drop cost the simulator more than the rest of
-    the bookkeeping. Views handed out are valid until the next append or drop.
+    appending writes after it (compacting or doubling when the end is reached), and dropping rows
+    moves the shorter side of the rows in use over them, keeping row order (per-node sums still add
+    in start order). A finish drops a row or two out of thousands at every event, mostly old rows
+    near the front: copying every row per drop cost more than the rest of the bookkeeping.
+    Views handed out are valid until the next append or drop.
     """
 
-    __slots__ = ("_views", "data", "lo", "n")
+    __slots__ = ("data", "lo", "n")
 
     def __init__(self, dtype: type | np.dtype, fields: int) -> None:
         self.data = np.zeros((fields, _FIRST_CAPACITY), dtype=dtype)
         self.lo = 0
         self.n = 0
-        self._views: tuple[NDArray, list[memoryview]] | None = None
-
-    def _fields(self) -> list[memoryview]:
-        """A memoryview of each field of ``data`` (kept while ``data`` is the same buffer). Assigning a
-        slice of one to another slice of it is one ``memmove`` of the bytes, overlapping or not: half of
-        what numpy's overlapping 1-D assignment costs (it walks a range that moves up backwards)."""
-        views = self._views
-        if views is None or views[0] is not self.data:
-            views = self._views = (self.data, [memoryview(row) for row in self.data])
-        return views[1]
-
-    def __getstate__(self) -> tuple[NDArray, int, int]:
-        return self.data, self.lo, self.n  # not the memoryviews: they do not pickle, and are rebuilt
-
-    def __setstate__(self, state: tuple[NDArray, int, int]) -> None:
-        self.data, self.lo, self.n = state
-        self._views = None
 
     def view(self) -> NDArray:
         return self.data[:, self.lo : self.lo + self.n]
@@ -102,8 +79,7 @@ class Block:
         if lo + n + k > cap:
             size = max(cap, 2 * (n + k))  # at most half full after: compacting stays rare
             if size == cap:
-                for row in self.data:
-                    row[:n] = row[lo : lo + n]
+                self.data[:, :n] = self.data[:, lo : lo + n].copy()
             else:
                 grown = np.zeros((self.data.shape[0], size), dtype=self.data.dtype)
                 grown[:, :n] = self.data[:, lo : lo + n]
@@ -116,40 +92,24 @@ class Block:
         self.lo = self.n = 0
 
     def drop(self, gone: NDArray[np.int64]) -> None:
-        """Drop rows ``gone`` (sorted, distinct, numbered as in ``view()``), keeping the others in order."""
+        """Drop rows ``gone`` (sorted, distinct, numbered as in ``view()``), keeping the others in order.
+
+        The kept rows before the last gone one move up, or those after the first gone one move down,
+        whichever side is shorter (``compress`` copies them, so the overlap does not matter)."""
+        if gone.size == 0:
+            return
         d, lo, n = self.data, self.lo, self.n
-        if gone.size > _FEW_DROPPED:
-            keep = np.ones(n, dtype=bool)
+        first, last, k = int(gone[0]), int(gone[-1]), gone.size
+        if last < n - first:  # rows 0..last hold every gone one: their kept rows end at last
+            keep = np.ones(last + 1, dtype=bool)
             keep[gone] = False
-            m = n - gone.size
-            d[:, lo : lo + m] = d[:, lo : lo + n].compress(keep, axis=1)
-            self.n = m
-            return
-        g = gone.tolist()
-        if not g:
-            return
-        # Move the runs of kept rows between the gaps, one field at a time (an overlapping 1-D range moves
-        # directly, a 2-D one through numpy's buffer at three times the cost; see _fields): those before
-        # the last gap up by as many rows, or those after the first gap down, whichever moves fewer rows.
-        fields = self._fields()
-        if g[-1] < n - g[0]:
-            w = lo + g[-1] + 1  # data index just past the region the kept rows before it fill
-            for a, b in zip([-1, *g[:-1]][::-1], g[::-1], strict=True):
-                k = b - a - 1  # kept rows a+1 .. b-1
-                if k > 0:
-                    for row in fields:
-                        row[w - k : w] = row[lo + a + 1 : lo + b]
-                    w -= k
-            self.lo = lo + len(g)
+            d[:, lo + k : lo + last + 1] = d[:, lo : lo + last + 1].compress(keep, axis=1)
+            self.lo = lo + k
         else:
-            w = lo + g[0]
-            for a, b in zip(g, [*g[1:], n], strict=True):
-                k = b - a - 1  # kept rows a+1 .. b-1
-                if k > 0:
-                    for row in fields:
-                        row[w : w + k] = row[lo + a + 1 : lo + b]
-                    w += k
-        self.n = n - len(g)
+            keep = np.ones(n - first, dtype=bool)
+            keep[gone - first] = False
+            d[:, lo + first : lo + n - k] = d[:, lo + first : lo + n].compress(keep, axis=1)
+        self.n = n - k
 
 
 def block_field(block: str, row: int, doc: str) -> property:
@@ -199,31 +159,23 @@ class Running:
 
     def append(
         self,
-        group: NDArray[np.int64] | Sequence[int],
-        node: NDArray[np.int64] | Sequence[int],
+        group: NDArray[np.int64],
+        node: NDArray[np.int64],
         start: float,
-        work: NDArray[np.float64] | Sequence[float],
-        base: NDArray[np.float64] | Sequence[float],
-        io_base: NDArray[np.float64] | Sequence[float],
-        opp: NDArray[np.bool_] | Sequence[bool],
+        work: NDArray[np.float64],
+        base: NDArray[np.float64],
+        io_base: NDArray[np.float64],
+        opp: NDArray[np.bool_],
     ) -> None:
-        """Rows that start at ``start``, one per element (arrays, or lists for a few rows)."""
+        """Rows that start at ``start``, one per element."""
         n = len(group)
         lo = len(self)
         s, si, sb = self._f.reserve(n), self._i.reserve(n), self._b.reserve(n)
         f, i, b = self._f.data, self._i.data, self._b.data  # after reserve: it may have grown them
         uid = self.next_uid
-        if n <= FEW_ROWS:
-            # A start or two: one element per field and row (a slice assignment costs numpy far more).
-            for k in range(n):
-                c, ci, cb = s.start + k, si.start + k, sb.start + k
-                f[0, c], f[1, c], f[2, c], f[3, c], f[4, c], f[5, c] = start, work[k], 1.0, base[k], io_base[k], -np.inf
-                i[0, ci], i[1, ci], i[2, ci] = group[k], node[k], uid + k
-                b[0, cb] = opp[k]
-        else:
-            f[0, s], f[1, s], f[2, s], f[3, s], f[4, s], f[5, s] = start, work, 1.0, base, io_base, -np.inf
-            i[0, si], i[1, si], i[2, si] = group, node, np.arange(uid, uid + n)
-            b[0, sb] = opp
+        f[0, s], f[1, s], f[2, s], f[3, s], f[4, s], f[5, s] = start, work, 1.0, base, io_base, -np.inf
+        i[0, si], i[1, si], i[2, si] = group, node, np.arange(uid, uid + n)
+        b[0, sb] = opp
         self.next_uid = uid + n
         self.version += 1
         for obs in self.observers:
@@ -231,13 +183,7 @@ class Running:
 
     def drop(self, rows: NDArray[np.int64]) -> None:
         """Drop the given rows (any order); observers are told first, with them sorted."""
-        if rows.size <= FEW_ROWS:
-            # A finish or two, nearly always sorted already (np.unique's sort costs more than the rest).
-            listed = rows.tolist()
-            distinct = sorted(set(listed))
-            gone = rows if listed == distinct else np.array(distinct, dtype=rows.dtype)
-        else:
-            gone = np.unique(rows)
+        gone = np.unique(rows)
         for obs in self.observers:
             obs.dropping(self, gone)
         for block in (self._f, self._i, self._b):
@@ -261,20 +207,6 @@ class Cluster:
         self.cpu = resources.index(CPU)
         self.mem = resources.index(MEMORY)
 
-    def clamp_allocs(self, nodes: Iterable[int]) -> None:
-        """``np.maximum(alloc, 0.0)`` of both allocations on these nodes, in place.
-
-        Read as Python floats first: a row already at or above +0.0 everywhere (the usual case) is what
-        the maximum gives back, so numpy is called only for a row with a negative, −0.0 or NaN entry.
-        """
-        for n in nodes:
-            for alloc in (self.reg_alloc, self.opp_alloc):
-                row = alloc[n]
-                for x in row.tolist():
-                    if not (x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0)):
-                        np.maximum(row, 0.0, out=row)
-                        break
-
     def node_sums(self, values: NDArray[np.float64], node: NDArray[np.int64]) -> NDArray[np.float64]:
         """Σ of per-task rows (P, R) per node → (N, R)."""
         out = np.empty((self.n, self.r), dtype=_F)
@@ -293,26 +225,41 @@ class Cluster:
         p = use.shape[0]
         if p == 0:
             return np.zeros(0)
-        any_opp = bool(opp.any())
-        if any_opp:
-            reg_use = self.node_sums(np.where(opp[:, None], 0.0, use), node)
-            opp_use = self.node_sums(np.where(opp[:, None], use, 0.0), node)
-        else:
-            reg_use, opp_use = self.node_sums(use, node), np.zeros_like(self.cap)
-        cap = self.cap
-        total = reg_use + opp_use
-        if not (total > cap * (1 + 1e-9)).any():
+        reg_use = self.node_sums(np.where(opp[:, None], 0.0, use), node)
+        opp_use = self.node_sums(np.where(opp[:, None], use, 0.0), node)
+        masks, mask_of = np.unique(uses, axis=0, return_inverse=True)
+        table = contention_table(reg_use, opp_use, self.cap, self.cpu, self.mem, masks)
+        if table is None:
             return np.ones(p)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            shared = np.where(total > cap, cap / total, 1.0)
-            f_reg = shared.copy()
-            f_opp = shared.copy()
-            c = self.cpu
-            f_reg[:, c] = np.where(reg_use[:, c] > cap[:, c], cap[:, c] / reg_use[:, c], 1.0)
-            left = np.maximum(cap[:, c] - reg_use[:, c], 0.0)
-            f_opp[:, c] = np.where(opp_use[:, c] > left, left / np.where(opp_use[:, c] > 0, opp_use[:, c], 1), 1.0)
-        f_reg[:, self.mem] = 1.0  # memory overload is an OOM kill, not a slowdown
-        f_opp[:, self.mem] = 1.0
-        factor = np.where(opp[:, None], f_opp[node], f_reg[node])
-        factor = np.where(uses, np.nan_to_num(factor, nan=1.0), 1.0)
-        return np.clip(factor.min(axis=1), 0.0, 1.0)
+        return table[opp.astype(np.int64), mask_of.reshape(-1), node]
+
+
+_TOLERANCE = 1e-9  # usage above capacity × (1 + this) anywhere means contention
+
+
+def contention_table(
+    reg_use: NDArray[np.float64], opp_use: NDArray[np.float64], cap: NDArray[np.float64], cpu: int, mem: int,
+    masks: NDArray[np.bool_],
+) -> NDArray[np.float64] | None:
+    """The contention model (module docstring), per node: (2, M, N) each class's (regular, opportunistic)
+    rate on each node for each resource mask (the resources a task uses), in [0, 1]; None when no node's
+    usage exceeds its capacity. Bandwidth and extended resources are shared in proportion, cpu is left to
+    opportunistic tasks after regular ones, memory is never a slowdown, NaN factors (0/0) read as 1.
+    """
+    total = reg_use + opp_use
+    if not (total > cap * (1 + _TOLERANCE)).any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shared = np.nan_to_num(np.where(total > cap, cap / total, 1.0), nan=1.0)
+        rc, oc, cc = reg_use[:, cpu], opp_use[:, cpu], cap[:, cpu]
+        left = np.maximum(cc - rc, 0.0)
+        cpu_f = (np.nan_to_num(np.where(rc > cc, cc / rc, 1.0), nan=1.0),
+                 np.nan_to_num(np.where(oc > left, left / np.where(oc > 0, oc, 1), 1.0), nan=1.0))
+    table = np.ones((2, len(masks), cap.shape[0]))
+    for k, m in enumerate(masks.tolist()):
+        cols = [r for r, used in enumerate(m) if used and r not in (cpu, mem)]
+        s = shared[:, cols].min(axis=1) if cols else np.ones(cap.shape[0])
+        for cls in (0, 1):
+            table[cls, k] = np.minimum(s, cpu_f[cls]) if m[cpu] else s
+    np.clip(table, 0.0, 1.0, out=table)
+    return table

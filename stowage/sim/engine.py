@@ -31,7 +31,7 @@ from stowage.model import JobOrder
 from stowage.policy import alignment
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK
 from stowage.sim import monitor, presets, rates
-from stowage.sim.cluster import FEW_ROWS, Cluster, Running
+from stowage.sim.cluster import Cluster, Running
 from stowage.sim.metrics import Recorder, RunResult
 from stowage.sim.preset import OPP_AUTO, OPP_FALSE, OPP_TRUE
 from stowage.sim.usage import UsageModel
@@ -246,9 +246,6 @@ class Simulation:
     def _flush(self) -> None:
         if not self._buffer:
             return
-        if len(self._buffer) <= FEW_ROWS and sum(k for _, _, k, _ in self._buffer) <= FEW_ROWS:
-            self._flush_few()
-            return
         placed = np.array(self._buffer, dtype=np.int64).reshape(-1, 4)  # (group, node, k, opp) per place()
         gs, ns, os_ = np.repeat(placed[:, [0, 1, 3]], placed[:, 2], axis=0).T
         os_ = os_.astype(bool)
@@ -256,22 +253,6 @@ class Simulation:
         base = self.usage_model.draw_base(self.rng, override)
         io = self.usage_model.io_base(base, override)
         self.running.append(gs, ns, self.now, self.g_dur[gs], base, io, os_)
-        self._buffer.clear()
-
-    def _flush_few(self) -> None:
-        """:meth:`_flush` of a placement or two on Python numbers: the same rows in the same order, the same
-        draw from the generator (one ``beta`` call of the same size), the same clips."""
-        gs: list[int] = []
-        ns: list[int] = []
-        os_: list[bool] = []
-        for g, n, k, opp in self._buffer:
-            gs += [int(g)] * k
-            ns += [int(n)] * k
-            os_ += [bool(opp)] * k
-        override = [float(self.g_usage[g]) for g in gs]
-        base = self.usage_model.draw_base_few(self.rng, override)
-        io = self.usage_model.io_base_few(base, override)
-        self.running.append(gs, ns, self.now, [float(self.g_dur[g]) for g in gs], base, io, os_)
         self._buffer.clear()
 
     # --- removal (finish, eviction) -------------------------------------------------------------
@@ -283,27 +264,14 @@ class Simulation:
             gs = run.group[rows]
         ns, opp = run.node[rows], run.opp[rows]
         d = self.g_demand[gs]
-        if rows.size <= FEW_ROWS:
-            # A finish or two: row by row, in the order np.subtract.at takes them (the same subtractions
-            # in the same order, without its per-call cost). Only these nodes' allocations went down, so
-            # only they are clamped at 0 (every other row already was: ``place`` only adds demands ≥ 0).
-            for i, (g, n, o) in enumerate(zip(gs.tolist(), ns.tolist(), opp.tolist(), strict=True)):
-                di = d[i]
-                (c.opp_alloc if o else c.reg_alloc)[n] -= di
-                self.job_alloc[self.g_job[g]] -= di
-                self.queue_alloc[int(o), self.g_queue[g]] -= di
-                self.g_running[g] -= 1
-            self.alloc_total -= d.sum(axis=0)
-            c.clamp_allocs(set(ns.tolist()))
-        else:
-            np.subtract.at(c.reg_alloc, ns[~opp], d[~opp])
-            np.subtract.at(c.opp_alloc, ns[opp], d[opp])
-            np.subtract.at(self.job_alloc, self.g_job[gs], d)
-            np.subtract.at(self.queue_alloc, (opp.astype(np.int64), self.g_queue[gs]), d)
-            self.alloc_total -= d.sum(axis=0)
-            np.maximum(c.reg_alloc, 0.0, out=c.reg_alloc)
-            np.maximum(c.opp_alloc, 0.0, out=c.opp_alloc)
-            np.subtract.at(self.g_running, gs, 1)
+        np.subtract.at(c.reg_alloc, ns[~opp], d[~opp])
+        np.subtract.at(c.opp_alloc, ns[opp], d[opp])
+        np.subtract.at(self.job_alloc, self.g_job[gs], d)
+        np.subtract.at(self.queue_alloc, (opp.astype(np.int64), self.g_queue[gs]), d)
+        self.alloc_total -= d.sum(axis=0)
+        np.maximum(c.reg_alloc, 0.0, out=c.reg_alloc)  # float noise below 0 after the last task leaves
+        np.maximum(c.opp_alloc, 0.0, out=c.opp_alloc)
+        np.subtract.at(self.g_running, gs, 1)
         self._changed = True
         self.regular_changed = True
         self._overload_dirty = True
@@ -339,24 +307,14 @@ class Simulation:
             return
         gs = run.group[rows]
         self._release(rows, gs)
-        few = rows.size <= FEW_ROWS
-        if few:  # a finish or two: np.add.at, sum and unique cost more than these few Python steps
-            listed = gs.tolist()
-            for g in listed:
-                self.g_done[g] += 1
-            self.opp_done += sum(run.opp[rows].tolist())
-        else:
-            np.add.at(self.g_done, gs, 1)
-            self.opp_done += int(run.opp[rows].sum())
+        np.add.at(self.g_done, gs, 1)
+        self.opp_done += int(run.opp[rows].sum())
         self.tasks_done += rows.size
         self.preset.on_finished(gs, self.now - run.start[rows])
         run.drop(rows)
         # Completing a group never changes another group's done count: the complete ones are known now.
-        if few:
-            done = [g for g in sorted(set(listed)) if self.g_done[g] == self.g_tasks[g]]
-        else:
-            groups = np.unique(gs)
-            done = groups[self.g_done[groups] == self.g_tasks[groups]].tolist()
+        groups = np.unique(gs)
+        done = groups[self.g_done[groups] == self.g_tasks[groups]].tolist()
         for g in done:
             self._group_complete(g)
 

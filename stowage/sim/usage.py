@@ -39,12 +39,6 @@ from stowage.errors import InvalidInput
 __all__ = ["UsageModel"]
 
 
-def _clip(x: float, lo: float, hi: float) -> float:
-    """``np.clip`` of one float (``lo`` ≤ ``hi``): ``x`` unless strictly beyond a bound, so NaN stays NaN
-    and a zero of either sign equal to a bound keeps its sign, as numpy's clip does."""
-    return lo if x < lo else hi if x > hi else x
-
-
 @dataclass(frozen=True, slots=True)
 class UsageModel:
     """Parameters of the usage model (all printed in the report)."""
@@ -106,31 +100,11 @@ class UsageModel:
         io = drawn if self.io_fraction is None else np.full_like(drawn, self.io_fraction)
         return np.where(np.isnan(override), io, np.clip(override, 0.0, 1.0))
 
-    def draw_base_few(self, rng: np.random.Generator, override: list[float]) -> list[float]:
-        """:meth:`draw_base` on Python floats, for a task or two (numpy's per-call cost is most of it there):
-        the same draw from ``rng``, the same clips, so the same bits."""
-        drawn = self._draw(rng, len(override)).tolist()
-        lo = float(self.min_fraction)
-        return [_clip(d, lo, 1.0) if o != o else _clip(o, 0.0, 1.0) for d, o in zip(drawn, override, strict=True)]
-
-    def io_base_few(self, drawn: list[float], override: list[float]) -> list[float]:
-        """:meth:`io_base` on Python floats (see :meth:`draw_base_few`)."""
-        io = drawn if self.io_fraction is None else [float(self.io_fraction)] * len(drawn)
-        return [i if o != o else _clip(o, 0.0, 1.0) for i, o in zip(io, override, strict=True)]
-
     def _ramp(self, now_s: float, started_s: NDArray[np.float64]) -> NDArray[np.float64] | float:
         """The ramp-up factor per task: ``ramp_start`` at its start, linear to 1 at ``ramp_s``."""
         if self.ramp_s <= 0:
             return 1.0
-        # clip(x, 0, 1) = min(max(x, 0), 1) in place: np.clip's wrapper costs more than the arithmetic on the
-        # simulator's few thousand rows. The same operations as ramp_start + (1 − ramp_start) · clip((t − s) / r).
-        progress = np.subtract(now_s, started_s)
-        progress /= self.ramp_s
-        np.maximum(progress, 0.0, out=progress)
-        np.minimum(progress, 1.0, out=progress)
-        progress *= 1.0 - self.ramp_start
-        progress += self.ramp_start
-        return progress
+        return self.ramp_start + (1.0 - self.ramp_start) * np.clip((now_s - started_s) / self.ramp_s, 0.0, 1.0)
 
     def past_ramp(self, now_s: float, started_s: NDArray[np.float64]) -> NDArray[np.bool_] | bool:
         """Tasks whose ramp factor is 1 from now on (``_ramp`` clips its progress at 1)."""
@@ -144,10 +118,9 @@ class UsageModel:
         burst_until_s: NDArray[np.float64],
     ) -> NDArray[np.float64]:
         """``f(t)`` per task: 1 inside a burst, else ``u·ramp(t − start)``; ``base`` (P,) or (P, K)."""
-        ramp = self._ramp(now_s, started_s)
         if base.ndim == 2:
-            return np.where((burst_until_s > now_s)[:, None], 1.0, base * np.reshape(ramp, (-1, 1)))
-        return np.where(burst_until_s > now_s, 1.0, base * ramp)
+            return np.stack(self.fraction_t(now_s, started_s, tuple(base.T), burst_until_s), axis=1)
+        return self.fraction_t(now_s, started_s, (base,), burst_until_s)[0]
 
     def fraction_t(
         self,
@@ -156,12 +129,8 @@ class UsageModel:
         bases: Sequence[NDArray[np.float64]],
         burst_until_s: NDArray[np.float64],
     ) -> list[NDArray[np.float64]]:
-        """:meth:`fraction` for each of ``bases`` ((P,) each), resource-major: the same operations, so
-        the same bits.
-
-        Rows of P contiguous numbers instead of P rows of K: numpy's loops over a (P, K) broadcast
-        with K = 2 cost several times the arithmetic (the simulator's hot path, ``sim.rates``).
-        """
+        """:meth:`fraction` for each of ``bases`` ((P,) each), resource-major: rows of P contiguous numbers
+        (numpy's loops over a (P, 2) broadcast cost several times the arithmetic; ``sim.rates``)."""
         ramp = self._ramp(now_s, started_s)
         out = [b * ramp for b in bases]
         burst = burst_until_s > now_s

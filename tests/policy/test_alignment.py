@@ -214,18 +214,3 @@ def test_extender_scores_are_in_range_and_monotone(scores):
         assert got[finite][np.argmax(scores[finite])] == MAX_EXTENDER_PRIORITY
     order = np.argsort(np.where(finite, scores, -np.inf), kind="stable")
     assert np.all(np.diff(got[order]) >= 0)
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_fits_on_floats_gives_feasible_clampeds_verdict(seed: int) -> None:
-    """The one-node check on Python floats against the vectorised one, room and demands at the edges."""
-    from stowage.policy import alignment as al
-
-    rng = np.random.default_rng(seed)
-    edge = [0.0, -0.0, 1.0, 1.0 + 5e-10, 1.0 + 2e-9, 2.0, -1.0, np.nan, np.inf, -np.inf]
-    room = rng.choice(edge, size=(40, 3))
-    demands = al.clamp_demand(rng.choice(edge, size=(12, 3)))
-    want = al.feasible_clamped(demands, room)
-    got = [[al.fits_on_floats(d, a) for a in room.tolist()] for d in demands.tolist()]
-    np.testing.assert_array_equal(np.array(got), want)
-    assert want.any() and not want.all()

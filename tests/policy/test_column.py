@@ -1,19 +1,12 @@
-"""ColumnScorer gives alignment.alignment's column, bit for bit (the packing pass relies on it)."""
+"""ColumnScorer gives alignment.alignment's column (the packing pass relies on it)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from stowage.policy import alignment, column
+from stowage.policy import alignment
 from stowage.policy.column import ColumnScorer
-
-
-@pytest.fixture(params=["floats", "numpy"], autouse=True)
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways of computing a column: on Python floats (few shapes) and with numpy (many)."""
-    monkeypatch.setattr(column, "_FLOAT_PATH_MAX", 10**9 if request.param == "floats" else 0)
-    return str(request.param)
 
 
 def _reference(shapes: np.ndarray, cap: np.ndarray, avail: np.ndarray, n: int) -> np.ndarray:
