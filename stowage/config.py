@@ -127,7 +127,7 @@ class PackingSettings:
 
     fairness_knob: float = 0.25
     """``f``: only the ⌈(1−f)·|J|⌉ jobs furthest below fair share compete (Tetris §5.3: 0.25)."""
-    queue_usage_half_life_s: float = 600.0
+    queue_usage_half_life_s: float = 300.0
     """``H``: fairness between queues holds on usage decayed with this half-life (``fairness.QueueUsage``): a
     queue's weight is honoured on the moving average of its dominant share, not at every slot, so a queue that
     is momentarily ahead may still start its short jobs. 0: no memory (shares at every slot). Default from the

@@ -6,7 +6,7 @@ fit, so both always have work waiting and every slot that frees is the dispatche
 DRF gives each queue a dominant share proportional to its weight: a → 14 cores, b → 7.
 
 The operator runs with the default settings but a usage half-life of 20 s (``packing.queue_usage_half_life_s``;
-the default, 600 s, would need an hour to judge). Between queues a queue whose decayed usage per weight (past and
+the default, 300 s, would need half an hour to judge). Between queues a queue whose decayed usage per weight (past and
 present) is more than 10 % ahead of the other's waits, and a queue below half its fair share goes first
 (``fairness.queue_tiers``). Before issue #9's fix the knob counted queues, ⌈0.75·2⌉ = 2, so both competed for
 every slot, the packing score alone decided, and one queue took all 21 slots.

@@ -4,7 +4,7 @@ Three fake nodes of 7.5 allocatable cores: 21 one-core slots.
 
 * **Shares.** Queues ``share-a`` (weight 2) and ``share-b`` (weight 1) each get a Job and plain labelled
   pods (``stowage.io/queue``), far more one-core tasks than fit; a's Job comes first and fills the cluster.
-  Weights hold on usage decayed with a half-life (600 s by default), so a 90 s window judges the short-term
+  Weights hold on usage decayed with a half-life (300 s by default), so a 90 s window judges the short-term
   promise: **neither queue below half its fair share (a: 7 cores, b: 3.5) for more than 60 s**, sampled from
   the running pods while both queues still have work waiting, and a ahead of b. The Queues' status shows each
   one's decayed usage beside its target, the targets splitting the queues' usage 2:1. (The long-term promise,
