@@ -193,7 +193,7 @@ def pack(inp: PassInput, knobs: PackingSettings, *, limit: int | None = None) ->
         queues = inp.group_queue[waiting]
         if not _every_queue_competes(queues, weight.shape[0], knobs.fairness_knob):
             # Held back for its queue's share, not passed over: a queue ahead of its weight would otherwise get
-            # its rows starved and past every queue rule (a queue of many one-task jobs took 64 % against 2:1).
+            # its rows starved and past every queue rule (a queue of many one-task jobs would take 64 % against 2:1).
             usage = None if inp.queue_usage is None else fairness.padded(inp.queue_usage, weight.shape[0], 0.0)
             present = np.bincount(queues, minlength=weight.shape[0]) > 0
             ahead = _tiers(qa, inp.pool_total, weight, usage, present, knobs) == fairness.AHEAD

@@ -240,11 +240,9 @@ def decayed(usage: ArrayLike, dominant: ArrayLike, elapsed_s: float, half_life_s
 
     ``a = 2^(−Δt / H)``: the exponential moving average of a queue's dominant share with half-life ``H``
     (``packing.queue_usage_half_life_s``; Kueue's admission fair sharing and Slurm's fair-share factor decay
-    usage the same way). ``H ≤ 0``: the usage is the dominant share (no memory). NaN usage (a queue first seen)
-    starts at the dominant share it holds.
+    usage the same way). ``H ≤ 0``: the usage is the dominant share (no memory).
     """
     u, d = np.asarray(usage, dtype=np.float64), np.asarray(dominant, dtype=np.float64)
-    u = np.where(np.isnan(u), d, u)
     if half_life_s <= 0:
         return d.copy()
     a = 2.0 ** (-max(float(elapsed_s), 0.0) / half_life_s)

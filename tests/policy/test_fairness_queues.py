@@ -147,6 +147,20 @@ def test_queues_with_work_left_end_within_the_tolerance_plus_one_task(weights, n
             assert shares[i] <= (1 + tolerance) * (shares[j] + one_task[j]) + one_task[i] + 1e-12
 
 
+def test_a_burst_placed_in_one_pass_counts_at_once_so_it_buys_no_more_than_the_tolerance() -> None:
+    # 100 free one-core slots, both queues with equal past usage and nothing held now; b bursts 1,000 tiny tasks
+    # that remaining-work order prefers. Its projected usage rises with every placement in the pass, so it stops
+    # once 10 % ahead of a: about 55 : 45. Were the usage alone compared (fixed during a pass), b would take all.
+    cap = np.full((10, 2), 10.0)
+    inp = dispatch.PassInput(
+        capacity=cap, available=cap.copy(), shapes=np.array([[1.0, 1.0]]), group_shape=np.zeros(2, np.int64),
+        group_job=np.arange(2), group_queue=np.arange(2), pending=np.array([1000, 1000]),
+        finished_fraction=np.zeros(2), job_work=np.array([1000.0, 1.0]), queue_alloc=np.zeros((2, 2)),
+        pool_total=cap.sum(axis=0), queue_weight=np.ones(2), queue_usage=np.array([0.5, 0.5]))
+    got = np.bincount([p.group for p in dispatch.pack(inp, DEFAULTS).placements], minlength=2)
+    assert got.sum() == 100 and 50 <= got[1] <= 56, got
+
+
 # --- queue_tiers, fair_levels --------------------------------------------------------------------------------
 
 
