@@ -239,6 +239,7 @@ def _place_all(
     usage = None if inp.queue_usage is None else fairness.padded(inp.queue_usage, weight.shape[0], 0.0)
     every_queue = _every_queue_competes(queues, weight.shape[0], f)
     present = np.bincount(queues, minlength=weight.shape[0]) > 0  # queues with rows: changes only when rows go
+    levels = None if every_queue else _levels(qa, total, weight, present)
     while rows.size and (limit is None or len(placements) < limit):
         # Rows whose shape fits some node now. A search over rows none of which fits returns None
         # whatever the masks say, so such searches are skipped, and the pass ends when no row fits.
@@ -247,14 +248,13 @@ def _place_all(
             return
         best = None
         # Tiers change only with a placement: once per placement, then the first tier with a row that fits.
-        tiers = None if every_queue else _tiers(qa, total, weight, usage, present, knobs)
+        tiers = None if every_queue else _tiers(qa, total, weight, usage, present, knobs, levels)
+        # The reservation and the critical path pass the job mask, not the queue tiers: a queue's share is
+        # not starvation (its many one-task jobs, all "passed over", would otherwise take every slot).
+        open_rows = ((jobs_ok | urgent) if any_urgent else jobs_ok) & fits
         for level in (fairness.FLOOR, fairness.EVEN, fairness.AHEAD) if tiers is not None else (None,):
-            # The reservation and the critical path pass the job mask, not the queue tiers: a queue's share is
-            # not starvation (its many one-task jobs, all "passed over", would otherwise take every slot).
-            allowed = (jobs_ok | urgent) if any_urgent else jobs_ok
-            if tiers is not None:
-                allowed = allowed & (tiers == level)[queues]
-            if (allowed & fits).any():
+            allowed = open_rows if tiers is None else open_rows & (tiers == level)[queues]
+            if allowed.any():
                 best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
             if best is not None:
                 break
@@ -269,6 +269,8 @@ def _place_all(
         qa[queues[i]] += d
         avail[n] = np.maximum(avail[n] - d, 0.0)
         shaped.set_column(n, rescore(n, avail[n]))
+        if pending[i] and inp.queue_quota is None:
+            continue  # every row stays
         keep = np.ones(rows.size, dtype=bool) if pending[i] else np.arange(rows.size) != i
         if inp.queue_quota is not None:
             mine = np.flatnonzero(queues == queues[i])
@@ -278,7 +280,10 @@ def _place_all(
             jobs, pending, starved, urgent = jobs[keep], pending[keep], starved[keep], urgent[keep]
             jobs_ok = ranks.mask(jobs, queues, f)
             every_queue = _every_queue_competes(queues, weight.shape[0], f)
-            present = np.bincount(queues, minlength=weight.shape[0]) > 0
+            now_present = np.bincount(queues, minlength=weight.shape[0]) > 0
+            if not every_queue and (levels is None or (now_present != present).any()):
+                levels = _levels(qa, total, weight, now_present)
+            present = now_present
 
 
 def _end_game(
@@ -316,11 +321,20 @@ def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) ->
 
 
 def _tiers(qa: NDArray[np.float64], total: NDArray[np.float64], weight: NDArray[np.float64],
-           usage: NDArray[np.float64] | None, present: NDArray[np.bool_], knobs: PackingSettings) -> NDArray[np.int8]:
-    """(Q,) ``fairness.queue_tiers`` of the queues with rows, from the allocation ``qa`` this far in the pass."""
+           usage: NDArray[np.float64] | None, present: NDArray[np.bool_], knobs: PackingSettings,
+           levels: NDArray[np.float64] | None = None) -> NDArray[np.int8]:
+    """(Q,) ``fairness.queue_tiers`` of the queues with rows, from the allocation ``qa`` this far in the pass
+    (``levels``: ``_levels`` of the same queues, kept by a caller that places for them)."""
     dom = fairness.dominant_shares(qa, total, np.ones(weight.shape[0]))
     return fairness.queue_tiers(dom, dom if usage is None else usage, weight, present,
-                                knobs.queue_usage_tolerance, knobs.queue_share_floor)
+                                knobs.queue_usage_tolerance, knobs.queue_share_floor, levels)
+
+
+def _levels(qa: NDArray[np.float64], total: NDArray[np.float64], weight: NDArray[np.float64],
+            present: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """``fairness.fair_levels`` of the queues with rows: the same until the set changes, since placements change
+    only those queues' shares."""
+    return fairness.fair_levels(fairness.dominant_shares(qa, total, np.ones(weight.shape[0])), weight, present)
 
 
 class _Ranks:

@@ -71,6 +71,12 @@ def _vec(value: ArrayLike, field: str, dtype: type = np.float64) -> NDArray:
     return arr
 
 
+def _knob(value: float, nan: float, top: float) -> float:
+    """A knob clamped to [0, top], NaN read as ``nan`` (a float's check: nan_to_num costs more than the pass's math)."""
+    x = float(value)
+    return nan if x != x else min(max(x, 0.0), top)
+
+
 def dominant_shares(allocated: ArrayLike, total: ArrayLike, weights: ArrayLike) -> NDArray[np.float64]:
     """Weighted dominant share of each queue: ``s_q = max_r(alloc_{q,r} / total_r) / w_q``.
 
@@ -156,7 +162,7 @@ def fairness_candidates(share_deficit: ArrayLike, f: float) -> NDArray[np.int64]
     j = deficit.shape[0]
     if j == 0:
         return np.zeros(0, dtype=np.int64)
-    knob = min(max(float(np.nan_to_num(f, nan=0.0)), 0.0), 1.0)
+    knob = _knob(f, 0.0, 1.0)
     k = max(1, min(j, math.ceil((1.0 - knob) * j - _KNOB_TOL)))
     key = np.where(np.isnan(deficit), -np.inf, deficit)
     order = np.argsort(-key, kind="stable")
@@ -174,7 +180,7 @@ AHEAD: Final = 2
 
 
 def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backlogged: ArrayLike,
-                tolerance: float, floor: float) -> NDArray[np.int8]:
+                tolerance: float, floor: float, levels: ArrayLike | None = None) -> NDArray[np.int8]:
     """Which queues compete first for the next slot of a pool: fairness over time (module docstring).
 
     - ``FLOOR`` (0): backlogged and holding less than ``floor`` × its weighted fair share (``fair_levels``).
@@ -186,7 +192,9 @@ def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backl
 
     dominant: (Q,) unweighted dominant shares now; usage: (Q,) decayed usage (``QueueUsage.usage_at``);
     weights, backlogged: (Q,). A queue that has used nothing is ahead of nobody; while one such waits, every
-    queue that has used something is ahead (as weighted DRF serves a newcomer first).
+    queue that has used something is ahead (as weighted DRF serves a newcomer first). ``levels``:
+    ``fair_levels(dominant, weights, backlogged)`` if the caller has it; it depends only on which queues are
+    backlogged and on the shares of the others, so a pass placing for backlogged queues computes it once.
     """
     dom, used, w = _vec(dominant, "dominant"), _vec(usage, "usage"), _vec(weights, "weights")
     on = _vec(backlogged, "backlogged", bool)
@@ -199,9 +207,10 @@ def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backl
     if not fine.any():
         return out
     per_weight = np.where(fine, k / np.where(fine, w, 1.0), np.inf)
-    limit = (1.0 + max(float(np.nan_to_num(tolerance, nan=0.0)), 0.0)) * per_weight.min()
+    limit = (1.0 + _knob(tolerance, 0.0, np.finfo(np.float64).max)) * per_weight.min()
     out[fine & (per_weight <= limit * (1 + 1e-12) + 1e-15)] = EVEN
-    out[fine & (dom < floor * fair_levels(dom, w, on) - 1e-12)] = FLOOR
+    fair = fair_levels(dom, w, on) if levels is None else _vec(levels, "levels")
+    out[fine & (dom < floor * fair - 1e-12)] = FLOOR
     return out
 
 
@@ -222,8 +231,8 @@ def fair_levels(dominant: ArrayLike, weights: ArrayLike, backlogged: ArrayLike) 
     a queue gets ``min(want, w·L)`` and the level solves Σ = 1, so a queue that holds little leaves the rest
     to the backlogged ones, in proportion to their weights (``w_q·L``). Weights ≤ 0 or NaN count as 0.
     """
-    dom = np.nan_to_num(_vec(dominant, "dominant"), nan=0.0, posinf=1.0)
-    w = np.maximum(np.nan_to_num(_vec(weights, "weights"), nan=0.0, posinf=0.0), 0.0)
+    dom = nan_to_num_if_needed(_vec(dominant, "dominant"), posinf=1.0)
+    w = np.maximum(nan_to_num_if_needed(_vec(weights, "weights")), 0.0)
     on = _vec(backlogged, "backlogged", bool) & (w > 0)
     rest = ~on & (w > 0) & (dom > 0)
     left, weight = 1.0, float(w[on | rest].sum())
@@ -319,7 +328,7 @@ def barrier_boost(finished_fraction: ArrayLike, has_waiters: ArrayLike, b: float
     wait = _vec(has_waiters, "has_waiters", bool)
     if wait.shape != frac.shape:
         raise InvalidInput("has_waiters.shape", wait.shape, f"must be {frac.shape}, one per group")
-    knob = min(max(float(np.nan_to_num(b, nan=1.0)), 0.0), 1.0)
+    knob = _knob(b, 1.0, 1.0)
     if knob >= 1.0:
         return np.zeros(frac.shape, dtype=bool)
     with np.errstate(invalid="ignore"):

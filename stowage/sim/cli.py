@@ -30,9 +30,10 @@ from stowage.sim.usage import UsageModel
 pass_delay_option = click.option(
     "--pass-delay", "pass_delay_s", type=click.FloatRange(min=0), default=PASS_DELAY_S, show_default=True,
     metavar="SECONDS",
-    help="tetris and stowage run their packing pass this long after the first event that needs one (events in "
-         "between share it), as the operator's dispatcher does; 0: a pass at every event (slower: on the FB-2009 "
-         "batch day 5x the events). Kube-like presets are event-driven either way.")
+    help="Every preset decides at most once per this many seconds, as the operator's dispatcher does: a change "
+         "after a quiet spell is decided at once, the changes within the delay of a decision share the next one. "
+         "0: a decision at every event (slower: tasks started apart finish apart; on the FB-2009 batch day 4x "
+         "the events).")
 
 oracle_option = click.option(
     "--oracle-durations", "oracle_durations", is_flag=True,

@@ -4,8 +4,10 @@ Hybrid design for speed: the next event is the earliest of the next job
 arrival, the next task finish (``work_left / rate`` over the running set, one
 vectorised min) and, only while something could change there, the node
 monitor's 1 s tick (``stowage.sim.monitor``: usage samples, OOM kills,
-contention policy). Progress rates change only at events and ticks. After each
-event the preset's scheduler places what it can; tasks of one group are
+contention policy). Progress rates change only at events and ticks. Every
+preset decides at a cadence (``SimConfig.pass_delay_s``, the operator's 0.2 s):
+one pass places what it can for every change since the last one, and tasks
+started together finish together, at one event. Tasks of one group are
 identical, so candidates are (group × node).
 
 No task is lost: an evicted or OOM-killed opportunistic task goes back to its
@@ -67,10 +69,9 @@ class SimConfig:
     """Stop this many simulated seconds after the first arrival; the result says so (``time_cap_reached``),
     counts the unfinished tasks as lost, and ``stowage simulate`` exits non-zero (``--max-sim-time``)."""
     pass_delay_s: float = 0.0
-    """Presets whose passes are the operator's dispatcher's (``Preset.operator_paced``: tetris, stowage) pass
-    at most once per this many seconds, as the operator's throttle (``dispatch.PASS_DELAY_S``) does: a change
-    after a quiet spell gets its pass at once, changes within the delay of a pass share the next one.
-    0: a pass at every event (``--pass-delay``)."""
+    """The decision cadence of every preset: a pass at most once per this many seconds, as the operator's
+    throttle (``dispatch.PASS_DELAY_S``) does; a change after a quiet spell gets its pass at once, changes within
+    the delay of a pass share the next one. 0: a pass at every event (``--pass-delay``)."""
     oracle_durations: bool = False
     """The packing presets' decision reads each task's true duration instead of estimating it from what a
     cluster knows (``--oracle-durations``): an upper bound, never what a cluster gets."""
@@ -425,10 +426,11 @@ class Simulation:
         """Replay to the end (or to ``max_sim_s``); ``progress(tasks_done, simulated_s)`` every ~0.5 s of wall."""
         interval = self.settings.contention.sample_interval_s
         next_tick = math.inf
-        # An operator-paced preset passes at most once per pass_delay, as the operator's throttle does: a change
-        # right away when the last pass is at least pass_delay old, else at last pass + pass_delay (one pass for
-        # everything that happened meanwhile). pass_at is when the next pass is due (inf: none).
-        delay = self.config.pass_delay_s if self.preset.operator_paced else 0.0
+        # Every preset passes at most once per pass_delay, as the operator's throttle does: a change right away
+        # when the last pass is at least pass_delay old, else at last pass + pass_delay (one pass for everything
+        # that happened meanwhile; tasks started together finish together, so this also cuts the events).
+        # pass_at is when the next pass is due (inf: none).
+        delay = self.config.pass_delay_s
         pass_at, last_pass = math.inf, -math.inf
         n_jobs = self.n_jobs
         next_report = time.monotonic() + _PROGRESS_EVERY_S if progress is not None else math.inf

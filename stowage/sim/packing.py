@@ -31,8 +31,6 @@ __all__ = ["PackingPreset"]
 class PackingPreset(Preset):
     """Tetris packing (alignment + remaining work, fairness and barrier knobs); ``stowage`` adds the rest."""
 
-    operator_paced = True  # in a cluster these passes are the operator dispatcher's (SimConfig.pass_delay_s)
-
     def __init__(self, name: str, *, harvesting: bool, job_order: bool, classifier: bool, guard: bool) -> None:
         self.name, self.harvesting, self.job_order, self.use_classifier = name, harvesting, job_order, classifier
         self.guard = guard

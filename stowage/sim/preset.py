@@ -28,9 +28,6 @@ class Preset:
 
     name = "base"
     harvesting = False
-    operator_paced = False
-    """Its passes are the operator's dispatcher's, paced by ``SimConfig.pass_delay_s``; False: event-driven,
-    as kube-scheduler is."""
 
     def attach(self, sim: Simulation) -> None:
         self.sim = sim

@@ -190,6 +190,20 @@ def test_fair_levels_give_the_backlogged_queues_what_the_others_leave_by_weight(
         [1 / 3, 1 / 3, 0.0])
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0.1, 4), st.booleans()), min_size=1, max_size=6))
+def test_fair_levels_do_not_read_the_backlogged_queues_own_shares(queues) -> None:
+    # What a pass relies on to compute them once (dispatch._levels): placing for a backlogged queue moves
+    # only its own share, so the levels, and with them queue_tiers(levels=...), stay what a fresh call gives.
+    before, after, weight, on = (np.array(x) for x in zip(*queues, strict=True))
+    moved = np.where(on, after, before)
+    np.testing.assert_array_equal(fairness.fair_levels(before, weight, on), fairness.fair_levels(moved, weight, on))
+    usage = np.full(len(queues), 0.2)
+    levels = fairness.fair_levels(before, weight, on)
+    assert queue_tiers(moved, usage, weight, on, 0.1, 0.5, levels).tolist() == queue_tiers(
+        moved, usage, weight, on, 0.1, 0.5).tolist()
+
+
 def test_queue_tiers_checks_shapes() -> None:
     with pytest.raises(InvalidInput, match=r"usage\.shape"):
         queue_tiers([0.1, 0.2], [0.1], [1.0, 1.0], [True, True], 0.1, 0.5)

@@ -1,4 +1,4 @@
-"""``SimConfig.pass_delay_s`` (``--pass-delay``): operator-paced presets pass once per delay, others are untouched."""
+"""``SimConfig.pass_delay_s`` (``--pass-delay``): every preset passes at most once per delay."""
 
 from __future__ import annotations
 
@@ -27,8 +27,11 @@ def _pass_times(sim: Simulation) -> np.ndarray:
     return np.unique(np.array([entry[0] for entry in sim.log], dtype=float))
 
 
-@pytest.mark.parametrize("name", ["stowage", "tetris"])
-def test_an_operator_paced_preset_places_at_most_once_per_delay_and_loses_nothing(name: str) -> None:
+EVERY = ["stowage", "tetris", "kube-default", "drf", "load-aware", "ubis"]
+
+
+@pytest.mark.parametrize("name", EVERY)
+def test_a_preset_places_at_most_once_per_delay_and_loses_nothing(name: str) -> None:
     every_event, paced = _run(name, 0.0), _run(name, 2.0)
     # Without a delay some passes are closer together than 2 s, so the bound below is the delay's doing.
     assert (np.diff(_pass_times(every_event)) < 2.0).any()
@@ -38,7 +41,7 @@ def test_an_operator_paced_preset_places_at_most_once_per_delay_and_loses_nothin
     assert paced.result.summary["jobs_finished"] == paced.result.summary["jobs"]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name", ["stowage", "tetris"])
+@pytest.mark.parametrize("name", EVERY)
 def test_a_change_after_a_quiet_spell_is_passed_at_once_and_one_within_the_delay_waits(name: str) -> None:
     # Job a at t=0 (empty cluster: passed at once), job b 1 s later (within the 2 s delay: waits for t=2),
     # job c at t=50 (a quiet spell since the pass at t=2: passed at once); each has room on arrival.
@@ -49,13 +52,6 @@ def test_a_change_after_a_quiet_spell_is_passed_at_once_and_one_within_the_delay
     started = {entry[1]: entry[0] for entry in reversed(sim.log or [])}  # each job's first placement
     assert started == {"a": 0.0, "b": 2.0, "c": 50.0}
     assert result.summary["jobs_finished"] == 3
-
-
-def test_event_driven_presets_ignore_the_delay() -> None:
-    for name in ("kube-default", "ubis"):
-        a, b = _run(name, 0.0), _run(name, 2.0)
-        assert a.log == b.log
-        assert a.result.summary == b.result.summary  # type: ignore[attr-defined]
 
 
 def test_simulate_models_the_operators_delay_by_default_and_says_so(tmp_path) -> None:
