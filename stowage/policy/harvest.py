@@ -19,7 +19,6 @@ with unknown usage harvests nothing (fail safe, DESIGN.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -36,12 +35,7 @@ __all__ = [
     "assign_on_node",
     "assign_on_node_detailed",
     "assumed",
-    "assumed_node",
-    "clean_demands",
-    "harvest_headroom",
     "harvestable",
-    "harvestable_after",
-    "is_recent",
     "regular_available",
 ]
 
@@ -90,24 +84,11 @@ def harvestable(
     Returns:
         (N, R) harvestable capacity.
     """
-    headroom, ceiling = harvest_headroom(capacity, usage, blocked, t_alloc)
-    return harvestable_after(headroom, ceiling, assumed)
-
-
-def harvest_headroom(
-    capacity: ArrayLike, usage: ArrayLike, blocked: ArrayLike, t_alloc: ArrayLike
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """:func:`harvestable` before the assumed usage: ``(T_alloc·C − U − B, T_alloc·C)``, both (N, R).
-
-    Same arguments and clamping as :func:`harvestable`. A caller whose ``U`` and ``B`` change less
-    often than ``S`` (the simulator samples usage once a second and binds pods at every event) keeps
-    these two and calls :func:`harvestable_after` for each new ``S``: the same operations in the same
-    order, so the same bits as :func:`harvestable`.
-    """
     cap = _amount(_arr(capacity, "capacity", 2))
     use = np.asarray(usage, dtype=np.float64)
     blk = np.asarray(blocked, dtype=np.float64)
-    for name, arr in (("usage", use), ("blocked", blk)):
+    ass = np.asarray(assumed, dtype=np.float64)
+    for name, arr in (("usage", use), ("blocked", blk), ("assumed", ass)):
         if arr.shape != cap.shape:
             raise InvalidInput(f"{name}.shape", arr.shape, f"must be {cap.shape} like capacity")
     t = np.clip(np.nan_to_num(np.asarray(t_alloc, dtype=np.float64), nan=0.0), 0.0, 1.0)
@@ -115,17 +96,7 @@ def harvest_headroom(
         raise InvalidInput("t_alloc.shape", t.shape, f"must be ({cap.shape[1]},) or {cap.shape}")
     use = np.where(np.isnan(use), cap, _amount(use))
     ceiling = t * cap
-    return ceiling - use - _amount(blk), ceiling
-
-
-def harvestable_after(
-    headroom: NDArray[np.float64], ceiling: NDArray[np.float64], assumed: ArrayLike
-) -> NDArray[np.float64]:
-    """``max(headroom − S, 0)`` capped at ``ceiling``, from :func:`harvest_headroom`'s pair; (N, R)."""
-    ass = np.asarray(assumed, dtype=np.float64)
-    if ass.shape != headroom.shape:
-        raise InvalidInput("assumed.shape", ass.shape, f"must be {headroom.shape} like capacity")
-    return np.clip(headroom - _amount(ass), 0.0, ceiling)
+    return np.clip(ceiling - use - _amount(blk) - _amount(ass), 0.0, ceiling)
 
 
 def assumed(
@@ -168,7 +139,7 @@ def assumed(
     Returns:
         (N, R) assumed usage per node.
     """
-    d = clean_demands(demands)
+    d = _amount(_arr(demands, "demands", 2))
     p, r = d.shape
     bound = np.asarray(bound_at_s, dtype=np.float64).reshape(-1)
     idx = np.asarray(node_index).reshape(-1)
@@ -198,31 +169,6 @@ def assumed(
     # bincount adds in index order from 0.0, as np.add.at does (same bits), at a fraction of its cost.
     for col in range(r):
         out[:, col] = np.bincount(at, weights=dk[:, col], minlength=n_nodes)
-    return out
-
-
-def clean_demands(demands: ArrayLike) -> NDArray[np.float64]:
-    """(P, R) demands as :func:`assumed` counts them (negative or NaN → 0, +inf → the largest float)."""
-    return _amount(_arr(demands, "demands", 2))
-
-
-def is_recent(now_s: float, bound_at_s: float, ramp_up_s: float) -> bool:
-    """Whether a pod bound at ``bound_at_s`` still counts in :func:`assumed` at ``now_s`` (NaN → yes)."""
-    return not (now_s - bound_at_s >= ramp_up_s)
-
-
-def assumed_node(demands: Iterable[Sequence[float]], r: int) -> list[float]:
-    """One node's row of :func:`assumed`, from the cleaned demands (:func:`clean_demands`) of its
-    recent pods in the caller's pod order.
-
-    The additions :func:`assumed` makes for that node (from 0.0, one pod after another in pod
-    order), so the same bits: a caller keeping ``S`` per node recomputes only the nodes whose
-    recent pods changed (``tests/sim/test_assumed_incremental.py`` compares them at every event).
-    """
-    out = [0.0] * r
-    for d in demands:
-        for col in range(r):
-            out[col] += d[col]
     return out
 
 

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy import alignment, fairness, harvest
+from stowage.policy import alignment, fairness
 from stowage.sim import scoring
-from stowage.sim.assumed import AssumedTracker
 from stowage.sim.preset import OPP_TRUE, Preset
 
 if TYPE_CHECKING:
@@ -110,8 +109,7 @@ class KubePreset(Preset):
     def attach(self, sim: Simulation) -> None:
         super().attach(sim)
         self._cm = [sim.resources.index("cpu"), sim.resources.index("memory")]
-        self._to_u = np.array([1000.0, 1.0])
-        self._cap_u = np.rint(sim.cluster.cap[:, self._cm] * self._to_u)
+        self._cap_u = scoring.to_units(sim.cluster.cap[:, self._cm])
         self._tlp_sample_t = -math.inf
         self._tlp_measured = np.zeros(sim.cluster.n)
         self._tlp_binds: deque[tuple[float, int, float]] = deque()  # (time, node, predicted cpu)
@@ -125,65 +123,8 @@ class KubePreset(Preset):
         self._opp_ok = self._opp_eligible(sim, np.arange(sim.n_groups))
         self._fit_shapes = sim.clamped_shapes[:, self.regular_resources(sim)]
         self._pass_nodes: _PassNodes | None = None  # the current regular pass's verdicts and scores
-        # Harvestable room: S kept per node, T·C − U − B kept while the sample and blocks are the same.
-        self._assumed = AssumedTracker(sim) if self.harvesting else None
-        self._t_alloc = sim.settings.harvest.t_alloc.array(sim.resources)
         cap = sim.cluster.cap
         self._inv_cap = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)  # capacity never changes
-        self._head_of: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None  # (usage, blocked) seen
-        self._head = (np.zeros(0), np.zeros(0))
-        # (usage sample, blocks) when the last opportunistic pass found no demand shape fitting anywhere;
-        # None: it found room (see _still_no_room).
-        self._no_room: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
-
-    def _harvestable(self, sim: Simulation) -> NDArray[np.float64]:
-        """``Preset._harvestable`` with ``S`` kept across events and ``T·C − U − B`` kept between samples:
-        the same operations on the same numbers, so the same bits (``tests/sim/test_assumed_incremental.py``)."""
-        if self._assumed is None:
-            return super()._harvestable(sim)
-        c = sim.cluster
-        if sim.now - sim.monitor.last_sample >= sim.settings.contention.sample_interval_s:
-            sim.monitor.sample()
-        seen = self._head_of
-        # A sample replaces cluster.usage (holding the old array keeps `is` meaningful); blocks change in place.
-        if seen is None or seen[0] is not c.usage or not np.array_equal(seen[1], c.blocked):
-            self._head = harvest.harvest_headroom(c.cap, c.usage, c.blocked, self._t_alloc)
-            self._head_of = (c.usage, c.blocked.copy())
-        a = harvest.harvestable_after(*self._head, self._assumed.current(sim.now))
-        a[~c.harvest] = 0.0
-        return a
-
-    def _still_no_room(self, sim: Simulation) -> bool:
-        """Whether no demand shape fits the harvestable room anywhere, known without a pass: the last
-        opportunistic pass found none fitting, and the room can have grown since only where it is checked
-        here again.
-
-        The room is ``min(max(T·C − U − B − S, 0), T·C)``: the same while the usage sample ``U`` and the
-        blocks ``B`` are the same and no sample is due (``_harvestable`` would take one: while the monitor
-        does not tick, nothing else does). ``S`` only grows on a node until a row leaves it there
-        (``AssumedTracker.shrunk``), and fitting only gets harder as the room shrinks; so the nodes where
-        a row left are judged again, with the same operations as a pass (``harvest.harvestable_after``,
-        ``alignment.feasible_clamped``) on their rows. If still none fits, the pass would place nothing
-        and is skipped with everything it would have done (97 % of ``ubis``'s opportunistic passes on the
-        FB-2009 batch day's first 300 s found no room).
-        """
-        assert self._no_room is not None and self._assumed is not None
-        usage, blocked = self._no_room
-        c = sim.cluster
-        if not (c.usage is usage and sim.now - sim.monitor.last_sample < sim.settings.contention.sample_interval_s
-                and np.array_equal(blocked, c.blocked)):
-            return False
-        assumed = self._assumed
-        s = assumed.current(sim.now)
-        if assumed.shrunk:
-            rows = np.fromiter(assumed.shrunk, dtype=np.int64, count=len(assumed.shrunk))
-            head, ceiling = self._head  # computed for this very sample and these blocks
-            room = harvest.harvestable_after(head[rows], ceiling[rows], s[rows])
-            room[~c.harvest[rows]] = 0.0
-            if alignment.feasible_clamped(sim.clamped_shapes, room).any():
-                return False
-            assumed.shrunk.clear()
-        return True
 
     def _scores(self, sim: Simulation, g: int) -> NDArray:
         """load-aware's Trimaran scores for ``g`` on every node (the kube strategies' come from ``_PassNodes``)."""
@@ -210,8 +151,8 @@ class KubePreset(Preset):
         if self.score not in ("least", "most"):
             return ok, np.zeros(ok.shape)
         # Upstream's int64 milli-CPU and bytes: rounding once per quantity, as the API stores it.
-        req_u = np.rint(sim.cluster.reg_alloc[rows][:, self._cm] * self._to_u)
-        pod_u = np.rint(sim.shapes[shape, self._cm] * self._to_u)
+        req_u = scoring.to_units(sim.cluster.reg_alloc[rows][:, self._cm])
+        pod_u = scoring.to_units(sim.shapes[shape, self._cm])
         return ok, scoring.kube_scores(req_u, self._cap_u[rows], pod_u, self.score)
 
     def _place_regular(self, sim: Simulation, g: int, free: NDArray[np.float64], fit_res: NDArray) -> bool:
@@ -362,20 +303,12 @@ class KubePreset(Preset):
         """UBIS: what did not fit regularly runs on harvested capacity, in queue order."""
         # The kept queue order (``_ready_in_order``, refreshed by this pass's regular part) filtered
         # by waiting tasks is ``_queue_order(sim.ready_groups())``: no sort per pass.
-        if self._no_room is not None and self._still_no_room(sim):
-            return
         q = self._queue_opp
         ready = q[sim.g_pending[q] > 0]
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
-        ordered, none_fit = _fitting(sim, ready, None, avail)
-        if none_fit and self._assumed is not None:
-            c = sim.cluster
-            self._no_room = (c.usage, c.blocked.copy())
-            self._assumed.shrunk.clear()  # the room just judged counted every row
-            return
-        self._no_room = None
+        ordered, _ = _fitting(sim, ready, None, avail)
         inv = self._inv_cap
         shapes, shape_of, alive = _pass_shapes(sim, ordered)  # as in the regular pass: room only shrinks
         todo = _live_rows(alive, shape_of, 0)

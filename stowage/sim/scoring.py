@@ -42,6 +42,7 @@ __all__ = [
     "least_allocated",
     "most_allocated",
     "target_load_packing",
+    "to_units",
 ]
 
 MAX_NODE_SCORE = 100
@@ -52,8 +53,8 @@ TLP_REQUESTS_MULTIPLIER = 1.5  # TargetLoadPackingArgs.defaultRequestsMultiplier
 TLP_METRICS_INTERVAL_S = 60.0  # metricsAgentReportingIntervalSeconds
 
 
-def _to_units(values: NDArray[np.float64]) -> NDArray[np.float64]:
-    """[cpu cores, memory bytes] → [milli-CPU, bytes] as whole numbers (upstream's int64)."""
+def to_units(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """[cpu cores, memory bytes] → [milli-CPU, bytes] as whole numbers (upstream's int64), in the last axis."""
     out = np.array(values, dtype=np.float64, copy=True)
     out[..., 0] = np.round(out[..., 0] * 1000.0)
     out[..., 1] = np.round(out[..., 1])
@@ -69,71 +70,38 @@ def _non_zero(pod: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-def _weighted_mean(per_resource: NDArray[np.float64], weights: tuple[float, float]) -> NDArray[np.int64]:
-    w = np.asarray(weights, dtype=np.float64)
-    return np.floor((per_resource * w).sum(axis=1) / w.sum()).astype(np.int64)
+def _fractions(part: NDArray[np.float64], cap: NDArray[np.float64], scale: float) -> NDArray[np.float64]:
+    """``part·scale / cap`` per node and resource, 0 where ``cap`` is 0."""
+    return np.where(cap > 0, part * scale / np.where(cap > 0, cap, 1.0), 0.0)
 
 
-def least_allocated(
-    requested: NDArray[np.float64],
-    allocatable: NDArray[np.float64],
-    pod: NDArray[np.float64],
-    weights: tuple[float, float] = (1.0, 1.0),
-) -> NDArray[np.int64]:
-    """LeastAllocated score per node. requested, allocatable (N, 2) [cores, bytes]; pod (2,)."""
-    cap = _to_units(allocatable)
-    req = _to_units(requested) + _non_zero(_to_units(pod))
-    safe = np.where(cap > 0, cap, 1.0)
-    per = np.where((cap > 0) & (req <= cap), np.floor((cap - req) * MAX_NODE_SCORE / safe), 0.0)
-    return _weighted_mean(per, weights)
+def least_allocated(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64]
+                    ) -> NDArray[np.float64]:
+    """LeastAllocated per node (equal weights), in upstream units (``to_units``): req_u, cap_u (N, 2); pod_u (2,)."""
+    req = req_u + _non_zero(pod_u)
+    per = np.where(req <= cap_u, np.floor(_fractions(cap_u - req, cap_u, MAX_NODE_SCORE)), 0.0)
+    return np.floor((per[:, 0] + per[:, 1]) / 2.0)
 
 
-def most_allocated(
-    requested: NDArray[np.float64],
-    allocatable: NDArray[np.float64],
-    pod: NDArray[np.float64],
-    weights: tuple[float, float] = (1.0, 1.0),
-) -> NDArray[np.int64]:
-    """MostAllocated score per node; a request above capacity counts as capacity (upstream)."""
-    cap = _to_units(allocatable)
-    req = np.minimum(_to_units(requested) + _non_zero(_to_units(pod)), cap)
-    safe = np.where(cap > 0, cap, 1.0)
-    per = np.where(cap > 0, np.floor(req * MAX_NODE_SCORE / safe), 0.0)
-    return _weighted_mean(per, weights)
+def most_allocated(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64]
+                   ) -> NDArray[np.float64]:
+    """MostAllocated per node; a request above capacity counts as capacity (upstream). Units as ``least_allocated``."""
+    per = np.floor(_fractions(np.minimum(req_u + _non_zero(pod_u), cap_u), cap_u, MAX_NODE_SCORE))
+    return np.floor((per[:, 0] + per[:, 1]) / 2.0)
 
 
-def balanced_allocation(
-    requested: NDArray[np.float64], allocatable: NDArray[np.float64], pod: NDArray[np.float64]
-) -> NDArray[np.int64]:
-    """BalancedAllocation score per node over cpu and memory (two resources: std = |f₁ − f₂|/2)."""
-    cap = _to_units(allocatable)
-    req = _to_units(requested) + _to_units(pod)
-    safe = np.where(cap > 0, cap, 1.0)
-    frac = np.where(cap > 0, np.minimum(req / safe, 1.0), 0.0)
-    std = np.abs(frac[:, 0] - frac[:, 1]) / 2.0
-    return np.floor((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+def balanced_allocation(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64]
+                        ) -> NDArray[np.float64]:
+    """BalancedAllocation per node over cpu and memory (two resources: std = |f₁ − f₂|/2), requests as given."""
+    frac = np.minimum(_fractions(req_u + pod_u, cap_u, 1.0), 1.0)
+    return np.floor((1.0 - np.abs(frac[:, 0] - frac[:, 1]) / 2.0) * MAX_NODE_SCORE)
 
 
-def kube_scores(
-    requested_u: NDArray[np.float64], allocatable_u: NDArray[np.float64], pod_u: NDArray[np.float64], strategy: str
-) -> NDArray[np.float64]:
-    """Fit strategy score + BalancedAllocation in one pass, inputs already in upstream units.
-
-    requested_u, allocatable_u (N, 2) [milli-CPU, bytes] whole numbers; pod_u (2,).
-    ``strategy``: ``"least"`` (LeastAllocated) or ``"most"`` (MostAllocated).
-    Equal to ``least_allocated(...) + balanced_allocation(...)`` (or most_).
-    """
-    cap = allocatable_u
-    safe = np.where(cap > 0, cap, 1.0)
-    req = requested_u + _non_zero(pod_u)
-    if strategy == "least":
-        per = np.where((cap > 0) & (req <= cap), np.floor((cap - req) * MAX_NODE_SCORE / safe), 0.0)
-    else:
-        per = np.where(cap > 0, np.floor(np.minimum(req, cap) * MAX_NODE_SCORE / safe), 0.0)
-    fit = np.floor((per[:, 0] + per[:, 1]) / 2.0)
-    frac = np.where(cap > 0, np.minimum((requested_u + pod_u) / safe, 1.0), 0.0)
-    balanced = np.floor((1.0 - np.abs(frac[:, 0] - frac[:, 1]) / 2.0) * MAX_NODE_SCORE)
-    return fit + balanced
+def kube_scores(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64], strategy: str
+                ) -> NDArray[np.float64]:
+    """kube-scheduler's score of a pod per node: the fit strategy's (``"least"`` or ``"most"``) + BalancedAllocation."""
+    fit = least_allocated if strategy == "least" else most_allocated
+    return fit(req_u, cap_u, pod_u) + balanced_allocation(req_u, cap_u, pod_u)
 
 
 def target_load_packing(

@@ -46,10 +46,9 @@ CAP = np.array([[4.0, 16 * GI]] * 2)
     ],
 )
 def test_fit_strategies_score_as_upstream(requested, pod, least: int, most: int) -> None:
-    req = np.array([requested] * 2)
-    p = np.array(pod)
-    assert scoring.least_allocated(req, CAP, p).tolist() == [least, least]
-    assert scoring.most_allocated(req, CAP, p).tolist() == [most, most]
+    req, cap, p = (scoring.to_units(np.array(x)) for x in ([requested] * 2, CAP, pod))
+    assert scoring.least_allocated(req, cap, p).tolist() == [least, least]
+    assert scoring.most_allocated(req, cap, p).tolist() == [most, most]
 
 
 @pytest.mark.parametrize(
@@ -62,20 +61,8 @@ def test_fit_strategies_score_as_upstream(requested, pod, least: int, most: int)
     ],
 )
 def test_balanced_allocation_prefers_equal_fractions(requested, expected: int) -> None:
-    req = np.array([requested])
-    assert scoring.balanced_allocation(req, CAP[:1], np.array([1.0, 4 * GI])).tolist() == [expected]
-
-
-def test_fused_kube_scores_equal_the_plugins_added() -> None:
-    rng = np.random.default_rng(0)
-    cap = np.array([[8.0, 32 * GI]] * 50)
-    req = rng.uniform(0, 1, (50, 2)) * cap
-    pod = np.array([1.5, 3 * GI])
-    to_u = np.array([1000.0, 1.0])
-    balanced = scoring.balanced_allocation(req, cap, pod)
-    args = (np.rint(req * to_u), np.rint(cap * to_u), np.rint(pod * to_u))
-    assert scoring.kube_scores(*args, "least").tolist() == (scoring.least_allocated(req, cap, pod) + balanced).tolist()
-    assert scoring.kube_scores(*args, "most").tolist() == (scoring.most_allocated(req, cap, pod) + balanced).tolist()
+    req, cap, pod = (scoring.to_units(np.array(x)) for x in ([requested], CAP[:1], [1.0, 4 * GI]))
+    assert scoring.balanced_allocation(req, cap, pod).tolist() == [expected]
 
 
 @pytest.mark.parametrize(
@@ -138,7 +125,8 @@ def test_load_aware_scores_measured_cpu_not_requests() -> None:
     # n0: 100·(2 + 1.5)/10 = 35 % → 93; n1: 100·(0.2 + 1.5)/10 = 17 % → round(65.5) = 66.
     assert scores.tolist() == [93, 66]
     # LeastAllocated (requests) would have picked n1, the node with fewer requests.
-    least = scoring.least_allocated(sim.cluster.reg_alloc[:, :2], sim.cluster.cap[:, :2], sim.g_demand[2, :2])
+    least = scoring.least_allocated(*(scoring.to_units(x[..., :2]) for x in (sim.cluster.reg_alloc, sim.cluster.cap,
+                                                                                sim.g_demand[2])))
     assert int(np.argmax(least)) == 1
 
 
