@@ -110,6 +110,7 @@ class KubePreset(Preset):
         super().attach(sim)
         self._cm = [sim.resources.index("cpu"), sim.resources.index("memory")]
         self._cap_u = scoring.to_units(sim.cluster.cap[:, self._cm])
+        self._shape_u = scoring.to_units(sim.shapes[:, self._cm])  # each demand shape's pod request
         self._tlp_sample_t = -math.inf
         self._tlp_measured = np.zeros(sim.cluster.n)
         self._tlp_binds: deque[tuple[float, int, float]] = deque()  # (time, node, predicted cpu)
@@ -152,8 +153,7 @@ class KubePreset(Preset):
             return ok, np.zeros(ok.shape)
         # Upstream's int64 milli-CPU and bytes: rounding once per quantity, as the API stores it.
         req_u = scoring.to_units(sim.cluster.reg_alloc[rows][:, self._cm])
-        pod_u = scoring.to_units(sim.shapes[shape, self._cm])
-        return ok, scoring.kube_scores(req_u, self._cap_u[rows], pod_u, self.score)
+        return ok, scoring.kube_scores(req_u, self._cap_u[rows], self._shape_u[shape], self.score)
 
     def _place_regular(self, sim: Simulation, g: int, free: NDArray[np.float64], fit_res: NDArray) -> bool:
         """Place one task of ``g`` on its best node that fits ``free`` (the pass's room, updated here)."""

@@ -37,10 +37,8 @@ __all__ = [
     "TLP_METRICS_INTERVAL_S",
     "TLP_REQUESTS_MULTIPLIER",
     "TLP_TARGET_PERCENT",
-    "balanced_allocation",
     "kube_scores",
-    "least_allocated",
-    "most_allocated",
+    "plugin_scores",
     "target_load_packing",
     "to_units",
 ]
@@ -53,55 +51,40 @@ TLP_REQUESTS_MULTIPLIER = 1.5  # TargetLoadPackingArgs.defaultRequestsMultiplier
 TLP_METRICS_INTERVAL_S = 60.0  # metricsAgentReportingIntervalSeconds
 
 
+_UNITS = np.array([1000.0, 1.0])  # [cores, bytes] → [milli-CPU, bytes]
+_NON_ZERO = np.array([DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST])
+
+
 def to_units(values: NDArray[np.float64]) -> NDArray[np.float64]:
-    """[cpu cores, memory bytes] → [milli-CPU, bytes] as whole numbers (upstream's int64), in the last axis."""
-    out = np.array(values, dtype=np.float64, copy=True)
-    out[..., 0] = np.round(out[..., 0] * 1000.0)
-    out[..., 1] = np.round(out[..., 1])
-    return out
+    """[cpu cores, memory bytes] (last axis) → [milli-CPU, bytes] as whole numbers (upstream's int64)."""
+    return np.rint(np.asarray(values, dtype=np.float64) * _UNITS)
 
 
-def _non_zero(pod: NDArray[np.float64]) -> NDArray[np.float64]:
-    out = pod.copy()
-    if out[0] <= 0:
-        out[0] = DEFAULT_MILLI_CPU_REQUEST
-    if out[1] <= 0:
-        out[1] = DEFAULT_MEMORY_REQUEST
-    return out
+def plugin_scores(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64], strategy: str
+                  ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(fit strategy score, BalancedAllocation score) of a pod per node, as upstream computes them.
 
-
-def _fractions(part: NDArray[np.float64], cap: NDArray[np.float64], scale: float) -> NDArray[np.float64]:
-    """``part·scale / cap`` per node and resource, 0 where ``cap`` is 0."""
-    return np.where(cap > 0, part * scale / np.where(cap > 0, cap, 1.0), 0.0)
-
-
-def least_allocated(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64]
-                    ) -> NDArray[np.float64]:
-    """LeastAllocated per node (equal weights), in upstream units (``to_units``): req_u, cap_u (N, 2); pod_u (2,)."""
-    req = req_u + _non_zero(pod_u)
-    per = np.where(req <= cap_u, np.floor(_fractions(cap_u - req, cap_u, MAX_NODE_SCORE)), 0.0)
-    return np.floor((per[:, 0] + per[:, 1]) / 2.0)
-
-
-def most_allocated(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64]
-                   ) -> NDArray[np.float64]:
-    """MostAllocated per node; a request above capacity counts as capacity (upstream). Units as ``least_allocated``."""
-    per = np.floor(_fractions(np.minimum(req_u + _non_zero(pod_u), cap_u), cap_u, MAX_NODE_SCORE))
-    return np.floor((per[:, 0] + per[:, 1]) / 2.0)
-
-
-def balanced_allocation(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64]
-                        ) -> NDArray[np.float64]:
-    """BalancedAllocation per node over cpu and memory (two resources: std = |f₁ − f₂|/2), requests as given."""
-    frac = np.minimum(_fractions(req_u + pod_u, cap_u, 1.0), 1.0)
-    return np.floor((1.0 - np.abs(frac[:, 0] - frac[:, 1]) / 2.0) * MAX_NODE_SCORE)
+    In upstream units (``to_units``): req_u, cap_u (N, 2) [milli-CPU, bytes]; pod_u (2,). ``strategy``:
+    ``"least"`` (LeastAllocated) or ``"most"`` (MostAllocated), both with equal weights. Both plugins
+    in one pass: a placement asks for them on one node at a time, where numpy's calls cost more than the math.
+    """
+    safe = np.where(cap_u > 0, cap_u, 1.0)
+    req = req_u + np.where(pod_u > 0, pod_u, _NON_ZERO)  # upstream's non-zero defaults for the fit plugins
+    if strategy == "least":
+        per = np.where((cap_u > 0) & (req <= cap_u), np.floor((cap_u - req) * MAX_NODE_SCORE / safe), 0.0)
+    else:  # a request above capacity counts as capacity
+        per = np.where(cap_u > 0, np.floor(np.minimum(req, cap_u) * MAX_NODE_SCORE / safe), 0.0)
+    fit = np.floor((per[:, 0] + per[:, 1]) / 2.0)
+    # Two resources: the population std of the fractions is |f₁ − f₂| / 2; requests as given.
+    frac = np.where(cap_u > 0, np.minimum((req_u + pod_u) / safe, 1.0), 0.0)
+    return fit, np.floor((1.0 - np.abs(frac[:, 0] - frac[:, 1]) / 2.0) * MAX_NODE_SCORE)
 
 
 def kube_scores(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64], strategy: str
                 ) -> NDArray[np.float64]:
-    """kube-scheduler's score of a pod per node: the fit strategy's (``"least"`` or ``"most"``) + BalancedAllocation."""
-    fit = least_allocated if strategy == "least" else most_allocated
-    return fit(req_u, cap_u, pod_u) + balanced_allocation(req_u, cap_u, pod_u)
+    """kube-scheduler's score of a pod per node: the fit strategy's + BalancedAllocation (``plugin_scores``)."""
+    fit, balanced = plugin_scores(req_u, cap_u, pod_u, strategy)
+    return fit + balanced
 
 
 def target_load_packing(

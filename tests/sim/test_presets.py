@@ -47,8 +47,8 @@ CAP = np.array([[4.0, 16 * GI]] * 2)
 )
 def test_fit_strategies_score_as_upstream(requested, pod, least: int, most: int) -> None:
     req, cap, p = (scoring.to_units(np.array(x)) for x in ([requested] * 2, CAP, pod))
-    assert scoring.least_allocated(req, cap, p).tolist() == [least, least]
-    assert scoring.most_allocated(req, cap, p).tolist() == [most, most]
+    assert scoring.plugin_scores(req, cap, p, "least")[0].tolist() == [least, least]
+    assert scoring.plugin_scores(req, cap, p, "most")[0].tolist() == [most, most]
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,8 @@ def test_fit_strategies_score_as_upstream(requested, pod, least: int, most: int)
 )
 def test_balanced_allocation_prefers_equal_fractions(requested, expected: int) -> None:
     req, cap, pod = (scoring.to_units(np.array(x)) for x in ([requested], CAP[:1], [1.0, 4 * GI]))
-    assert scoring.balanced_allocation(req, cap, pod).tolist() == [expected]
+    for strategy in ("least", "most"):
+        assert scoring.plugin_scores(req, cap, pod, strategy)[1].tolist() == [expected]
 
 
 @pytest.mark.parametrize(
@@ -125,8 +126,8 @@ def test_load_aware_scores_measured_cpu_not_requests() -> None:
     # n0: 100·(2 + 1.5)/10 = 35 % → 93; n1: 100·(0.2 + 1.5)/10 = 17 % → round(65.5) = 66.
     assert scores.tolist() == [93, 66]
     # LeastAllocated (requests) would have picked n1, the node with fewer requests.
-    least = scoring.least_allocated(*(scoring.to_units(x[..., :2]) for x in (sim.cluster.reg_alloc, sim.cluster.cap,
-                                                                                sim.g_demand[2])))
+    least, _ = scoring.plugin_scores(*(scoring.to_units(x[..., :2]) for x in (sim.cluster.reg_alloc, sim.cluster.cap,
+                                                                             sim.g_demand[2])), "least")
     assert int(np.argmax(least)) == 1
 
 
