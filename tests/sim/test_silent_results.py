@@ -168,8 +168,11 @@ def test_ctrl_c_on_parallel_runs_stops_the_workers_and_keeps_the_finished(tmp_pa
     workload = write(tmp_path, SLOW)
     cmd = [sys.executable, "-m", "stowage", "simulate", "--workload", str(workload), "--policy", "kube-default",
            "--policy", "stowage", "--jobs", "2", "--no-plots", "--report", str(tmp_path / "r")]
+    # A shell starts background jobs with SIGINT ignored, and the child would inherit that: give it Ctrl-C's
+    # default, as a terminal's foreground process has, whatever launched the suite.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:
