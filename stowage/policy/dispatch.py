@@ -281,7 +281,7 @@ def _place_all(
             jobs_ok = ranks.mask(jobs, queues, f)
             every_queue = _every_queue_competes(queues, weight.shape[0], f)
             now_present = np.bincount(queues, minlength=weight.shape[0]) > 0
-            if not every_queue and (levels is None or (now_present != present).any()):
+            if not every_queue and (now_present != present).any():  # queues only leave: levels is set
                 levels = _levels(qa, total, weight, now_present)
             present = now_present
 

@@ -34,18 +34,14 @@ def _pass_shapes(sim: Simulation, groups: NDArray[np.int64]
 
 
 def _fitting(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray | None, free: NDArray
-             ) -> tuple[NDArray[np.int64], bool]:
+             ) -> NDArray[np.int64]:
     """Those of ``groups`` (in order) whose demand shape fits at least one node of ``free`` on the resources
-    ``fit_res`` (None: all of them); and whether no shape of the workload fits anywhere."""
+    ``fit_res`` (None: all of them)."""
     shapes = sim.clamped_shapes
     if fit_res is not None:
         free, shapes = free[:, fit_res], shapes[:, fit_res]
     fits = alignment.feasible_clamped(shapes, free).any(axis=1)
-    if fits.all():
-        return groups, False
-    if not fits.any():
-        return groups[:0], True
-    return groups[fits[sim.g_shape[groups]]], False
+    return groups if fits.all() else groups[fits[sim.g_shape[groups]]]
 
 
 def _spread_scores(avail: NDArray[np.float64], d: NDArray[np.float64], inv_cap: NDArray[np.float64]
@@ -215,7 +211,7 @@ class KubePreset(Preset):
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
-            regular, _ = _fitting(sim, regular, fit_res, free)
+            regular = _fitting(sim, regular, fit_res, free)
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:
@@ -308,7 +304,7 @@ class KubePreset(Preset):
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
-        ordered, _ = _fitting(sim, ready, None, avail)
+        ordered = _fitting(sim, ready, None, avail)
         inv = self._inv_cap
         shapes, shape_of, alive = _pass_shapes(sim, ordered)  # as in the regular pass: room only shrinks
         todo = _live_rows(alive, shape_of, 0)

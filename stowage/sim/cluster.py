@@ -135,13 +135,12 @@ class Running:
 
     def __init__(self) -> None:
         self._f = Block(_F, 6)  # start, work_left, rate, base, io_base, burst_until
-        self._i = Block(np.int64, 3)  # group, node, uid
+        self._i = Block(np.int64, 2)  # group, node
         self._b = Block(np.bool_, 1)  # opp
         self.version = 0
         """Bumped on every change of the rows or their bursts (keys caches of derived arrays)."""
         self.observers: list[RowObserver] = []
-        """Told about rows appended and dropped (state kept per row elsewhere, e.g. ``sim.assumed``)."""
-        self.next_uid = 0
+        """Told about rows appended and dropped (state kept per row elsewhere: ``rates.RateTracker``)."""
 
     start = block_field("_f", 0, "When the row started.")
     work_left = block_field("_f", 1, "Work left, in seconds at full speed.")
@@ -151,7 +150,6 @@ class Running:
     burst_until = block_field("_f", 5, "End of the row's current burst (−inf: none yet).")
     group = block_field("_i", 0, "The row's task group.")
     node = block_field("_i", 1, "The node it runs on.")
-    uid = block_field("_i", 2, "Each row's number, in start order and never reused: names a row across drops.")
     opp = block_field("_b", 0, "Whether it runs opportunistically.")
 
     def __len__(self) -> int:
@@ -172,11 +170,9 @@ class Running:
         lo = len(self)
         s, si, sb = self._f.reserve(n), self._i.reserve(n), self._b.reserve(n)
         f, i, b = self._f.data, self._i.data, self._b.data  # after reserve: it may have grown them
-        uid = self.next_uid
         f[0, s], f[1, s], f[2, s], f[3, s], f[4, s], f[5, s] = start, work, 1.0, base, io_base, -np.inf
-        i[0, si], i[1, si], i[2, si] = group, node, np.arange(uid, uid + n)
+        i[0, si], i[1, si] = group, node
         b[0, sb] = opp
-        self.next_uid = uid + n
         self.version += 1
         for obs in self.observers:
             obs.appended(self, lo)

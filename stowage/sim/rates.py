@@ -31,7 +31,7 @@ __all__ = ["RateTracker"]
 class RateTracker:
     """Usage of every running row, updated only where something changed, and the rates from it.
 
-    It observes the running table (:meth:`appended`, :meth:`dropping`, as ``sim.assumed`` does);
+    It observes the running table (:meth:`appended`, :meth:`dropping`);
     bursts are noticed by comparing each row's burst state with the last one seen.
     It keeps that state only while rates are needed: while no node can contend (the engine then
     calls :meth:`pause`), usage is computed plainly when asked and nothing is kept, so presets that

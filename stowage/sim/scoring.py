@@ -6,9 +6,10 @@ returns integers in ``0..100`` (``framework.MaxNodeScore``), like upstream:
 
 * ``NodeResourcesFit`` ``LeastAllocated`` (k8s ``least_allocated.go``): per
   resource ``(cap − req)·100 / cap`` with integer division (0 when the pod would
-  not fit or ``cap`` is 0), then the weighted mean ``Σ s_r·w_r / Σ w_r``, also
-  integer. ``req`` = the node's requested + the pod's request, with upstream's
-  non-zero defaults (100 millicores, 200 MiB) for pods that request nothing.
+  not fit or ``cap`` is 0), then the weighted mean ``Σ s_r·w_r / Σ w_r`` with
+  upstream's default weights (cpu and memory, 1 each), also integer. ``req`` =
+  the node's requested + the pod's request, with upstream's non-zero defaults
+  (100 millicores, 200 MiB) for pods that request nothing.
 * ``MostAllocated`` (``most_allocated.go``): ``min(req, cap)·100 / cap``.
 * ``NodeResourcesBalancedAllocation`` (``balanced_allocation.go``, k8s ≥ 1.26):
   ``(1 − std(f))·100`` truncated, ``f_r = min(req_r / cap_r, 1)`` over cpu and

@@ -12,20 +12,20 @@ import pytest
 
 from stowage.sim.cluster import Block, Running
 
-FIELDS = ("group", "node", "start", "work_left", "rate", "base", "io_base", "burst_until", "opp", "uid")
+FIELDS = ("group", "node", "start", "work_left", "rate", "base", "io_base", "burst_until", "opp")
 
 
 class Recorder:
-    """A row observer that sees what the table holds when it is told."""
+    """A row observer that sees what the table holds when it is told (rows named by their group: unique here)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, list[int]]] = []
 
     def appended(self, run: Running, lo: int) -> None:
-        self.calls.append(("appended", lo, run.uid[lo:].tolist()))
+        self.calls.append(("appended", lo, run.group[lo:].tolist()))
 
     def dropping(self, run: Running, gone: np.ndarray) -> None:
-        self.calls.append(("dropping", len(run), run.uid[gone].tolist()))
+        self.calls.append(("dropping", len(run), run.group[gone].tolist()))
 
 
 def _reference_append(ref: dict[str, np.ndarray], rows: dict[str, np.ndarray]) -> None:
@@ -39,14 +39,14 @@ def test_running_reads_what_fresh_arrays_give_through_appends_and_drops(seed: in
     run = Running()
     obs = Recorder()
     run.observers.append(obs)
-    ref = {name: np.zeros(0, dtype=bool if name == "opp" else np.int64 if name in ("group", "node", "uid")
+    ref = {name: np.zeros(0, dtype=bool if name == "opp" else np.int64 if name in ("group", "node")
                           else np.float64) for name in FIELDS}
-    next_uid = 0
+    next_id = 0  # each row gets its own group: the observer names rows by it
     for step in range(300):
         k = int(rng.integers(1, 40)) if step % 3 else int(rng.integers(0, 3))
         now = float(step)
         rows = {
-            "group": rng.integers(0, 50, k), "node": rng.integers(0, 20, k),
+            "group": np.arange(next_id, next_id + k), "node": rng.integers(0, 20, k),
             "work_left": rng.random(k) * 100, "base": rng.random(k), "io_base": rng.random(k),
             "opp": rng.random(k) < 0.3,
         }
@@ -54,9 +54,9 @@ def test_running_reads_what_fresh_arrays_give_through_appends_and_drops(seed: in
         run.append(rows["group"], rows["node"], now, rows["work_left"], rows["base"], rows["io_base"], rows["opp"])
         assert run.version == version + 1
         _reference_append(ref, {**rows, "start": np.full(k, now), "rate": np.ones(k),
-                                "burst_until": np.full(k, -np.inf), "uid": np.arange(next_uid, next_uid + k)})
-        next_uid += k
-        assert obs.calls[-1] == ("appended", len(ref["uid"]) - k, list(range(next_uid - k, next_uid)))
+                                "burst_until": np.full(k, -np.inf)})
+        next_id += k
+        assert obs.calls[-1] == ("appended", len(ref["group"]) - k, list(range(next_id - k, next_id)))
         # Writes through a field land in the table (the engine's rates, progress and bursts).
         run.rate = rng.random(len(run))
         ref["rate"] = run.rate.copy()
@@ -73,12 +73,12 @@ def test_running_reads_what_fresh_arrays_give_through_appends_and_drops(seed: in
             mask = np.ones(p, dtype=bool)
             if p:
                 mask[rng.integers(0, p, int(rng.integers(1, 4)))] = False
-        gone = ref["uid"][~mask].tolist()
+        gone = ref["group"][~mask].tolist()
         rows = np.flatnonzero(~mask)
         run.drop(rng.permutation(rows))  # any order: an eviction's victims
         assert obs.calls[-1] == ("dropping", p, gone)
         ref = {name: values[mask] for name, values in ref.items()}
-        assert len(run) == len(ref["uid"])
+        assert len(run) == len(ref["group"])
         for name in FIELDS:
             got = getattr(run, name)
             assert got.dtype == ref[name].dtype, name
