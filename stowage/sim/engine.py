@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,7 +29,6 @@ from numpy.typing import NDArray
 from stowage.config import StowageSettings
 from stowage.errors import WorkloadError
 from stowage.labels import Opportunistic
-from stowage.model import JobOrder
 from stowage.policy import alignment
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK
 from stowage.sim import monitor, presets, rates
@@ -37,7 +36,7 @@ from stowage.sim.cluster import Cluster, Running
 from stowage.sim.metrics import Recorder, RunResult
 from stowage.sim.preset import OPP_AUTO, OPP_FALSE, OPP_TRUE
 from stowage.sim.usage import UsageModel
-from stowage.sim.workload import Workload
+from stowage.sim.workload import QueueSpec, Workload
 
 if TYPE_CHECKING:
     from stowage.sim.preset import Preset
@@ -117,7 +116,6 @@ class Simulation:
         self.log: list[tuple[float, str, str, str, bool]] | None = [] if config.trace else None
         self._use_key: tuple[float, int] | None = None
         self._rates_key: tuple[float, int] | None = None
-        self._use = np.zeros((0, len(self.resources)))
         self._tracker = rates.RateTracker(self)
         self._changed = True
         self.regular_changed = True  # regular capacity freed or new work since the last pass
@@ -133,11 +131,12 @@ class Simulation:
         wl, res = self.workload, self.resources
         if not wl.nodes:
             raise WorkloadError(["nodes: must list at least one node"])
-        self.queue_names = [q.name for q in wl.queues] or ["default"]
+        queues = wl.queues or (QueueSpec("default"),)  # no queue listed: one with every default
+        self.queue_names = [q.name for q in queues]
         qidx = {name: i for i, name in enumerate(self.queue_names)}
-        self.q_weight = np.array([q.weight for q in wl.queues] or [1.0])
-        self.q_order = [q.job_order for q in wl.queues] or [JobOrder.SRTF]
-        self.q_opp = np.array([q.opportunistic_allowed for q in wl.queues] or [True])
+        self.q_weight = np.array([q.weight for q in queues])
+        self.q_order = [q.job_order for q in queues]
+        self.q_opp = np.array([q.opportunistic_allowed for q in queues])
         jobs = sorted(range(len(wl.jobs)), key=lambda i: (wl.jobs[i].arrival_s, i))
         self.jobs = [wl.jobs[i] for i in jobs]
         self.j_source = np.array(jobs, dtype=np.int64)  # engine job index → index in workload.jobs
@@ -194,7 +193,7 @@ class Simulation:
         self.j_queue = np.array([qidx.get(j.queue, 0) for j in self.jobs], dtype=np.int64)
         self.j_priority = np.array([j.priority for j in self.jobs], dtype=np.int64)
         self.j_opp = np.array([_OPP_CODE[Opportunistic(j.opportunistic)] for j in self.jobs], dtype=np.int64)
-        self.g_queue = self.j_queue[self.g_job] if self.n_groups else np.zeros(0, np.int64)
+        self.g_queue = self.j_queue[self.g_job]
         self.t0 = float(self.j_arrival.min()) if self.n_jobs else 0.0
         # dynamic
         self.g_pending = np.zeros(self.n_groups, np.int64)
@@ -258,11 +257,9 @@ class Simulation:
 
     # --- removal (finish, eviction) -------------------------------------------------------------
 
-    def _release(self, rows: NDArray[np.int64], gs: NDArray[np.int64] | None = None) -> None:
-        """Take the allocations of running rows off their nodes, jobs and queues (``gs``: their groups, if known)."""
+    def _release(self, rows: NDArray[np.int64], gs: NDArray[np.int64]) -> None:
+        """Take the allocations of running rows (of groups ``gs``) off their nodes, jobs and queues."""
         run, c = self.running, self.cluster
-        if gs is None:
-            gs = run.group[rows]
         ns, opp = run.node[rows], run.opp[rows]
         d = self.g_demand[gs]
         np.subtract.at(c.reg_alloc, ns[~opp], d[~opp])
@@ -285,8 +282,8 @@ class Simulation:
         run = self.running
         if self.config.check and not run.opp[rows].all():
             raise InvariantViolation("a regular task was chosen for eviction")
-        self._release(rows)
         gs = run.group[rows]
+        self._release(rows, gs)
         np.add.at(self.g_pending, gs, 1)
         self.wasted_work_s += float((self.g_dur[gs] - run.work_left[rows]).sum())
         if oom:
@@ -426,10 +423,7 @@ class Simulation:
         """Replay to the end (or to ``max_sim_s``); ``progress(tasks_done, simulated_s)`` every ~0.5 s of wall."""
         interval = self.settings.contention.sample_interval_s
         next_tick = math.inf
-        # Every preset passes at most once per pass_delay, as the operator's throttle does: a change right away
-        # when the last pass is at least pass_delay old, else at last pass + pass_delay (one pass for everything
-        # that happened meanwhile; tasks started together finish together, so this also cuts the events).
-        # pass_at is when the next pass is due (inf: none).
+        # The pass cadence (SimConfig.pass_delay_s): pass_at is when the next pass is due (inf: none).
         delay = self.config.pass_delay_s
         pass_at, last_pass = math.inf, -math.inf
         n_jobs = self.n_jobs
@@ -437,11 +431,10 @@ class Simulation:
         while True:
             ta = float(self.j_arrival[self._next_job]) if self._next_job < n_jobs else math.inf
             tf = self._next_finish()
-            ticking = self.monitor.needed()
-            if ticking and next_tick == math.inf:
-                next_tick = (math.floor(self.now / interval) + 1) * interval
-            elif not ticking:
+            if not self.monitor.needed():
                 next_tick = math.inf
+            elif next_tick == math.inf:
+                next_tick = (math.floor(self.now / interval) + 1) * interval
             t = min(ta, tf, next_tick, pass_at)
             if t == math.inf:
                 break
@@ -486,7 +479,6 @@ def simulate(
     config: SimConfig | None = None,
     seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
-    extra: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run ``preset`` (a name from ``stowage.sim.presets.PRESETS`` or an instance) over ``workload``.
 
