@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,13 +24,6 @@ if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
 __all__ = ["KubePreset"]
-
-
-def _pass_shapes(sim: Simulation, groups: NDArray[np.int64]
-                 ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.bool_]]:
-    """(the workload's demand shapes, each group's shape, shapes alive at the start of a pass: those present)."""
-    shape_of = sim.g_shape[groups]
-    return sim.shapes, shape_of, np.bincount(shape_of, minlength=len(sim.shapes)) > 0
 
 
 def _fitting(sim: Simulation, groups: NDArray[np.int64], fit_res: NDArray | None, free: NDArray
@@ -93,6 +86,27 @@ def _live_rows(alive: NDArray[np.bool_], shape_of: NDArray[np.int64], start: int
         start, chunk = end, chunk * 2
 
 
+def _in_order(sim: Simulation, ordered: NDArray[np.int64], fill: Callable[[int], None]) -> None:
+    """``fill(g)`` for the groups of ``ordered`` in turn, skipping those whose demand shape failed in this pass.
+
+    Room only shrinks during a pass: a demand at least as big as one that failed (its group still has tasks
+    waiting after ``fill``) fails too, so a failure kills its shape and every bigger one for the rest of the
+    pass (at most one failure per distinct shape); the pass ends when no live shape is left.
+    """
+    shapes, shape_of = sim.shapes, sim.g_shape[ordered]
+    alive = np.bincount(shape_of, minlength=len(shapes)) > 0
+    todo = _live_rows(alive, shape_of, 0)
+    while todo:
+        for i in todo:
+            g = int(ordered[i])
+            fill(g)
+            if sim.g_pending[g] > 0:
+                alive &= ~(shapes >= shapes[shape_of[i]]).all(axis=1)
+                todo = _live_rows(alive, shape_of, i + 1)
+                break
+        else:
+            todo = []
+
 class KubePreset(Preset):
     """kube-scheduler: PrioritySort queue, Fit filter on Kubernetes resources, one Score plugin set."""
 
@@ -111,7 +125,8 @@ class KubePreset(Preset):
         self._tlp_measured = np.zeros(sim.cluster.n)
         self._tlp_binds: deque[tuple[float, int, float]] = deque()  # (time, node, predicted cpu)
         self._tlp_missing = np.zeros(sim.cluster.n)  # Σ predicted cpu of the binds above, per node
-        self._drf_order_cache: NDArray[np.int64] | None = None
+        # Every group in DRF's order inside a queue: its job's arrival, then the group index.
+        self._drf_rank = np.lexsort((np.arange(sim.n_groups), sim.j_arrival[sim.g_job]))
         self._queue = np.zeros(0, dtype=np.int64)  # open, unfinished groups in queue order
         self._opened = 0  # how many groups were open when ``_queue`` was sorted
         self._queue_regular = self._queue_opp = self._queue  # with harvesting: those of _queue that may run so
@@ -149,7 +164,8 @@ class KubePreset(Preset):
             return ok, np.zeros(ok.shape)
         # Upstream's int64 milli-CPU and bytes: rounding once per quantity, as the API stores it.
         req_u = scoring.to_units(sim.cluster.reg_alloc[rows][:, self._cm])
-        return ok, scoring.kube_scores(req_u, self._cap_u[rows], self._shape_u[shape], self.score)
+        fit, balanced = scoring.plugin_scores(req_u, self._cap_u[rows], self._shape_u[shape], self.score)
+        return ok, fit + balanced
 
     def _place_regular(self, sim: Simulation, g: int, free: NDArray[np.float64], fit_res: NDArray) -> bool:
         """Place one task of ``g`` on its best node that fits ``free`` (the pass's room, updated here)."""
@@ -174,20 +190,14 @@ class KubePreset(Preset):
         key = np.lexsort((groups, sim.g_ready_at[groups], -sim.j_priority[sim.g_job[groups]]))
         return groups[key]
 
-    def _ready_in_order(self, sim: Simulation) -> NDArray[np.int64]:
-        """``_queue_order(sim.ready_groups())`` without a sort per pass.
-
-        A group's key (priority, when its barrier opened, index) never changes once it is open, so
-        the open groups are sorted again only when one opens; between, filtering by waiting tasks
-        keeps the order.
-        """
-        self._refresh_queue(sim)
-        return self._queue[sim.g_pending[self._queue] > 0]
-
     def _refresh_queue(self, sim: Simulation) -> None:
         """Sort the open, unfinished groups again if one opened; with harvesting, also the ones that may run
-        regular and the ones that may run opportunistically (static per group), so a pass filters only
-        by waiting tasks."""
+        regular and the ones that may run opportunistically (static per group).
+
+        A group's key (priority, when its barrier opened, index) never changes once it is open, so between
+        two openings filtering ``_queue`` by waiting tasks is ``_queue_order(sim.ready_groups())`` without a
+        sort per pass.
+        """
         opened = int(np.count_nonzero(sim.g_ready))
         if opened != self._opened:
             self._opened = opened
@@ -196,18 +206,12 @@ class KubePreset(Preset):
                 self._queue_regular, self._queue_opp = q[self._regular_ok[q]], q[self._opp_ok[q]]
 
     def schedule(self, sim: Simulation) -> None:
-        if self.harvesting:
-            # _ready_in_order then the regular ones: the same groups in the same order. (No early return
-            # when nothing waits at all: both parts then find nothing to do.)
-            self._refresh_queue(sim)
-            q = self._queue_regular
-            regular = q[sim.g_pending[q] > 0] if sim.regular_changed else q[:0]
-        else:
-            regular = self._ready_in_order(sim)
-            if regular.size == 0:
-                return
-            if not sim.regular_changed:
-                regular = regular[:0]  # only a monitor tick since the last pass: regular room is unchanged
+        self._refresh_queue(sim)
+        q = self._queue_regular if self.harvesting else self._queue
+        # After only a monitor tick since the last pass, regular room is unchanged: no regular try.
+        regular = q[sim.g_pending[q] > 0] if sim.regular_changed else q[:0]
+        if regular.size == 0 and not self.harvesting:
+            return
         fit_res = self.regular_resources(sim)
         free = sim.regular_free()
         if regular.size:
@@ -215,23 +219,11 @@ class KubePreset(Preset):
         if self.order == "drf":
             self._schedule_drf(sim, regular, free, fit_res)
         else:
-            ordered = regular  # filtering kept the queue order
-            # Room only shrinks during a pass: a demand at least as big as one that failed fails too,
-            # so a failure kills its shape and every bigger one for the rest of the pass (at most one
-            # failure per distinct shape); the pass ends when no live shape is left.
-            shapes, shape_of, alive = _pass_shapes(sim, ordered)
-            todo = _live_rows(alive, shape_of, 0)
-            while todo:
-                for i in todo:
-                    g = int(ordered[i])
-                    while sim.g_pending[g] > 0 and self._place_regular(sim, g, free, fit_res):
-                        pass
-                    if sim.g_pending[g] > 0:
-                        alive &= ~(shapes >= shapes[shape_of[i]]).all(axis=1)
-                        todo = _live_rows(alive, shape_of, i + 1)
-                        break
-                else:
-                    todo = []
+            def fill(g: int) -> None:
+                while sim.g_pending[g] > 0 and self._place_regular(sim, g, free, fit_res):
+                    pass
+
+            _in_order(sim, regular, fill)  # filtering kept the queue order
         if self.harvesting:
             self._schedule_opportunistic(sim)
 
@@ -247,9 +239,9 @@ class KubePreset(Preset):
             return
         chosen = np.zeros(sim.n_groups, dtype=bool)
         chosen[groups] = True
-        by_rank = self._drf_order(sim)
-        ordered = by_rank[chosen[by_rank]]  # groups in DRF order, without a sort per pass
-        shapes, shape_of, alive = _pass_shapes(sim, ordered)
+        ordered = self._drf_rank[chosen[self._drf_rank]]  # groups in DRF order, without a sort per pass
+        shapes, shape_of = sim.shapes, sim.g_shape[ordered]
+        alive = np.bincount(shape_of, minlength=len(shapes)) > 0  # as in _in_order
         queues = sim.g_queue[ordered]
         by_queue = [np.flatnonzero(queues == q) for q in range(len(sim.queue_names))]
         head = [0] * len(by_queue)  # index into by_queue[q]; len(...) once the queue is done
@@ -289,50 +281,29 @@ class KubePreset(Preset):
             else:
                 shares = None
 
-    def _drf_order(self, sim: Simulation) -> NDArray[np.int64]:
-        """Every group in DRF's order inside a queue: its job's arrival, then the group index."""
-        if self._drf_order_cache is None:
-            self._drf_order_cache = np.lexsort((np.arange(sim.n_groups), sim.j_arrival[sim.g_job]))
-        return self._drf_order_cache
-
     def _schedule_opportunistic(self, sim: Simulation) -> None:
         """UBIS: what did not fit regularly runs on harvested capacity, in queue order."""
-        # The kept queue order (``_ready_in_order``, refreshed by this pass's regular part) filtered
-        # by waiting tasks is ``_queue_order(sim.ready_groups())``: no sort per pass.
+        # The kept queue order (``_refresh_queue``, by this pass's regular part) filtered by waiting tasks.
         q = self._queue_opp
         ready = q[sim.g_pending[q] > 0]
         if ready.size == 0:
             return
         avail = self._harvestable(sim)
-        ordered = _fitting(sim, ready, None, avail)
         inv = self._inv_cap
-        shapes, shape_of, alive = _pass_shapes(sim, ordered)  # as in the regular pass: room only shrinks
-        todo = _live_rows(alive, shape_of, 0)
-        while todo:
-            for i in todo:
-                g = int(ordered[i])
-                d = sim.g_demand[g]
-                failed = False
-                clamped = sim.clamped_shapes[sim.g_shape[g] : sim.g_shape[g] + 1]
-                ok = alignment.feasible_clamped(clamped, avail)[0]  # = alignment.feasible(d, avail)
-                score: NDArray[np.float64] | None = None
-                while sim.g_pending[g] > 0:
-                    if not ok.any():
-                        failed = True
-                        break
-                    # Spread like LeastAllocated, on the harvestable room.
-                    if score is None:
-                        score = _spread_scores(avail, d, inv)
-                    n = self._pick(score, ok)
-                    assert n is not None
-                    sim.place(g, n, opp=True)
-                    avail[n] = np.maximum(avail[n] - d, 0.0)
-                    # Only node n's room changed: its verdict and score again.
-                    ok[n : n + 1] = alignment.feasible_clamped(clamped, avail[n : n + 1])[0]
-                    score[n : n + 1] = _spread_scores(avail[n : n + 1], d, inv[n : n + 1])
-                if failed:
-                    alive &= ~(shapes >= d).all(axis=1)
-                    todo = _live_rows(alive, shape_of, i + 1)
-                    break
-            else:
-                todo = []
+
+        def fill(g: int) -> None:
+            """Spread like LeastAllocated, on the harvestable room, while some node fits."""
+            d = sim.g_demand[g]
+            clamped = sim.clamped_shapes[sim.g_shape[g] : sim.g_shape[g] + 1]
+            ok = alignment.feasible_clamped(clamped, avail)[0]  # = alignment.feasible(d, avail)
+            score = _spread_scores(avail, d, inv)
+            while sim.g_pending[g] > 0 and ok.any():
+                n = self._pick(score, ok)
+                assert n is not None
+                sim.place(g, n, opp=True)
+                avail[n] = np.maximum(avail[n] - d, 0.0)
+                # Only node n's room changed: its verdict and score again.
+                ok[n : n + 1] = alignment.feasible_clamped(clamped, avail[n : n + 1])[0]
+                score[n : n + 1] = _spread_scores(avail[n : n + 1], d, inv[n : n + 1])
+
+        _in_order(sim, _fitting(sim, ready, None, avail), fill)  # as in the regular pass: room only shrinks

@@ -38,7 +38,6 @@ __all__ = [
     "TLP_METRICS_INTERVAL_S",
     "TLP_REQUESTS_MULTIPLIER",
     "TLP_TARGET_PERCENT",
-    "kube_scores",
     "plugin_scores",
     "target_load_packing",
     "to_units",
@@ -79,13 +78,6 @@ def plugin_scores(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u:
     # Two resources: the population std of the fractions is |f₁ − f₂| / 2; requests as given.
     frac = np.where(cap_u > 0, np.minimum((req_u + pod_u) / safe, 1.0), 0.0)
     return fit, np.floor((1.0 - np.abs(frac[:, 0] - frac[:, 1]) / 2.0) * MAX_NODE_SCORE)
-
-
-def kube_scores(req_u: NDArray[np.float64], cap_u: NDArray[np.float64], pod_u: NDArray[np.float64], strategy: str
-                ) -> NDArray[np.float64]:
-    """kube-scheduler's score of a pod per node: the fit strategy's + BalancedAllocation (``plugin_scores``)."""
-    fit, balanced = plugin_scores(req_u, cap_u, pod_u, strategy)
-    return fit + balanced
 
 
 def target_load_packing(
