@@ -1,8 +1,11 @@
 """One node's alignment column, recomputed after each placement of a packing pass (the pass's hot path).
 
-``alignment.alignment`` validates and cleans its inputs on every call; a pass calls it once per placement
-with the same shapes and capacities, so ``ColumnScorer`` cleans those once per pass and each call goes
-straight to ``alignment.fits_and_scores`` with the node's available vector.
+``alignment.alignment`` validates and cleans its inputs on every call and loops over resources so that a
+(tasks × nodes) matrix needs no (tasks × nodes × resources) temporaries; a pass asks it once per placement for
+one node, with the same shapes and capacities. ``ColumnScorer`` cleans those once per pass and computes the
+node's (shapes × resources) terms in one go: the same operations on the same values, so the same bits
+(``tests/policy/test_column.py``), in a dozen numpy calls instead of about 35. Measured on the FB-2009 batch
+day's passes (2 shapes, 4 resources): 142 → 60 µs per column under cProfile, a fifth of a placement's time.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy.alignment import clamp_demand, finite_or_zero, fits_and_scores
+from stowage.policy.alignment import FEASIBILITY_RTOL, clamp_demand, finite_or_zero
 
 __all__ = ["ColumnScorer"]
 
@@ -21,9 +24,21 @@ class ColumnScorer:
     def __init__(self, shapes: NDArray[np.float64], cap: NDArray[np.float64]) -> None:
         self.d = clamp_demand(np.asarray(shapes, dtype=np.float64))
         self.cap = np.maximum(finite_or_zero(np.asarray(cap, dtype=np.float64)), 0.0)
+        self._whole = (self.cap > 0).all(axis=1)  # nodes with some of every resource: plain division
 
     def __call__(self, n: int, available: NDArray[np.float64]) -> NDArray[np.float64]:
         """(S,) alignment of every shape on node ``n`` given its available vector (R,)."""
-        a = np.asarray(available, dtype=np.float64).reshape(1, -1)
-        fits, score = fits_and_scores(self.d, self.cap[n : n + 1], a)
-        return np.where(fits[:, 0], score[:, 0], -np.inf)
+        c = self.cap[n]
+        a = np.clip(finite_or_zero(np.asarray(available, dtype=np.float64)), 0.0, c)
+        fits = (self.d <= a * (1.0 + FEASIBILITY_RTOL)).all(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if self._whole[n]:
+                terms = (self.d / c) * (a / c)
+            else:  # a resource the node lacks adds 0
+                has = c > 0
+                terms = np.divide(self.d, c, out=np.zeros_like(self.d), where=has) * np.divide(
+                    a, c, out=np.zeros_like(a), where=has)
+        score = np.zeros(self.d.shape[0])
+        for r in range(self.d.shape[1]):  # alignment's order: Σ_r from r = 0
+            score += terms[:, r]
+        return np.where(fits, score, -np.inf)

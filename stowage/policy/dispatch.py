@@ -194,9 +194,10 @@ def pack(inp: PassInput, knobs: PackingSettings, *, limit: int | None = None) ->
         if not _every_queue_competes(queues, weight.shape[0], knobs.fairness_knob):
             # Held back for its queue's share, not passed over: a queue ahead of its weight would otherwise get
             # its rows starved and past every queue rule (a queue of many one-task jobs would take 64 % against 2:1).
-            usage = None if inp.queue_usage is None else fairness.padded(inp.queue_usage, weight.shape[0], 0.0)
+            shares = fairness.PoolShares(qa, inp.pool_total, weight, inp.queue_usage)
             present = np.bincount(queues, minlength=weight.shape[0]) > 0
-            ahead = _tiers(qa, inp.pool_total, weight, usage, present, knobs) == fairness.AHEAD
+            tiers = shares.tiers(present, knobs.queue_usage_tolerance, knobs.queue_share_floor, shares.levels(present))
+            ahead = tiers == fairness.AHEAD
             skipped[waiting[ahead[queues]]] = False
     return PassResult(placements, skipped, held_out)
 
@@ -233,13 +234,13 @@ def _place_all(
     jobs_ok = ranks.mask(jobs, queues, f)
     pending = np.asarray(inp.pending)[rows].copy()
     qa = np.array(inp.queue_alloc, dtype=np.float64)
-    total, weight = inp.pool_total, np.asarray(inp.queue_weight, dtype=np.float64)
+    weight = np.asarray(inp.queue_weight, dtype=np.float64)
+    shares = fairness.PoolShares(qa, inp.pool_total, weight, inp.queue_usage)
     shaped = candidates.ShapeScores(score)
     rescore = column.ColumnScorer(shapes, cap)  # alignment of one node's column, cleaned once per pass
-    usage = None if inp.queue_usage is None else fairness.padded(inp.queue_usage, weight.shape[0], 0.0)
-    every_queue = _every_queue_competes(queues, weight.shape[0], f)
     present = np.bincount(queues, minlength=weight.shape[0]) > 0  # queues with rows: changes only when rows go
-    levels = None if every_queue else _levels(qa, total, weight, present)
+    levels = None if _every_queue_competes(queues, weight.shape[0], f) else shares.levels(present)
+    tolerance, floor = knobs.queue_usage_tolerance, knobs.queue_share_floor
     while rows.size and (limit is None or len(placements) < limit):
         # Rows whose shape fits some node now. A search over rows none of which fits returns None
         # whatever the masks say, so such searches are skipped, and the pass ends when no row fits.
@@ -248,7 +249,8 @@ def _place_all(
             return
         best = None
         # Tiers change only with a placement: once per placement, then the first tier with a row that fits.
-        tiers = None if every_queue else _tiers(qa, total, weight, usage, present, knobs, levels)
+        # No levels: every queue competes (f = 0 or one queue left).
+        tiers = None if levels is None else shares.tiers(present, tolerance, floor, levels)
         # The reservation and the critical path pass the job mask, not the queue tiers: a queue's share is
         # not starvation (its many one-task jobs, all "passed over", would otherwise take every slot).
         open_rows = ((jobs_ok | urgent) if any_urgent else jobs_ok) & fits
@@ -267,6 +269,7 @@ def _place_all(
         placements.append(Placement(int(rows[i]), n))
         pending[i] -= 1
         qa[queues[i]] += d
+        shares.add(queues[i], d)
         avail[n] = np.maximum(avail[n] - d, 0.0)
         shaped.set_column(n, rescore(n, avail[n]))
         if pending[i] and inp.queue_quota is None:
@@ -279,10 +282,11 @@ def _place_all(
             rows, shape_of, p, boost, queues = rows[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
             jobs, pending, starved, urgent = jobs[keep], pending[keep], starved[keep], urgent[keep]
             jobs_ok = ranks.mask(jobs, queues, f)
-            every_queue = _every_queue_competes(queues, weight.shape[0], f)
             now_present = np.bincount(queues, minlength=weight.shape[0]) > 0
-            if not every_queue and (now_present != present).any():  # queues only leave: levels is set
-                levels = _levels(qa, total, weight, now_present)
+            if _every_queue_competes(queues, weight.shape[0], f):  # stays so: queues only leave
+                levels = None
+            elif (now_present != present).any():
+                levels = shares.levels(now_present)
             present = now_present
 
 
@@ -318,23 +322,6 @@ def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) ->
     then the shares need not be computed.
     """
     return f <= 0.0 or int(np.count_nonzero(np.bincount(queues, minlength=n_queues))) <= 1
-
-
-def _tiers(qa: NDArray[np.float64], total: NDArray[np.float64], weight: NDArray[np.float64],
-           usage: NDArray[np.float64] | None, present: NDArray[np.bool_], knobs: PackingSettings,
-           levels: NDArray[np.float64] | None = None) -> NDArray[np.int8]:
-    """(Q,) ``fairness.queue_tiers`` of the queues with rows, from the allocation ``qa`` this far in the pass
-    (``levels``: ``_levels`` of the same queues, kept by a caller that places for them)."""
-    dom = fairness.dominant_shares(qa, total, np.ones(weight.shape[0]))
-    return fairness.queue_tiers(dom, dom if usage is None else usage, weight, present,
-                                knobs.queue_usage_tolerance, knobs.queue_share_floor, levels)
-
-
-def _levels(qa: NDArray[np.float64], total: NDArray[np.float64], weight: NDArray[np.float64],
-            present: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """``fairness.fair_levels`` of the queues with rows: the same until the set changes, since placements change
-    only those queues' shares."""
-    return fairness.fair_levels(fairness.dominant_shares(qa, total, np.ones(weight.shape[0])), weight, present)
 
 
 class _Ranks:

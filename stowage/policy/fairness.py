@@ -46,6 +46,7 @@ __all__ = [
     "EVEN",
     "FLOOR",
     "IDLE",
+    "PoolShares",
     "QueueUsage",
     "barrier_boost",
     "decayed",
@@ -97,18 +98,29 @@ def dominant_shares(allocated: ArrayLike, total: ArrayLike, weights: ArrayLike) 
         raise InvalidInput("allocated.shape", alloc.shape, f"must be (Q, {tot.shape[0]}) like total")
     if w.shape != (alloc.shape[0],):
         raise InvalidInput("weights.shape", w.shape, f"must be ({alloc.shape[0]},), one per queue")
-    alloc = np.maximum(nan_to_num_if_needed(alloc, posinf=np.finfo(np.float64).max), 0.0)
-    tot = nan_to_num_if_needed(tot, posinf=np.finfo(np.float64).max)  # nan_to_num's default for +inf
-    with np.errstate(over="ignore"):
-        # (Q, R); ignored resources contribute 0. Dividing directly (not by 1/total)
-        # keeps 0/tiny = 0 instead of 0·inf = NaN.
-        frac = np.divide(alloc, tot, out=np.zeros_like(alloc), where=tot > 0)
-    dom = frac.max(axis=1) if frac.shape[1] else np.zeros(alloc.shape[0])
+    dom = _dominant(_clean_alloc(alloc), _clean_total(tot))
     good_w = np.isfinite(w) & (w > 0)
     out = np.full(alloc.shape[0], np.inf)
     with np.errstate(over="ignore"):
         np.divide(dom, w, out=out, where=good_w)
     return out
+
+
+def _clean_alloc(alloc: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``dominant_shares``' reading of an allocation: NaN and negative → 0, +inf → the largest float."""
+    return np.maximum(nan_to_num_if_needed(alloc, posinf=np.finfo(np.float64).max), 0.0)
+
+
+def _clean_total(tot: NDArray[np.float64]) -> NDArray[np.float64]:
+    return nan_to_num_if_needed(tot, posinf=np.finfo(np.float64).max)  # nan_to_num's default for +inf
+
+
+def _dominant(alloc: NDArray[np.float64], tot: NDArray[np.float64]) -> NDArray[np.float64]:
+    """(Q,) unweighted dominant shares of cleaned (Q, R) allocations; resources with ``tot ≤ 0`` add 0."""
+    with np.errstate(over="ignore"):
+        # Dividing directly (not by 1/total) keeps 0/tiny = 0 instead of 0·inf = NaN.
+        frac = np.divide(alloc, tot, out=np.zeros_like(alloc), where=tot > 0)
+    return frac.max(axis=1) if frac.shape[1] else np.zeros(alloc.shape[0])
 
 
 def drf_pick(
@@ -200,6 +212,15 @@ def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backl
     on = _vec(backlogged, "backlogged", bool)
     if not (used.shape == w.shape == on.shape == dom.shape):
         raise InvalidInput("usage.shape", (used.shape, w.shape, on.shape), f"must be {dom.shape}, one per queue")
+    fair = fair_levels(dom, w, on) if levels is None else _vec(levels, "levels")
+    if fair.shape != dom.shape:
+        raise InvalidInput("levels.shape", fair.shape, f"must be {dom.shape}, one per queue")
+    return _tiers(dom, used, w, on, tolerance, floor, fair)
+
+
+def _tiers(dom: NDArray[np.float64], used: NDArray[np.float64], w: NDArray[np.float64], on: NDArray[np.bool_],
+           tolerance: float, floor: float, fair: NDArray[np.float64]) -> NDArray[np.int8]:
+    """``queue_tiers`` on checked (Q,) vectors."""
     out = np.full(dom.shape[0], IDLE, dtype=np.int8)
     k = projected(dom, used)
     fine = on & np.isfinite(k) & np.isfinite(w) & (w > 0)
@@ -209,11 +230,50 @@ def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backl
     per_weight = np.where(fine, k / np.where(fine, w, 1.0), np.inf)
     limit = (1.0 + _knob(tolerance, 0.0, np.finfo(np.float64).max)) * per_weight.min()
     out[fine & (per_weight <= limit * (1 + 1e-12) + 1e-15)] = EVEN
-    fair = fair_levels(dom, w, on) if levels is None else _vec(levels, "levels")
-    if fair.shape != dom.shape:
-        raise InvalidInput("levels.shape", fair.shape, f"must be {dom.shape}, one per queue")
     out[fine & (dom < floor * fair - 1e-12)] = FLOOR
     return out
+
+
+class PoolShares:
+    """The queues' unweighted dominant shares of one pool, kept current while a pass places tasks one at a time.
+
+    ``dominant_shares`` reads the whole (Q, R) allocation; a placement changes one queue's, so this cleans the
+    allocation once and recomputes only that queue's share (the same bits). ``tiers`` and ``levels`` are
+    ``queue_tiers`` and ``fair_levels`` on these shares, with the inputs checked once, here.
+    """
+
+    def __init__(self, allocated: ArrayLike, total: ArrayLike, weights: ArrayLike,
+                 usage: ArrayLike | None = None) -> None:
+        """``usage``: each queue's decayed usage (``QueueUsage.usage_at``, shorter than Q: the rest 0), or None
+        for none (half-life 0: the usage is the dominant share at each placement)."""
+        self.weights = _vec(weights, "weights")
+        alloc = np.asarray(allocated, dtype=np.float64)
+        q = self.weights.shape[0]
+        tot = _vec(total, "total")
+        if alloc.shape != (q, tot.shape[0]):
+            raise InvalidInput("allocated.shape", alloc.shape, f"must be ({q}, {tot.shape[0]}): queues × resources")
+        self.alloc, self.total = _clean_alloc(alloc), _clean_total(tot)
+        self._counted = self.total > 0
+        self.dominant = _dominant(self.alloc, self.total)
+        self.usage = None if usage is None else padded(usage, q, 0.0)
+
+    def add(self, q: int, demand: NDArray[np.float64]) -> None:
+        """Queue ``q`` now also holds ``demand`` (R,), finite and ≥ 0."""
+        self.alloc[q] += demand
+        with np.errstate(over="ignore"):
+            frac = np.divide(self.alloc[q], self.total, out=np.zeros(self.total.shape), where=self._counted)
+        self.dominant[q] = frac.max() if frac.size else 0.0
+
+    def levels(self, backlogged: NDArray[np.bool_]) -> NDArray[np.float64]:
+        """``fair_levels`` of the ``backlogged`` queues (Q,): the same until that set changes, since a pass adds
+        only to backlogged queues, and the levels read only the others' shares."""
+        return fair_levels(self.dominant, self.weights, backlogged)
+
+    def tiers(self, backlogged: NDArray[np.bool_], tolerance: float, floor: float,
+              levels: NDArray[np.float64]) -> NDArray[np.int8]:
+        """``queue_tiers`` now; ``levels``: ``self.levels(backlogged)``."""
+        used = self.dominant if self.usage is None else self.usage
+        return _tiers(self.dominant, used, self.weights, backlogged, tolerance, floor, levels)
 
 
 def projected(dominant: ArrayLike, usage: ArrayLike) -> NDArray[np.float64]:

@@ -193,7 +193,7 @@ def test_fair_levels_give_the_backlogged_queues_what_the_others_leave_by_weight(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0.1, 4), st.booleans()), min_size=1, max_size=6))
 def test_fair_levels_do_not_read_the_backlogged_queues_own_shares(queues) -> None:
-    # What a pass relies on to compute them once (dispatch._levels): placing for a backlogged queue moves
+    # What a pass relies on to compute them once (PoolShares.levels): placing for a backlogged queue moves
     # only its own share, so the levels, and with them queue_tiers(levels=...), stay what a fresh call gives.
     before, after, weight, on = (np.array(x) for x in zip(*queues, strict=True))
     moved = np.where(on, after, before)
@@ -209,3 +209,33 @@ def test_queue_tiers_checks_shapes() -> None:
         queue_tiers([0.1, 0.2], [0.1], [1.0, 1.0], [True, True], 0.1, 0.5)
     with pytest.raises(InvalidInput, match=r"levels\.shape"):
         queue_tiers([0.1, 0.2], [0.1, 0.2], [1.0, 1.0], [True, True], 0.1, 0.5, levels=[0.5])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 4), st.data())
+def test_pool_shares_kept_per_placement_equal_a_fresh_computation(n_queues, n_res, data) -> None:
+    # A pass updates one queue's share per placement; its shares and tiers must be what the whole
+    # allocation gives at that point, bit for bit.
+    floats = st.floats(0, 50, allow_nan=False)
+    alloc = np.array(data.draw(st.lists(st.lists(floats, min_size=n_res, max_size=n_res),
+                                        min_size=n_queues, max_size=n_queues)), dtype=float).reshape(n_queues, n_res)
+    total = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 64.0, 1e-300, 3e5]), min_size=n_res,
+                                        max_size=n_res)))
+    weight = np.array(data.draw(st.lists(st.sampled_from([0.5, 1.0, 2.0, 0.0]), min_size=n_queues,
+                                         max_size=n_queues)))
+    on = np.array(data.draw(st.lists(st.booleans(), min_size=n_queues, max_size=n_queues)))
+    shares = fairness.PoolShares(alloc, total, weight, usage=[0.1])
+    for q, demand in data.draw(st.lists(st.tuples(st.integers(0, n_queues - 1),
+                                                  st.lists(floats, min_size=n_res, max_size=n_res)), max_size=8)):
+        alloc[q] += demand
+        shares.add(q, np.array(demand))
+        fresh = fairness.dominant_shares(alloc, total, np.ones(n_queues))
+        assert shares.dominant.tobytes() == fresh.tobytes()
+        usage = fairness.padded([0.1], n_queues, 0.0)
+        assert shares.tiers(on, 0.1, 0.5, shares.levels(on)).tolist() == queue_tiers(
+            fresh, usage, weight, on, 0.1, 0.5).tolist()
+
+
+def test_pool_shares_check_the_allocations_shape() -> None:
+    with pytest.raises(InvalidInput, match=r"allocated\.shape"):
+        fairness.PoolShares(np.zeros((2, 3)), np.ones(2), np.ones(2))
