@@ -65,18 +65,13 @@ def fairness_over_time(t: NDArray[np.float64], shares: NDArray[np.float64], back
                        weights: NDArray[np.float64], half_life_s: float, floor: float) -> dict[str, float | int]:
     """The queues-over-time figures (module docstring) from samples: times (T,), dominant shares (T, Q),
     backlogged (T, Q), weights (Q,)."""
-    out: dict[str, float | int] = {"usage_deviation_max": 0.0, "over_tolerance_fraction": 0.0,
-                                   "below_floor_longest_s": 0.0, "usage_samples": 0}
-    if t.size == 0:
-        return out
     w = np.maximum(np.nan_to_num(np.asarray(weights, dtype=np.float64)), 0.0)
-    usage = shares[0].copy()
-    since = np.where(backlogged[0], t[0], np.nan)  # when each queue last became backlogged
-    below_from = np.full(shares.shape[1], np.nan)
+    since = np.full(shares.shape[1], np.nan)  # when each queue last became backlogged
+    below_from = since.copy()  # when each queue last fell below its floor
     worst, over, counted, longest = 0.0, 0, 0, 0.0
+    usage = np.zeros(shares.shape[1])  # each queue's decayed usage, from the first sample on
     for i in range(t.size):
-        if i:
-            usage = fairness.decayed(usage, shares[i - 1], t[i] - t[i - 1], half_life_s)
+        usage = fairness.decayed(usage, shares[i - 1], t[i] - t[i - 1], half_life_s) if i else shares[0]
         on = backlogged[i] & (w > 0)
         since = np.where(on, np.where(np.isnan(since), t[i], since), np.nan)
         low = on & (shares[i] < floor * fairness.fair_levels(shares[i], w, on) - 1e-9)
@@ -88,9 +83,8 @@ def fairness_over_time(t: NDArray[np.float64], shares: NDArray[np.float64], back
             dev = np.abs((usage[on] / usage[on].sum()) / (w[on] / w[on].sum()) - 1.0)
             worst, counted = max(worst, float(dev.max())), counted + 1
             over += int(dev.max() > FAIRNESS_TOLERANCE)
-    out.update(usage_deviation_max=worst, over_tolerance_fraction=over / counted if counted else 0.0,
-               below_floor_longest_s=longest, usage_samples=counted)
-    return out
+    return {"usage_deviation_max": worst, "over_tolerance_fraction": over / counted if counted else 0.0,
+            "below_floor_longest_s": longest, "usage_samples": counted}
 
 
 def critical_paths(sim: Simulation) -> NDArray[np.float64]:
@@ -114,17 +108,14 @@ def critical_paths(sim: Simulation) -> NDArray[np.float64]:
     return out
 
 
-def fluid_lower_bound(sim: Simulation, paths: NDArray[np.float64] | None = None) -> float:
-    """``paths``: ``critical_paths(sim)`` when the caller has them already."""
-    work = (sim.g_demand * (sim.g_dur * sim.g_tasks)[:, None]).sum(axis=0)
-    total = sim.cluster.total
-    ratio = np.divide(work, total, out=np.zeros_like(work), where=total > 0)
-    by_work = float(ratio.max()) if ratio.size else 0.0
+def fluid_lower_bound(sim: Simulation, paths: NDArray[np.float64]) -> float:
+    """The makespan bound of the module docstring; ``paths``: ``critical_paths(sim)``."""
     if sim.n_jobs == 0:
         return 0.0
-    paths = critical_paths(sim) if paths is None else paths
-    by_path = float((sim.j_arrival + paths).max() - sim.t0)
-    return max(by_work, by_path)
+    work = (sim.g_demand * (sim.g_dur * sim.g_tasks)[:, None]).sum(axis=0)
+    total = sim.cluster.total
+    by_work = np.divide(work, total, out=np.zeros_like(work), where=total > 0).max()  # R ≥ 4: never empty
+    return max(float(by_work), float((sim.j_arrival + paths).max() - sim.t0))
 
 
 def slowed_fraction(jct: NDArray[np.float64], reference: NDArray[np.float64]) -> float:
@@ -151,17 +142,15 @@ class Recorder:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
-        paths = critical_paths(sim)
-        self.paths = paths
-        self.lower_bound = fluid_lower_bound(sim, paths)
+        self.paths = critical_paths(sim)
+        self.lower_bound = fluid_lower_bound(sim, self.paths)
         # No job finishes sooner than its critical path after it arrives, whatever the schedule.
-        self.jct_lower_bound = float(paths.mean()) if paths.size else 0.0
-        span = max(self.lower_bound, 1.0)
-        cfg = sim.config.sample_s
-        self.period = float(cfg) if cfg else max(1.0, math.ceil(span / 400.0))
+        self.jct_lower_bound = float(self.paths.mean()) if self.paths.size else 0.0
+        cfg = sim.config.sample_s  # None: about 400 samples over the lower bound
+        self.period = float(cfg) if cfg else max(1.0, math.ceil(self.lower_bound / 400.0))
         self.next_sample = sim.t0
-        r, q = len(sim.resources), len(sim.queue_names)
-        self.alloc_integral = np.zeros(r)
+        self._total = np.where(sim.cluster.total > 0, sim.cluster.total, 1.0)  # a resource nobody has: 1
+        self.alloc_integral = np.zeros(len(sim.resources))
         self.times: list[float] = []
         self.alloc: list[NDArray[np.float64]] = []
         self.used: list[NDArray[np.float64]] = []
@@ -169,7 +158,7 @@ class Recorder:
         self.backlogged: list[NDArray[np.bool_]] = []
         self.unfair_sum = np.zeros(sim.n_jobs)
         self.unfair_n = np.zeros(sim.n_jobs)
-        self._q = q
+        self._q = len(sim.queue_names)
 
     def integrate(self, dt: float) -> None:
         self.alloc_integral += self.sim.alloc_total * dt
@@ -191,7 +180,7 @@ class Recorder:
         c = sim.cluster
         use = sim.current_use() if len(sim.running) else np.zeros((0, c.r))
         used = np.minimum(c.node_sums(use, sim.running.node), c.cap).sum(axis=0) if len(use) else np.zeros(c.r)
-        total = np.where(c.total > 0, c.total, 1.0)
+        total = self._total
         self.times.append(t)
         self.alloc.append(sim.alloc_total / total)
         self.used.append(used / total)
@@ -226,15 +215,23 @@ class Recorder:
 
     def result(self) -> RunResult:
         sim = self.sim
+        r, q, times = len(sim.resources), self._q, np.array(self.times)
+        series = {
+            "t": times - sim.t0,
+            "allocated": np.array(self.alloc).reshape(-1, r),
+            "used": np.array(self.used).reshape(-1, r),
+            "shares": np.array(self.shares).reshape(-1, q),
+            "backlogged": np.array(self.backlogged, dtype=bool).reshape(-1, q),
+            "resources": sim.resources,
+            "queues": list(sim.queue_names),
+            "harvesting": sim.preset.harvesting,
+        }
         finished = ~np.isnan(sim.j_finish)
         jct = np.where(finished, sim.j_finish - sim.j_arrival, np.nan)
         end = float(np.nanmax(sim.j_finish)) if finished.any() else sim.now
         makespan = max(end - sim.t0, 0.0)
-        total = np.where(sim.cluster.total > 0, sim.cluster.total, 1.0)
-        span = max(sim.now - sim.t0, 1e-9)
-        alloc_mean = self.alloc_integral / total / span
-        used_mean = np.mean(self.used, axis=0) if self.used else np.zeros(len(sim.resources))
-        lost = int(sim.g_tasks.sum() - sim.g_done.sum())
+        alloc_mean = self.alloc_integral / self._total / max(sim.now - sim.t0, 1e-9)
+        used_mean = series["used"].mean(axis=0) if self.used else np.zeros(r)
         ok = np.isfinite(jct)
         measured = self.unfair_n > 0
         unfair = np.where(measured, self.unfair_sum / np.maximum(self.unfair_n, 1), 0.0)
@@ -257,7 +254,7 @@ class Recorder:
             "oom_kills": sim.oom_kills,
             "contentions": sim.monitor.contentions,
             "wasted_work_s": sim.wasted_work_s,
-            "lost_tasks": lost,
+            "lost_tasks": int(sim.g_tasks.sum() - sim.g_done.sum()),
             "time_cap_reached": sim.time_cap_reached,
             "tasks": int(sim.g_tasks.sum()),
             "tasks_started": sim.task_starts,
@@ -267,23 +264,12 @@ class Recorder:
             "slowed_vs_fluid_fraction": slowed_fraction(jct, fluid_jct),
             "jct_mean_fluid_s": float(np.nanmean(fluid_jct)) if np.isfinite(fluid_jct).any() else 0.0,
             "queues_over_time": fairness_over_time(
-                np.array(self.times), np.array(self.shares).reshape(-1, self._q),
-                np.array(self.backlogged, dtype=bool).reshape(-1, self._q), sim.q_weight,
+                times, series["shares"], series["backlogged"], sim.q_weight,
                 sim.settings.packing.queue_usage_half_life_s, sim.settings.packing.queue_share_floor),
             "unfairness": {
                 "negative_jobs_fraction": float(negative.size / max(int(measured.sum()), 1)),
                 "mean_negative": float(negative.mean()) if negative.size else 0.0,
             },
-        }
-        series = {
-            "t": np.array(self.times) - sim.t0,
-            "allocated": np.array(self.alloc).reshape(-1, len(sim.resources)),
-            "used": np.array(self.used).reshape(-1, len(sim.resources)),
-            "shares": np.array(self.shares).reshape(-1, len(sim.queue_names)),
-            "backlogged": np.array(self.backlogged, dtype=bool).reshape(-1, len(sim.queue_names)),
-            "resources": sim.resources,
-            "queues": list(sim.queue_names),
-            "harvesting": sim.preset.harvesting,
         }
         # Per-job arrays in the workload's own job order (the engine sorts jobs by arrival).
         jct_out, arrival_out = np.empty_like(jct), np.empty_like(jct)
