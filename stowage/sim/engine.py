@@ -112,7 +112,7 @@ class Simulation:
         self.tasks_done = 0
         self.time_cap_reached = False
         self.events = 0  # loop iterations (arrivals, finishes, ticks): the unit of `stowage bench simulator`
-        self._buffer: list[tuple[int, int, int, bool]] = []
+        self._buffer: list[tuple[int, int, bool]] = []
         self.log: list[tuple[float, str, str, str, bool]] | None = [] if config.trace else None
         self._use_key: tuple[float, int] | None = None
         self._rates_key: tuple[float, int] | None = None
@@ -220,22 +220,22 @@ class Simulation:
     def regular_free(self) -> NDArray[np.float64]:
         return self.cluster.cap - self.cluster.reg_alloc
 
-    def place(self, g: int, n: int, opp: bool, k: int = 1) -> None:
-        """Start ``k`` tasks of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
-        d = self.g_demand[g] if k == 1 else self.g_demand[g] * k  # × 1 changes no bit: skip the new array
+    def place(self, g: int, n: int, opp: bool) -> None:
+        """Start a task of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
+        d = self.g_demand[g]
         c = self.cluster
         if opp:
             c.opp_alloc[n] += d
         else:
             c.reg_alloc[n] += d
-        self.g_pending[g] -= k
-        self.g_running[g] += k
+        self.g_pending[g] -= 1
+        self.g_running[g] += 1
         j, q = self.g_job[g], self.g_queue[g]
         self.job_alloc[j] += d
         self.queue_alloc[1 if opp else 0, q] += d
         self.alloc_total += d
-        self.task_starts += k
-        self._buffer.append((g, n, k, opp))
+        self.task_starts += 1
+        self._buffer.append((g, n, opp))
         if self.log is not None:
             self.log.append((self.now, self.jobs[j].name, self.g_name[g], self.workload.nodes[n].name, opp))
         self._changed = True
@@ -246,13 +246,11 @@ class Simulation:
     def _flush(self) -> None:
         if not self._buffer:
             return
-        placed = np.array(self._buffer, dtype=np.int64).reshape(-1, 4)  # (group, node, k, opp) per place()
-        gs, ns, os_ = np.repeat(placed[:, [0, 1, 3]], placed[:, 2], axis=0).T
-        os_ = os_.astype(bool)
+        gs, ns, opp = np.array(self._buffer, dtype=np.int64).reshape(-1, 3).T  # (group, node, opp) per place()
         override = self.g_usage[gs]
         base = self.usage_model.draw_base(self.rng, override)
         io = self.usage_model.io_base(base, override)
-        self.running.append(gs, ns, self.now, self.g_dur[gs], base, io, os_)
+        self.running.append(gs, ns, self.now, self.g_dur[gs], base, io, opp.astype(bool))
         self._buffer.clear()
 
     # --- removal (finish, eviction) -------------------------------------------------------------
