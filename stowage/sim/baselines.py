@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from stowage.policy import alignment, fairness
 from stowage.sim import scoring
-from stowage.sim.preset import OPP_TRUE, Preset
+from stowage.sim.preset import OPP_FALSE, OPP_TRUE, Preset
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
@@ -132,7 +132,7 @@ class KubePreset(Preset):
         self._queue_regular = self._queue_opp = self._queue  # with harvesting: those of _queue that may run so
         # Static per group: may it run regular (not opportunistic: true), may it run opportunistically.
         self._regular_ok = sim.j_opp[sim.g_job] != OPP_TRUE
-        self._opp_ok = self._opp_eligible(sim, np.arange(sim.n_groups))
+        self._opp_ok = (sim.j_opp[sim.g_job] != OPP_FALSE) & sim.q_opp[sim.g_queue]
         self._fit_shapes = sim.clamped_shapes[:, self.regular_resources(sim)]
         self._pass_nodes: _PassNodes | None = None  # the current regular pass's verdicts and scores
         cap = sim.cluster.cap

@@ -66,11 +66,6 @@ class Block:
     def view(self) -> NDArray:
         return self.data[:, self.lo : self.lo + self.n]
 
-    def take(self, rows: NDArray[np.int64]) -> NDArray:
-        """``view()[:, rows]`` as a new array. From the whole buffer (contiguous): ``take`` along the last
-        axis of the (non-contiguous) view copies every row in use first."""
-        return self.data.take(rows + self.lo if self.lo else rows, axis=1)
-
     def reserve(self, k: int) -> slice:
         """Room for ``k`` more rows; the slice of ``data`` they go in (the caller writes every field of it,
         after this call: the buffer may be a new one)."""
@@ -191,7 +186,6 @@ class Cluster:
     """Node capacity and the regular / opportunistic allocation on each node."""
 
     def __init__(self, resources: tuple[str, ...], capacity: NDArray[np.float64], harvest: NDArray[np.bool_]):
-        self.resources = resources
         self.cap = np.asarray(capacity, dtype=_F)
         self.n, self.r = self.cap.shape
         self.harvest = np.asarray(harvest, dtype=bool)

@@ -68,7 +68,3 @@ class Preset:
         a = harvest.harvestable(c.cap, c.usage, c.blocked, assumed, sim.settings.harvest.t_alloc.array(sim.resources))
         a[~c.harvest] = 0.0
         return a
-
-    def _opp_eligible(self, sim: Simulation, groups: NDArray[np.int64]) -> NDArray[np.bool_]:
-        jobs = sim.g_job[groups]
-        return (sim.j_opp[jobs] != OPP_FALSE) & sim.q_opp[sim.g_queue[groups]]

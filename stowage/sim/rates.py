@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["RateTracker"]
 
 
-
 class RateTracker:
     """Usage of every running row, updated only where something changed, and the rates from it.
 
@@ -138,13 +137,11 @@ class RateTracker:
 
     # --- rates ---------------------------------------------------------------------------------
 
-    def rates(self, out: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+    def rates(self, out: NDArray[np.float64]) -> NDArray[np.float64]:
         """Progress rate of each running row (fraction of full speed), as :meth:`Cluster.rates` gives it;
-        written into ``out`` when given (the running table's own field: no copy)."""
+        written into ``out`` (the running table's own field: no copy)."""
         sim = self.sim
         c = sim.cluster
-        if out is None:
-            out = np.empty(len(sim.running))
         if not self.active:
             self._start()
         use_t = self.current_use().T
