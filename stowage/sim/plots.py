@@ -39,11 +39,6 @@ _UTILIZATION = (("cpu", "tab:blue", "-", "--", "o"), ("memory", "tab:orange", "-
 _MARKS = 8  # markers per curve
 
 
-def _grid(n: int) -> tuple[int, int]:
-    cols = min(n, 4)
-    return math.ceil(n / cols), cols
-
-
 def _pyplot() -> Any:
     """matplotlib.pyplot on the Agg backend; :data:`MISSING_MATPLOTLIB` when it is not installed."""
     try:
@@ -98,7 +93,8 @@ def jct_figure(results: Mapping[str, RunResult]) -> Any:
 def _panels(results: Mapping[str, RunResult]) -> tuple[Any, Any, float]:
     """A grid of per-policy panels sharing both axes, and the time axis's end (h): the longest run."""
     plt = _pyplot()
-    rows, cols = _grid(len(results))
+    cols = min(len(results), 4)
+    rows = math.ceil(len(results) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False, sharex=True, sharey=True)
     end = max([float(r.series["t"].max(initial=0.0)) / 3600.0 for r in results.values()] + [1e-3])
     return fig, axes, end

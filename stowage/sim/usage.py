@@ -82,17 +82,13 @@ class UsageModel:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def _draw(self, rng: np.random.Generator, n: int) -> NDArray[np.float64]:
-        """``n`` unclipped draws (no random number is used when ``n`` is 0 or the concentration 0)."""
-        m = min(max(self.mean_fraction, 1e-6), 1.0 - 1e-6)
-        if self.concentration > 0 and n:
-            a, b = m * self.concentration, (1.0 - m) * self.concentration
-            return rng.beta(a, b, size=n)
-        return np.full(n, m)
-
     def draw_base(self, rng: np.random.Generator, override: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Base fraction per task; ``override`` (NaN = draw) replaces the draw where set."""
-        drawn = np.clip(self._draw(rng, override.shape[0]), self.min_fraction, 1.0)
+        """Base fraction per task; ``override`` (NaN = draw) replaces the draw where set (no random number is
+        used when there are no tasks or the concentration is 0)."""
+        n, m = override.shape[0], min(max(self.mean_fraction, 1e-6), 1.0 - 1e-6)
+        c = self.concentration
+        drawn = rng.beta(m * c, (1.0 - m) * c, size=n) if c > 0 and n else np.full(n, m)
+        drawn = np.clip(drawn, self.min_fraction, 1.0)
         return np.where(np.isnan(override), drawn, np.clip(override, 0.0, 1.0))
 
     def io_base(self, drawn: NDArray[np.float64], override: NDArray[np.float64]) -> NDArray[np.float64]:
