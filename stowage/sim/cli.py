@@ -23,6 +23,7 @@ import click
 from stowage.errors import InvalidInput, StowageError
 from stowage.policy.dispatch import PASS_DELAY_S
 from stowage.sim.engine import MAX_SIM_S
+from stowage.sim.metrics import RunResult
 from stowage.sim.presets import PRESETS
 from stowage.sim.sizing import DEFAULT_MAX_NODES, DEFAULT_MAX_TASKS
 from stowage.sim.usage import UsageModel
@@ -100,10 +101,6 @@ def report_folder(wanted: Path, names: tuple[str, ...], force: bool) -> Path:
     while any((wanted.with_name(f"{wanted.name}-{n}") / name).exists() for name in names):
         n += 1
     return wanted.with_name(f"{wanted.name}-{n}")
-
-
-def _fail(exc: StowageError) -> click.ClickException:
-    return click.ClickException(str(exc))
 
 
 def _say(text: str) -> None:
@@ -220,7 +217,7 @@ def simulate(
                            oracle_durations=oracle_durations)
         plan = sizing.plan_runs(workload, chosen, config=config, processes=processes, limits=limits)
     except StowageError as exc:
-        raise _fail(exc) from exc
+        raise click.ClickException(str(exc)) from exc
 
     out = report_folder(Path(report_dir), ("report.json", *(() if no_plots or plots_dir else _PLOTS)), force)
     plots_out = None if no_plots else (report_folder(Path(plots_dir), _PLOTS, force) if plots_dir else out)
@@ -242,16 +239,15 @@ def simulate(
         if wanted is not None and got is not None and got != wanted:
             _say(f"{wanted}/ holds an earlier report: writing to {got}/ instead (--force overwrites)")
 
-    def announce(name: str, result: object, wall_s: float) -> None:
-        summary = getattr(result, "summary", {})
-        _say(f"  {name}: {summary.get('tasks_started', 0)} task starts in {wall_s:.1f}s")
+    def announce(name: str, result: RunResult, wall_s: float) -> None:
+        _say(f"  {name}: {result.summary['tasks_started']} task starts in {wall_s:.1f}s")
 
     progress = compare.Progress(plan.runs, workload.task_count, bar=sys.stderr.isatty(), every_s=progress_every)
     try:
         runs = compare.run_all(workload, chosen, config=config, seed=seed, processes=plan.processes,
                                progress=progress, on_done=announce)
     except StowageError as exc:
-        raise _fail(exc) from exc
+        raise click.ClickException(str(exc)) from exc
 
     problems = [p for name, r in runs.results.items() for p in report.run_problems(name, r, config.max_sim_s)]
     if runs.interrupted:
@@ -282,6 +278,5 @@ def simulate(
     if problems:
         kind = "partial report" if runs.interrupted else "results incomplete"
         _say(f"error: {kind}, {out / 'report.json'} says so (status.problems):\n  " + "\n  ".join(problems))
-    sys.stderr.flush()
-    if problems:
+        sys.stderr.flush()
         click.get_current_context().exit(EXIT_INTERRUPTED if runs.interrupted else EXIT_INCOMPLETE)

@@ -65,13 +65,12 @@ def time_cap(max_sim_s: float) -> str:
 def run_problems(name: str, result: RunResult, max_sim_s: float) -> list[str]:
     """What makes one run's numbers incomplete, each said with the option that changes it."""
     s = result.summary
-    problems: list[str] = []
     if s.get("time_cap_reached"):
-        problems.append(f"{name}: stopped at {time_cap(max_sim_s)} with {s['lost_tasks']:,} tasks unfinished")
-    elif s["lost_tasks"]:
-        problems.append(f"{name}: {s['lost_tasks']:,} tasks never finished "
-                        f"({s['jobs'] - s['jobs_finished']:,} jobs): nothing could place them")
-    return problems
+        return [f"{name}: stopped at {time_cap(max_sim_s)} with {s['lost_tasks']:,} tasks unfinished"]
+    if s["lost_tasks"]:
+        return [f"{name}: {s['lost_tasks']:,} tasks never finished "
+                f"({s['jobs'] - s['jobs_finished']:,} jobs): nothing could place them"]
+    return []
 
 
 def _summaries(
@@ -83,13 +82,9 @@ def _summaries(
         summary = dict(r.summary)
         summary["slowed_jobs_fraction"] = slowed_fraction(r.jct, ref.jct) if ref is not None else None
         if base is not None:
-            bs = base.summary
-            summary["makespan_vs_kube_default"] = (
-                r.summary["makespan_s"] / bs["makespan_s"] if bs["makespan_s"] else 1.0
-            )
-            summary["jct_mean_vs_kube_default"] = (
-                r.summary["jct_mean_s"] / bs["jct_mean_s"] if bs["jct_mean_s"] else 1.0
-            )
+            for key in ("makespan", "jct_mean"):
+                b = base.summary[f"{key}_s"]
+                summary[f"{key}_vs_kube_default"] = r.summary[f"{key}_s"] / b if b else 1.0
         out[name] = summary
     return out
 
@@ -163,7 +158,7 @@ def format_table(report: Mapping[str, Any]) -> str:
               "cpu alloc/used", "mem alloc/used", "opp", "evict", "lost", "slow/fluid", "slow/drf",
               "usage±", "<floor")
     rows = [header]
-    listed = [(name, p) for name, p in report["policies"].items()]
+    listed = list(report["policies"].items())
     listed += [(f"{name} (ref)", p) for name, p in report.get("reference_runs", {}).items()]
     for name, p in listed:
         if p.get("time_cap_reached") or p["lost_tasks"]:
