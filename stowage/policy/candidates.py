@@ -32,6 +32,7 @@ from stowage.policy import remaining_work
 
 __all__ = [
     "UNDECIDED",
+    "Rows",
     "ShapeScores",
     "best_candidate",
     "certified_best_candidate",
@@ -86,7 +87,8 @@ class ShapeScores:
         self.score[:, n] = column
         fin_old, fin_new = np.isfinite(old), np.isfinite(column)
         self._feasible = None
-        self.count += fin_new.astype(np.int64) - fin_old
+        self.count += fin_new
+        self.count -= fin_old
         before = self.row_max
         # max is exact: raise it where the new value is higher, rescan rows whose maximum was lowered.
         lowered = np.flatnonzero((old == before) & (column < old))
@@ -133,9 +135,13 @@ class _Summaries:
     def update(self, score: NDArray[np.float64], old: NDArray[np.float64], new: NDArray[np.float64],
                fin_old: NDArray[np.bool_], fin_new: NDArray[np.bool_]) -> None:
         """One column went from ``old`` to ``new``: ``diff`` and the new sum each round once (≤ u each)."""
-        if (new[fin_new] < 0).any():
+        if self.exact_only:  # the certified search no longer reads the sums
+            return
+        new_sum = np.where(fin_new, new, 0.0)
+        if new_sum.min(initial=0.0) < 0:
             self.exact_only = True
-        diff = np.where(fin_new, new, 0.0) - np.where(fin_old, old, 0.0)
+            return
+        diff = new_sum - np.where(fin_old, old, 0.0)
         self.sums += diff
         self.error += 2 * _U * (np.abs(diff) + np.abs(self.sums))
         stale = np.flatnonzero(self.error > _REFRESH_REL_ERR * np.abs(self.sums))
@@ -143,35 +149,49 @@ class _Summaries:
             self._resum(score, stale)
 
 
-def best_candidate(
-    shaped: ShapeScores,
-    shape_of: NDArray[np.int64],
-    p: NDArray[np.float64],
-    boost: NDArray[np.float64],
-    rows: NDArray[np.bool_],
-    m: float,
-) -> tuple[int, int] | None:
-    """The (row, node) with the highest ``combined_score + boost`` among ``rows``, first on ties; None if none fits.
+class Rows:
+    """The rows a pass searches: each one's demand shape (an index into ``ShapeScores``), its job's remaining
+    work ``p`` and its boost, with what the certified search reads of them computed once (rows only leave a
+    pass: ``kept``). ``p`` is read as ``combined_score`` reads it: negative → 0, NaN or ±inf unknown."""
 
-    Same answer, bit for bit, as ``dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)``:
-    ``certified_best_candidate`` when its bound decides, ``exact_best_candidate`` otherwise (and for small
+    __slots__ = ("abs_b", "boost", "finite", "key_p", "known", "p", "pc", "shape_of")
+
+    def __init__(self, shape_of: NDArray[np.int64], p: NDArray[np.float64], boost: NDArray[np.float64]) -> None:
+        self.shape_of = np.asarray(shape_of, dtype=np.int64)
+        self.p, self.boost = np.asarray(p, dtype=np.float64), np.asarray(boost, dtype=np.float64)
+        self.pc = np.where(np.isnan(self.p), np.nan, np.maximum(self.p, 0.0))
+        self.known = np.isfinite(self.pc)
+        self.key_p = np.where(self.known, self.pc, -1.0)  # unknown work: p/p̄ is exactly 1 for every such row
+        self.abs_b = np.abs(self.boost)
+        self.finite = bool(np.isfinite(self.boost).all())  # then v is −inf exactly where a row fits nowhere
+
+    def kept(self, keep: NDArray[np.bool_]) -> Rows:
+        """The rows where ``keep`` is True."""
+        out = object.__new__(Rows)
+        for name in Rows.__slots__:
+            value = getattr(self, name)
+            setattr(out, name, value if name == "finite" else value[keep])
+        return out
+
+
+def best_candidate(shaped: ShapeScores, rows: Rows, allowed: NDArray[np.bool_], m: float) -> tuple[int, int] | None:
+    """The (row, node) with the highest ``combined_score + boost`` among the ``allowed`` rows, first on ties; None
+    if none fits.
+
+    Same answer, bit for bit, as ``dense_best_candidate(shaped.score[rows.shape_of], rows.p, rows.boost, allowed,
+    m)``: ``certified_best_candidate`` when its bound decides, ``exact_best_candidate`` otherwise (and for small
     searches, where the exact one costs no more).
     """
-    if rows.shape[0] * shaped.score.shape[1] <= _SMALL:
-        return exact_best_candidate(shaped, shape_of, p, boost, rows, m)
-    got = certified_best_candidate(shaped, shape_of, p, boost, rows, m)
+    if allowed.shape[0] * shaped.score.shape[1] <= _SMALL:
+        return exact_best_candidate(shaped, rows, allowed, m)
+    got = certified_best_candidate(shaped, rows, allowed, m)
     if got == UNDECIDED:
-        return exact_best_candidate(shaped, shape_of, p, boost, rows, m)
+        return exact_best_candidate(shaped, rows, allowed, m)
     return got
 
 
 def certified_best_candidate(
-    shaped: ShapeScores,
-    shape_of: NDArray[np.int64],
-    p: NDArray[np.float64],
-    boost: NDArray[np.float64],
-    rows: NDArray[np.bool_],
-    m: float,
+    shaped: ShapeScores, rows: Rows, allowed: NDArray[np.bool_], m: float
 ) -> tuple[int, int] | None:
     """``exact_best_candidate``'s answer in O(rows + nodes), or ``UNDECIDED`` when the bound cannot tell.
 
@@ -185,66 +205,63 @@ def certified_best_candidate(
     is more than a rounding below (no ``fl`` can merge them). With ``m = 0`` or no known work the
     reference's ``t`` is exactly 0 and this computes the very same operations.
     """
-    if not rows.any():
+    if not allowed.any():
         return None
-    idx = np.flatnonzero(rows)
-    s = shape_of[idx]
+    idx = np.flatnonzero(allowed)
+    s = rows.shape_of[idx]
     cnt = shaped.count[s]
     if not cnt.any():
         return None
     if shaped.summaries().exact_only:
         return UNDECIDED
-    b = boost[idx]
+    b = rows.boost[idx]
     a = shaped.row_max[s]
-    t, rho = _penalty_bounds(shaped, s, cnt, p[idx], m)
+    known = rows.known[idx] & (cnt > 0)
+    t, rho = _penalty_bounds(shaped, s, cnt, rows.pc[idx], known, m)
     if t is None:
         return UNDECIDED
+    v = (a - t) + b
+    # Finite boosts (t is finite, _penalty_bounds): v is never NaN, and −inf exactly where a row fits nowhere.
+    if not rows.finite and np.isnan(v).any():
+        return UNDECIDED
     if rho is None:  # t is exactly the reference's zeros: same operations, same bits
-        v = (a - t) + b
-        if np.isnan(v).any():
-            return UNDECIDED
         i = int(np.argmax(v))
         if not np.isfinite(v[i]):
             return None
         return int(idx[i]), int(np.argmax((shaped.score[s[i]] - t[i]) + b[i]))
-    v = (a - t) + b
-    if np.isnan(v).any():
-        return UNDECIDED
-    live = np.isfinite(a)
-    k = int(np.argmax(np.where(live, v, -np.inf)))
-    radius = rho * t + 8 * _U * (np.abs(a) + t * (1 + rho) + np.abs(b))
-    pk = np.where(np.isnan(p[idx]), np.nan, np.maximum(p[idx], 0.0))
-    key_p = np.where(np.isfinite(pk), pk, -1.0)  # unknown work: p/p̄ is exactly 1 for every such row
+    nowhere = None if rows.finite else ~np.isfinite(a)
+    k = int(np.argmax(v if nowhere is None else np.where(nowhere, -np.inf, v)))
+    # |a| = a where it fits (alignments ≥ 0 unless exact_only); 0 where it does not, whose v is −inf.
+    radius = rho * t + 8 * _U * (np.maximum(a, 0.0) + t * (1 + rho) + rows.abs_b[idx])
+    key_p = rows.key_p[idx]
     same = (a == a[k]) & (b == b[k]) & (key_p == key_p[k])
-    others = live & ~same
-    if others.any() and float(np.max(v[others] + radius[others])) >= v[k] - radius[k]:
+    reach = v + radius  # how high each other row's reference value can be
+    reach[same if nowhere is None else same | nowhere] = -np.inf
+    if float(reach.max()) >= v[k] - radius[k]:
         return UNDECIDED
     i = int(np.argmax(same))
     row = shaped.score[s[i]]
-    below = row[row < a[i]]
-    second = float(below.max()) if below.size else -math.inf
+    second = float(np.max(row, where=row < a[i], initial=-np.inf))
     if second > -math.inf and a[i] - second <= 16 * _U * (abs(a[i]) + t[i] * (1 + rho[i]) + abs(b[i])):
         return UNDECIDED
     return int(idx[i]), int(np.argmax(row == a[i]))
 
 
 def _penalty_bounds(
-    shaped: ShapeScores, s: NDArray[np.int64], cnt: NDArray[np.int64], p: NDArray[np.float64], m: float
+    shaped: ShapeScores, s: NDArray[np.int64], cnt: NDArray[np.int64], pc: NDArray[np.float64],
+    known: NDArray[np.bool_], m: float,
 ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
     """``t`` per row and its relative radius ``ρ_t``; ``(zeros, None)`` when the reference's t is exactly 0.
 
-    ``(None, None)``: too close to underflow to bound; let the exact search decide.
+    ``pc``: each row's ``p`` as ``Rows.pc``; ``known``: known and feasible somewhere. ``(None, None)``: too close
+    to underflow to bound; let the exact search decide.
     """
     zeros = np.zeros(s.shape)
     weight = remaining_work.clean_weight(m)
-    if weight == 0.0:
-        return zeros, None
-    pc = np.where(np.isnan(p), np.nan, np.maximum(p, 0.0))
-    known = np.isfinite(pc) & (cnt > 0)
-    if not known.any():
+    if weight == 0.0 or not known.any():
         return zeros, None
     nk = cnt[known]
-    p_sum = float(np.sum(pc[known] * nk))
+    p_sum = float(np.dot(pc[known], nk))
     if p_sum == 0.0:  # every known p is 0: the reference's p̄ is exactly 0
         return zeros, None
     summaries = shaped.summaries()
@@ -254,25 +271,21 @@ def _penalty_bounds(
         return zeros, None
     n_all, n_known = int(cnt.sum()), int(nk.sum())
     a_bar, p_bar = a_sum / n_all, p_sum / n_known
-    if not (a_bar > _TINY and p_bar > _TINY and math.isfinite(a_bar) and math.isfinite(p_bar)):
+    # p/p̄ ≤ n_known (p ≥ 0), so t is finite when (m·ā)·n_known is.
+    if not (a_bar > _TINY and p_bar > _TINY and math.isfinite(weight * a_bar * 2 * n_known)
+            and math.isfinite(p_bar)):
         return None, None
-    rows = s.shape[0]
-    rho_a = a_err / a_sum + (rows + 4) * _U + (n_all + 4) * _U  # our sums + the reference's mean
-    rho_p = (rows + 4) * _U + (n_known + 4) * _U
-    q = np.where(known, pc, p_bar) / p_bar
-    q[~known] = 1.0
+    n_rows = s.shape[0]
+    rho_a = a_err / a_sum + (n_rows + 4) * _U + (n_all + 4) * _U  # our sums + the reference's mean
+    rho_p = (n_rows + 4) * _U + (n_known + 4) * _U
+    q = np.where(known, pc / p_bar, 1.0)  # unknown work: p/p̄ is exactly 1
     t = (weight * a_bar) * q
-    rho = np.where(known, 2 * (rho_a + rho_p), 2 * rho_a) + 16 * _U
+    rho = np.where(known, 2 * (rho_a + rho_p) + 16 * _U, 2 * rho_a + 16 * _U)
     return t, rho
 
 
 def exact_best_candidate(
-    shaped: ShapeScores,
-    shape_of: NDArray[np.int64],
-    p: NDArray[np.float64],
-    boost: NDArray[np.float64],
-    rows: NDArray[np.bool_],
-    m: float,
+    shaped: ShapeScores, rows: Rows, allowed: NDArray[np.bool_], m: float
 ) -> tuple[int, int] | None:
     """``dense_best_candidate``'s answer, bit for bit, without building the (rows × nodes) matrix.
 
@@ -281,18 +294,18 @@ def exact_best_candidate(
     value is its best alignment's; only the winning row is scanned node by node for the first node
     reaching it.
     """
-    if not rows.any():
+    if not allowed.any():
         return None
-    idx = np.flatnonzero(rows)
-    s = shape_of[idx]
+    idx = np.flatnonzero(allowed)
+    s = rows.shape_of[idx]
     cnt = shaped.count[s]
     if not cnt.any():
         return None
-    b = boost[idx]
-    t = remaining_work.work_penalty(shaped.feasible_scores(s), p[idx], cnt, m)  # combined_score's term, per row
+    b = rows.boost[idx]
+    t = remaining_work.work_penalty(shaped.feasible_scores(s), rows.p[idx], cnt, m)  # combined_score's, per row
     best_of_row = (shaped.row_max[s] - t) + b
     if np.isnan(best_of_row).any():  # cannot happen for finite inputs; keep the reference rule
-        return dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
+        return dense_best_candidate(shaped.score[rows.shape_of], rows.p, rows.boost, allowed, m)
     i = int(np.argmax(best_of_row))
     if not np.isfinite(best_of_row[i]):
         return None

@@ -237,6 +237,7 @@ def _place_all(
     weight = np.asarray(inp.queue_weight, dtype=np.float64)
     shares = fairness.PoolShares(qa, inp.pool_total, weight, inp.queue_usage)
     shaped = candidates.ShapeScores(score)
+    searched = candidates.Rows(shape_of, p, boost)
     rescore = column.ColumnScorer(shapes, cap)  # alignment of one node's column, cleaned once per pass
     present = np.bincount(queues, minlength=weight.shape[0]) > 0  # queues with rows: changes only when rows go
     levels = None if _every_queue_competes(queues, weight.shape[0], f) else shares.levels(present)
@@ -257,11 +258,11 @@ def _place_all(
         for level in (fairness.FLOOR, fairness.EVEN, fairness.AHEAD) if tiers is not None else (None,):
             allowed = open_rows if tiers is None else open_rows & (tiers == level)[queues]
             if allowed.any():
-                best = candidates.best_candidate(shaped, shape_of, p, boost, allowed, m)
+                best = candidates.best_candidate(shaped, searched, allowed, m)
             if best is not None:
                 break
         if best is None:
-            best = candidates.best_candidate(shaped, shape_of, p, boost, np.ones(rows.size, dtype=bool), m)
+            best = candidates.best_candidate(shaped, searched, np.ones(rows.size, dtype=bool), m)
         if best is None:
             return
         i, n = best
@@ -279,7 +280,7 @@ def _place_all(
             mine = np.flatnonzero(queues == queues[i])
             keep[mine[~_within_quota(inp, rows[mine], qa)]] = False
         if not keep.all():
-            rows, shape_of, p, boost, queues = rows[keep], shape_of[keep], p[keep], boost[keep], queues[keep]
+            rows, shape_of, searched, queues = rows[keep], shape_of[keep], searched.kept(keep), queues[keep]
             jobs, pending, starved, urgent = jobs[keep], pending[keep], starved[keep], urgent[keep]
             jobs_ok = ranks.mask(jobs, queues, f)
             now_present = np.bincount(queues, minlength=weight.shape[0]) > 0

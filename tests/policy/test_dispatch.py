@@ -254,9 +254,9 @@ def test_every_search_picks_what_the_dense_matrix_picks_after_column_updates(cas
     for n, column in updates:
         shaped.set_column(n, column.copy())
     dense = candidates.dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
-    assert candidates.exact_best_candidate(shaped, shape_of, p, boost, rows, m) == dense
-    assert candidates.best_candidate(shaped, shape_of, p, boost, rows, m) == dense
-    certified = candidates.certified_best_candidate(shaped, shape_of, p, boost, rows, m)
+    assert candidates.exact_best_candidate(shaped, candidates.Rows(shape_of, p, boost), rows, m) == dense
+    assert candidates.best_candidate(shaped, candidates.Rows(shape_of, p, boost), rows, m) == dense
+    certified = candidates.certified_best_candidate(shaped, candidates.Rows(shape_of, p, boost), rows, m)
     assert certified in (dense, candidates.UNDECIDED)
 
 
@@ -288,8 +288,8 @@ def test_the_certified_search_decides_on_its_own_for_ordinary_scores() -> None:
         score = np.where(rng.random((6, 300)) < 0.2, -np.inf, rng.uniform(0, 2, (6, 300)))
         shape_of = rng.integers(0, 6, 40)
         p, boost = rng.uniform(0, 100, 40), np.where(rng.random(40) < 0.1, dispatch.BOOST, 0.0)
-        got = candidates.certified_best_candidate(candidates.ShapeScores(score), shape_of, p, boost,
-                                                  np.ones(40, bool), 1.0)
+        got = candidates.certified_best_candidate(candidates.ShapeScores(score),
+                                                  candidates.Rows(shape_of, p, boost), np.ones(40, bool), 1.0)
         decided += got != candidates.UNDECIDED
         if got != candidates.UNDECIDED:
             assert got == candidates.dense_best_candidate(score[shape_of], p, boost, np.ones(40, bool), 1.0)
@@ -309,7 +309,8 @@ def test_rows_whose_work_differs_by_one_ulp_get_the_references_answer() -> None:
         k = int(rng.integers(1, 8))
         p[k] = np.nextafter(p[k - 1], np.inf if rng.random() < 0.5 else 0)
         boost, rows = np.zeros(8), np.ones(8, dtype=bool)
-        got = candidates.certified_best_candidate(candidates.ShapeScores(score.copy()), shape_of, p, boost, rows, 1.0)
+        searched = candidates.Rows(shape_of, p, boost)
+        got = candidates.certified_best_candidate(candidates.ShapeScores(score.copy()), searched, rows, 1.0)
         undecided += got == candidates.UNDECIDED
         assert got in (candidates.UNDECIDED, candidates.dense_best_candidate(score[shape_of], p, boost, rows, 1.0))
     assert undecided < 1000
@@ -329,12 +330,13 @@ def test_a_large_pass_makes_every_choice_the_dense_search_makes(monkeypatch: pyt
     checked = Counter()
     search = candidates.best_candidate
 
-    def checking(shaped, shape_of, p, boost, rows, m):
-        got = search(shaped, shape_of, p, boost, rows, m)
+    def checking(shaped, searched, rows, m):
+        got = search(shaped, searched, rows, m)
+        shape_of, p, boost = searched.shape_of, searched.p, searched.boost
         assert got == candidates.dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
         fresh = candidates.ShapeScores(shaped.score.copy())
         assert shaped.row_max.tolist() == fresh.row_max.tolist() and shaped.count.tolist() == fresh.count.tolist()
-        decided = candidates.certified_best_candidate(shaped, shape_of, p, boost, rows, m)
+        decided = candidates.certified_best_candidate(shaped, candidates.Rows(shape_of, p, boost), rows, m)
         checked[decided != candidates.UNDECIDED] += 1
         return got
 

@@ -52,7 +52,8 @@ def searches(draw: st.DrawFn) -> tuple:
 @given(searches())
 def test_the_per_shape_search_picks_what_the_dense_matrix_picks(case: tuple) -> None:
     score, shape_of, p, boost, rows, m = case
-    fast = candidates.best_candidate(candidates.ShapeScores(score.copy()), shape_of, p, boost, rows, m)
+    fast = candidates.best_candidate(candidates.ShapeScores(score.copy()), candidates.Rows(shape_of, p, boost),
+                                     rows, m)
     dense = candidates.dense_best_candidate(score[shape_of], p, boost, rows, m)
     assert fast == dense
 
@@ -66,7 +67,8 @@ def test_a_winning_row_breaks_rounding_ties_like_the_dense_matrix() -> None:
     boost = np.array([1e6, 0.0])
     rows = np.array([True, True])
     dense = candidates.dense_best_candidate(score[shape_of], p, boost, rows, 1.0)
-    assert candidates.best_candidate(candidates.ShapeScores(score.copy()), shape_of, p, boost, rows, 1.0) == dense
+    searched = candidates.Rows(shape_of, p, boost)
+    assert candidates.best_candidate(candidates.ShapeScores(score.copy()), searched, rows, 1.0) == dense
     assert dense == (0, 0)
 
 
@@ -76,8 +78,9 @@ def test_a_winning_row_breaks_rounding_ties_like_the_dense_matrix() -> None:
 def _checked_search(calls: list[int]):
     fast = candidates.best_candidate
 
-    def search(shaped, shape_of, p, boost, rows, m):
-        got = fast(shaped, shape_of, p, boost, rows, m)
+    def search(shaped, searched, rows, m):
+        got = fast(shaped, searched, rows, m)
+        shape_of, p, boost = searched.shape_of, searched.p, searched.boost
         assert got == candidates.dense_best_candidate(shaped.score[shape_of], p, boost, rows, m)
         calls.append(1)
         return got
