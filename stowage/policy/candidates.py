@@ -94,7 +94,7 @@ class ShapeScores:
         lowered = np.flatnonzero((old == before) & (column < old))
         self.row_max = np.maximum(before, column)
         if lowered.size:
-            self.row_max[lowered] = np.max(self.score[lowered], axis=1, initial=-np.inf)
+            self.row_max[lowered] = self.score[lowered].max(axis=1, initial=-np.inf)
         if self._summaries is not None:
             self._summaries.update(self.score, old, column, fin_old, fin_new)
 
@@ -152,25 +152,32 @@ class _Summaries:
 class Rows:
     """The rows a pass searches: each one's demand shape (an index into ``ShapeScores``), its job's remaining
     work ``p`` and its boost, with what the certified search reads of them computed once (rows only leave a
-    pass: ``kept``). ``p`` is read as ``combined_score`` reads it: negative → 0, NaN or ±inf unknown."""
+    pass: ``kept``). ``p`` is read as ``combined_score`` reads it: negative → 0, NaN or ±inf unknown.
 
-    __slots__ = ("abs_b", "boost", "finite", "key_p", "known", "p", "pc", "shape_of")
+    ``key``: rows with the same shape, boost and work get the same key, and bitwise-equal values in every search
+    (the same alignment, the same ``p/p̄``); ``b_max``: the largest ``|boost|``; ``finite``: every boost is.
+    """
+
+    __slots__ = ("b_max", "boost", "finite", "key", "known", "p", "pc", "shape_of")
 
     def __init__(self, shape_of: NDArray[np.int64], p: NDArray[np.float64], boost: NDArray[np.float64]) -> None:
         self.shape_of = np.asarray(shape_of, dtype=np.int64)
         self.p, self.boost = np.asarray(p, dtype=np.float64), np.asarray(boost, dtype=np.float64)
         self.pc = np.where(np.isnan(self.p), np.nan, np.maximum(self.p, 0.0))
         self.known = np.isfinite(self.pc)
-        self.key_p = np.where(self.known, self.pc, -1.0)  # unknown work: p/p̄ is exactly 1 for every such row
-        self.abs_b = np.abs(self.boost)
-        self.finite = bool(np.isfinite(self.boost).all())  # then v is −inf exactly where a row fits nowhere
+        work = np.where(self.known, self.pc, -1.0)  # unknown work: p/p̄ is exactly 1 for every such row
+        # Rows compared by their bytes (−0.0 ≠ 0.0 here: a key too many only costs an exact search).
+        rows = np.stack([self.shape_of.astype(np.float64), self.boost, work], axis=1)
+        self.key = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+        self.finite = bool(np.isfinite(self.boost).all())
+        self.b_max = float(np.abs(self.boost).max(initial=0.0))
 
     def kept(self, keep: NDArray[np.bool_]) -> Rows:
-        """The rows where ``keep`` is True."""
+        """The rows where ``keep`` is True (keys and ``b_max`` stay valid for a subset)."""
         out = object.__new__(Rows)
         for name in Rows.__slots__:
             value = getattr(self, name)
-            setattr(out, name, value if name == "finite" else value[keep])
+            setattr(out, name, value[keep] if isinstance(value, np.ndarray) else value)
         return out
 
 
@@ -199,11 +206,13 @@ def certified_best_candidate(
     ``a_i`` the row's best alignment. Only ``ā`` and ``p̄`` need the (rows × nodes) candidates; here
     they come from per-shape sums, and ``ρ`` bounds their relative distance to the reference's bits
     under any summation order (``(n + 2)·u`` per sum of n non-negative terms, plus the tracked error
-    of the running shape sums). Rows with equal ``(a_i, p_i, b_i)`` get bitwise-equal ``v_i``; the first
-    of the winning key wins only if it beats every other key by more than both radii
-    ``ρ_t·t + 8u·(|a| + t + |b|)``. Its node is the first one at ``a_i``, if the next lower alignment
+    of the running shape sums). Rows of one ``Rows.key`` get bitwise-equal ``v_i`` here and in the reference;
+    the first row of the winning key wins only if every other row's value is below its own by more than both
+    radii: ``ρ·t + 8u·(a + t·(1 + ρ) + |b|)`` for the winner, the same with every term at its largest over
+    the rows for the others. Its node is the first one at ``a_i``, if the next lower alignment
     is more than a rounding below (no ``fl`` can merge them). With ``m = 0`` or no known work the
-    reference's ``t`` is exactly 0 and this computes the very same operations.
+    reference's ``t`` is exactly 0 and this computes the very same operations. Boosts that are not all
+    finite are left to the exact search.
     """
     if not allowed.any():
         return None
@@ -212,7 +221,7 @@ def certified_best_candidate(
     cnt = shaped.count[s]
     if not cnt.any():
         return None
-    if shaped.summaries().exact_only:
+    if shaped.summaries().exact_only or not rows.finite:
         return UNDECIDED
     b = rows.boost[idx]
     a = shaped.row_max[s]
@@ -220,38 +229,36 @@ def certified_best_candidate(
     t, rho = _penalty_bounds(shaped, s, cnt, rows.pc[idx], known, m)
     if t is None:
         return UNDECIDED
-    v = (a - t) + b
-    # Finite boosts (t is finite, _penalty_bounds): v is never NaN, and −inf exactly where a row fits nowhere.
-    if not rows.finite and np.isnan(v).any():
-        return UNDECIDED
+    v = (a - t) + b  # finite b and t: never NaN, −inf exactly where a row fits nowhere
+    i = int(v.argmax())
     if rho is None:  # t is exactly the reference's zeros: same operations, same bits
-        i = int(np.argmax(v))
         if not np.isfinite(v[i]):
             return None
         return int(idx[i]), int(np.argmax((shaped.score[s[i]] - t[i]) + b[i]))
-    nowhere = None if rows.finite else ~np.isfinite(a)
-    k = int(np.argmax(v if nowhere is None else np.where(nowhere, -np.inf, v)))
-    # |a| = a where it fits (alignments ≥ 0 unless exact_only); 0 where it does not, whose v is −inf.
-    radius = rho * t + 8 * _U * (np.maximum(a, 0.0) + t * (1 + rho) + rows.abs_b[idx])
-    key_p = rows.key_p[idx]
-    same = (a == a[k]) & (b == b[k]) & (key_p == key_p[k])
-    reach = v + radius  # how high each other row's reference value can be
-    reach[same if nowhere is None else same | nowhere] = -np.inf
-    if float(reach.max()) >= v[k] - radius[k]:
+    # i is the first row at the top value; another key at exactly that value may be above it in the reference.
+    top = v == v[i]
+    key = rows.key[idx]
+    if (top & (key != key[i])).any():
         return UNDECIDED
-    i = int(np.argmax(same))
+    t_max = float(t.max())
+    reach = rho * t_max + 8 * _U * (float(shaped.row_max.max()) + t_max * (1 + rho) + rows.b_max)
+    mine = rho * t[i] + 8 * _U * (a[i] + t[i] * (1 + rho) + abs(b[i]))
+    if float(np.where(top, -np.inf, v).max()) + reach >= v[i] - mine:
+        return UNDECIDED
     row = shaped.score[s[i]]
-    second = float(np.max(row, where=row < a[i], initial=-np.inf))
-    if second > -math.inf and a[i] - second <= 16 * _U * (abs(a[i]) + t[i] * (1 + rho[i]) + abs(b[i])):
+    below = row[row < a[i]]
+    second = float(below.max()) if below.size else -math.inf
+    if second > -math.inf and a[i] - second <= 16 * _U * (a[i] + t[i] * (1 + rho) + abs(b[i])):
         return UNDECIDED
-    return int(idx[i]), int(np.argmax(row == a[i]))
+    return int(idx[i]), int((row == a[i]).argmax())
 
 
 def _penalty_bounds(
     shaped: ShapeScores, s: NDArray[np.int64], cnt: NDArray[np.int64], pc: NDArray[np.float64],
     known: NDArray[np.bool_], m: float,
-) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
-    """``t`` per row and its relative radius ``ρ_t``; ``(zeros, None)`` when the reference's t is exactly 0.
+) -> tuple[NDArray[np.float64] | None, float | None]:
+    """``t`` per row and a bound ``ρ`` on every row's relative radius; ``(zeros, None)`` when the reference's t
+    is exactly 0.
 
     ``pc``: each row's ``p`` as ``Rows.pc``; ``known``: known and feasible somewhere. ``(None, None)``: too close
     to underflow to bound; let the exact search decide.
@@ -265,8 +272,8 @@ def _penalty_bounds(
     if p_sum == 0.0:  # every known p is 0: the reference's p̄ is exactly 0
         return zeros, None
     summaries = shaped.summaries()
-    a_sum = float(np.sum(summaries.sums[s]))
-    a_err = float(np.sum(summaries.error[s]))
+    a_sum = float(summaries.sums[s].sum())
+    a_err = float(summaries.error[s].sum())
     if a_sum == 0.0 and a_err == 0.0:  # every feasible alignment is 0: ā is exactly 0
         return zeros, None
     n_all, n_known = int(cnt.sum()), int(nk.sum())
@@ -279,9 +286,7 @@ def _penalty_bounds(
     rho_a = a_err / a_sum + (n_rows + 4) * _U + (n_all + 4) * _U  # our sums + the reference's mean
     rho_p = (n_rows + 4) * _U + (n_known + 4) * _U
     q = np.where(known, pc / p_bar, 1.0)  # unknown work: p/p̄ is exactly 1
-    t = (weight * a_bar) * q
-    rho = np.where(known, 2 * (rho_a + rho_p) + 16 * _U, 2 * rho_a + 16 * _U)
-    return t, rho
+    return (weight * a_bar) * q, 2 * (rho_a + rho_p) + 16 * _U
 
 
 def exact_best_candidate(

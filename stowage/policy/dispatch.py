@@ -229,9 +229,9 @@ def _place_all(
     boost = boost + bonus + critical * BOOST
     urgent = starved | critical  # rows that compete whatever the job mask says (within their queue's tier)
     any_urgent = bool(urgent.any())
-    ranks = _Ranks(inp.job_rank, jobs)
     queues = inp.group_queue[rows]
-    jobs_ok = ranks.mask(jobs, queues, f)
+    ranks = _Ranks(inp.job_rank, jobs, queues, f)
+    jobs_ok = ranks.mask()
     pending = np.asarray(inp.pending)[rows].copy()
     qa = np.array(inp.queue_alloc, dtype=np.float64)
     weight = np.asarray(inp.queue_weight, dtype=np.float64)
@@ -281,8 +281,8 @@ def _place_all(
             keep[mine[~_within_quota(inp, rows[mine], qa)]] = False
         if not keep.all():
             rows, shape_of, searched, queues = rows[keep], shape_of[keep], searched.kept(keep), queues[keep]
-            jobs, pending, starved, urgent = jobs[keep], pending[keep], starved[keep], urgent[keep]
-            jobs_ok = ranks.mask(jobs, queues, f)
+            pending, urgent = pending[keep], urgent[keep]
+            jobs_ok = ranks.mask(keep)
             now_present = np.bincount(queues, minlength=weight.shape[0]) > 0
             if _every_queue_competes(queues, weight.shape[0], f):  # stays so: queues only leave
                 levels = None
@@ -326,41 +326,44 @@ def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) ->
 
 
 class _Ranks:
-    """Each job's rank inside its queue, asked of the caller once per pass, for the job order mask."""
+    """Each job's rank inside its queue, asked of the caller once per pass, for the job order mask.
 
-    def __init__(self, job_rank: JobRank | None, jobs: NDArray[np.int64]) -> None:
-        self.off = job_rank is None
-        if job_rank is not None:
-            self.jobs = np.unique(jobs)
-            self.rank = np.asarray(job_rank(self.jobs), dtype=np.float64).reshape(-1)
-            self._order: NDArray[np.int64] | None = None
+    ``mask`` marks the rows whose job is among the first ``max(1, ⌈(1−f)·J_q⌉)`` of its queue (ties: job index).
+    Rows only leave during a pass (``mask(keep)``), so the (queue, rank, job) order of the pass's jobs is sorted
+    once; each call marks the jobs still present in it and counts positions per queue (no sort per call).
+    """
 
-    def mask(self, jobs: NDArray[np.int64], queues: NDArray[np.int64], f: float) -> NDArray[np.bool_]:
-        """Rows whose job is among the first ``max(1, ⌈(1−f)·J_q⌉)`` of its queue (ties: job index).
+    def __init__(self, job_rank: JobRank | None, jobs: NDArray[np.int64], queues: NDArray[np.int64],
+                 f: float) -> None:
+        self.off, self.f, self.size = job_rank is None, f, jobs.size
+        if job_rank is None:
+            return
+        self.jobs, first, self.at = np.unique(jobs, return_index=True, return_inverse=True)
+        self.at = self.at.reshape(-1)  # each row's job, an index into self.jobs
+        rank = np.asarray(job_rank(self.jobs), dtype=np.float64).reshape(-1)
+        q = queues[first]  # a job's queue: its first row's
+        self._order = np.lexsort((self.jobs, rank, q))
+        self._q_sorted = q[self._order]
+        self._q_first = np.searchsorted(self._q_sorted, self._q_sorted, side="left")
+        self._minlength = int(self._q_sorted.max(initial=0)) + 1
 
-        Rows only leave during a pass, so the (queue, rank, job) order of the pass's jobs is sorted once;
-        each call marks the jobs still present in it and counts positions per queue (no sort per call).
-        """
+    def mask(self, keep: NDArray[np.bool_] | None = None) -> NDArray[np.bool_]:
+        """(rows,) the job order mask of the rows left after ``keep`` (None: all of them)."""
         if self.off:
-            return np.ones(jobs.size, dtype=bool)
-        at = np.searchsorted(self.jobs, jobs)
-        if self._order is None:
-            first = np.unique(jobs, return_index=True)[1]  # a job's queue: its first row's
-            q = np.zeros(self.jobs.size, dtype=np.int64)
-            q[at[first]] = queues[first]
-            self._order = np.lexsort((self.jobs, self.rank, q))
-            self._q_sorted = q[self._order]
-            self._q_first = np.searchsorted(self._q_sorted, self._q_sorted, side="left")
+            self.size = self.size if keep is None else int(np.count_nonzero(keep))
+            return np.ones(self.size, dtype=bool)
+        if keep is not None:
+            self.at = self.at[keep]
         live = np.zeros(self.jobs.size, dtype=bool)
-        live[at] = True
+        live[self.at] = True
         live = live[self._order]
         seen = np.cumsum(live)
         pos = seen - (seen[self._q_first] - live[self._q_first]) - 1  # among present jobs of the queue
-        counts = np.bincount(self._q_sorted[live], minlength=int(self._q_sorted.max(initial=0)) + 1)
-        k = np.maximum(1.0, np.ceil((1.0 - f) * counts[self._q_sorted]))
+        counts = np.bincount(self._q_sorted[live], minlength=self._minlength)
+        k = np.maximum(1.0, np.ceil((1.0 - self.f) * counts[self._q_sorted]))
         allowed = np.zeros(self.jobs.size, dtype=bool)
         allowed[self._order] = live & (pos < k)
-        return allowed[at]
+        return allowed[self.at]
 
 
 def _hold(

@@ -33,9 +33,10 @@ def test_the_mask_follows_rows_leaving_one_by_one(seed: int) -> None:
         asked.append(js)
         return np.array([rank_of[int(j)] for j in js])
 
-    ranker = _Ranks(job_rank, jobs)
+    ranker = _Ranks(job_rank, jobs, queues, f)
+    keep = None
     while jobs.size:
-        assert ranker.mask(jobs, queues, f).tolist() == _sorted_mask(jobs, queues, rank_of, f).tolist()
+        assert ranker.mask(keep).tolist() == _sorted_mask(jobs, queues, rank_of, f).tolist()
         keep = rng.random(jobs.size) > 0.3
         keep[rng.integers(jobs.size)] = False
         jobs, queues = jobs[keep], queues[keep]
