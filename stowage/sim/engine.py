@@ -78,12 +78,7 @@ class SimConfig:
 
 def resource_axis(workload: Workload) -> tuple[str, ...]:
     """cpu, memory, disk, network, then any extended resource in name order."""
-    extra: set[str] = set()
-    for node in workload.nodes:
-        extra.update(node.capacity)
-    for job in workload.jobs:
-        for g in job.groups:
-            extra.update(g.demand)
+    extra = set().union(*(n.capacity for n in workload.nodes), *(g.demand for j in workload.jobs for g in j.groups))
     return CORE_RESOURCES + tuple(sorted(extra - set(CORE_RESOURCES)))
 
 
@@ -288,7 +283,6 @@ class Simulation:
             self.oom_kills += rows.size
         else:
             self.evictions += rows.size
-        self.preset.on_evicted(gs)
         run.drop(rows)
 
     def _finish_due(self) -> None:
@@ -323,7 +317,6 @@ class Simulation:
         self.j_open_groups[j] -= 1
         if self.j_open_groups[j] == 0:
             self.j_finish[j] = self.now
-            self.preset.on_job_finished(j)
 
     def _open(self, g: int) -> None:
         """The barrier before ``g`` is open: its tasks become pending."""
