@@ -31,17 +31,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = [
-    "DEFAULT_MEMORY_REQUEST",
-    "DEFAULT_MILLI_CPU_REQUEST",
-    "MAX_NODE_SCORE",
-    "TLP_METRICS_INTERVAL_S",
-    "TLP_REQUESTS_MULTIPLIER",
-    "TLP_TARGET_PERCENT",
-    "plugin_scores",
-    "target_load_packing",
-    "to_units",
-]
+__all__ = ["DEFAULT_MEMORY_REQUEST", "DEFAULT_MILLI_CPU_REQUEST", "MAX_NODE_SCORE", "TLP_METRICS_INTERVAL_S",
+           "TLP_REQUESTS_MULTIPLIER", "TLP_TARGET_PERCENT", "plugin_scores", "target_load_packing", "to_units"]
 
 MAX_NODE_SCORE = 100
 DEFAULT_MILLI_CPU_REQUEST = 100.0  # k8s pkg/scheduler/util: DefaultMilliCPURequest
@@ -85,20 +76,16 @@ def target_load_packing(
     missing_cpu: NDArray[np.float64],
     capacity_cpu: NDArray[np.float64],
     pod_cpu_request: float,
-    *,
-    target_percent: float = TLP_TARGET_PERCENT,
-    multiplier: float = TLP_REQUESTS_MULTIPLIER,
 ) -> NDArray[np.int64]:
     """TargetLoadPacking score per node; all CPU amounts in cores, shapes (N,).
 
     ``missing_cpu`` is already the predicted usage of recently bound pods
-    (request × multiplier each); the pod's own prediction is added here.
+    (request × ``TLP_REQUESTS_MULTIPLIER`` each); the pod's own prediction is added here.
     """
-    pod = pod_cpu_request * multiplier if pod_cpu_request > 0 else 1.0  # defaultRequests: 1 core
-    cap = np.asarray(capacity_cpu, dtype=np.float64)
-    safe = np.where(cap > 0, cap, 1.0)
-    predicted = np.where(cap > 0, 100.0 * (measured_cpu + missing_cpu + pod) / safe, 0.0)
-    t = float(target_percent)
+    pod = pod_cpu_request * TLP_REQUESTS_MULTIPLIER if pod_cpu_request > 0 else 1.0  # defaultRequests: 1 core
+    safe = np.where(capacity_cpu > 0, capacity_cpu, 1.0)
+    predicted = np.where(capacity_cpu > 0, 100.0 * (measured_cpu + missing_cpu + pod) / safe, 0.0)
+    t = TLP_TARGET_PERCENT
     below = np.floor((100.0 - t) * predicted / t + t + 0.5)  # Go math.Round: half away from 0
     above = np.floor(t * (100.0 - predicted) / (100.0 - t) + 0.5)
     score = np.where(predicted > t, np.where(predicted > 100.0, 0.0, above), below)

@@ -61,23 +61,14 @@ class UsageModel:
     """Disk and network use as a fraction of demand (None: the same draw as cpu and memory)."""
 
     def __post_init__(self) -> None:
-        checks = (
-            ("usage.mean_fraction", self.mean_fraction, 0.0, 1.0),
-            ("usage.min_fraction", self.min_fraction, 0.0, 1.0),
-            ("usage.ramp_start", self.ramp_start, 0.0, 1.0),
-            ("usage.burst_rate_per_s", self.burst_rate_per_s, 0.0, 1.0),
-            ("usage.io_fraction", 1.0 if self.io_fraction is None else self.io_fraction, 0.0, 1.0),
-        )
-        for name, value, lo, hi in checks:
-            if not lo <= value <= hi:
-                raise InvalidInput(name, value, f"a number within [{lo}, {hi}]")
-        for name, value in (
-            ("usage.concentration", self.concentration),
-            ("usage.ramp_s", self.ramp_s),
-            ("usage.burst_s", self.burst_s),
-        ):
+        for name in ("mean_fraction", "min_fraction", "ramp_start", "burst_rate_per_s", "io_fraction"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:  # io_fraction None: the draw
+                raise InvalidInput(f"usage.{name}", value, "a number within [0.0, 1.0]")
+        for name in ("concentration", "ramp_s", "burst_s"):
+            value = getattr(self, name)
             if not value >= 0.0:
-                raise InvalidInput(name, value, "a number ≥ 0")
+                raise InvalidInput(f"usage.{name}", value, "a number ≥ 0")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
