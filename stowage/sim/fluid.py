@@ -110,10 +110,8 @@ def fluid_completion(
     done = np.full(n, np.nan)
     if n == 0:
         return done
-    arrival = np.asarray(arrival, dtype=np.float64)
-    size = np.asarray(size, dtype=np.float64)
-    path = np.maximum(np.asarray(path, dtype=np.float64), 0.0)
-    w = np.where(np.asarray(weight, dtype=np.float64) > 0, weight, 1.0)
+    path = np.maximum(path, 0.0)
+    w = np.where(weight > 0, weight, 1.0)
     free = size <= 0
     done[free] = arrival[free] + path[free]  # takes no capacity: only its critical path holds it back
     shared = np.flatnonzero(np.isfinite(size) & ~free)
@@ -122,7 +120,6 @@ def fluid_completion(
     cap = np.ones(n)
     long_path = shared[path[shared] > 0]
     cap[long_path] = np.minimum(1.0, size[long_path] / path[long_path])
-    queue = np.asarray(queue, dtype=np.int64)
     by_arrival = shared[np.argsort(arrival[shared], kind="stable")]
     queues = np.unique(queue[shared])
     # Within a queue jobs weigh the same, so water-filling wants them by cap: sort once, then keep

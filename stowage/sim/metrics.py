@@ -102,10 +102,7 @@ def critical_paths(sim: Simulation) -> NDArray[np.float64]:
         done[g] = True
         return float(finish[g])
 
-    out = np.zeros(sim.n_jobs)
-    for j, groups in enumerate(sim.j_groups):
-        out[j] = max((longest(g) for g in groups), default=0.0)
-    return out
+    return np.array([max((longest(g) for g in groups), default=0.0) for groups in sim.j_groups], dtype=np.float64)
 
 
 def fluid_lower_bound(sim: Simulation, paths: NDArray[np.float64]) -> float:

@@ -78,9 +78,7 @@ class RateTracker:
         self._flags.data[:, sf] = False
 
     def _start(self) -> None:
-        """Track every running row from now on, each to be evaluated afresh."""
-        for block in (self._demand, self._ints, self._flags):
-            block.clear()
+        """Track every running row from now on, each to be evaluated afresh (the blocks are empty while paused)."""
         self._fill(0)
         self.use_t = None
         self.active = True
