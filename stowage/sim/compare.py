@@ -212,7 +212,13 @@ def _run_parallel(workload: Workload, runs: Runs, config: SimConfig, seed: int, 
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-            _drain(updates, progress)
+            while True:  # drained with or without a Progress: the workers' puts must not pile up
+                try:
+                    update = updates.get_nowait()
+                except queue.Empty:
+                    break
+                if progress is not None:
+                    progress.update(*update)
             for future in sorted(done, key=lambda f: runs.planned.index(futures[f])):
                 result, wall = future.result()  # a worker's exception is raised here
                 _finish(runs, futures[future], result, wall, progress, on_done)
@@ -227,13 +233,3 @@ def _run_parallel(workload: Workload, runs: Runs, config: SimConfig, seed: int, 
         pool.shutdown(wait=clean, cancel_futures=True)
         updates.close()
         updates.cancel_join_thread()
-
-
-def _drain(updates: Any, progress: Progress | None) -> None:
-    while True:
-        try:
-            name, done, sim_s = updates.get_nowait()
-        except queue.Empty:
-            return
-        if progress is not None:
-            progress.update(name, done, sim_s)

@@ -19,17 +19,8 @@ from stowage.sim.engine import SimConfig, resource_axis
 from stowage.sim.report import RATIO_BASELINE, SLOWDOWN_REFERENCE, time_cap
 from stowage.sim.workload import Workload, nodes_over_limit
 
-__all__ = [
-    "DEFAULT_MAX_NODES",
-    "DEFAULT_MAX_TASKS",
-    "Limits",
-    "Plan",
-    "available_cores",
-    "available_memory",
-    "estimate_memory",
-    "plan_runs",
-    "reference_runs",
-]
+__all__ = ["DEFAULT_MAX_NODES", "DEFAULT_MAX_TASKS", "Limits", "Plan", "available_cores", "available_memory",
+           "estimate_memory", "plan_runs", "reference_runs"]
 
 #: Refuse workloads with more tasks than this (``--max-tasks``): about five FB-2009 days, which at the
 #: measured ~1,000–12,000 tasks placed per second take 3–40 minutes per preset on one core.
@@ -86,10 +77,9 @@ def estimate_memory(workload: Workload) -> float:
     for harvesting.
     """
     resources = resource_axis(workload)
-    demands = np.unique(np.array([g.demand.to_array(resources) for j in workload.jobs for g in j.groups]
-                                 or [np.zeros(len(resources))]).reshape(-1, len(resources)), axis=0)
-    caps, counts = np.unique(np.array([n.capacity.to_array(resources) for n in workload.nodes]
-                                      or [np.zeros(len(resources))]).reshape(-1, len(resources)),
+    demands = np.unique([g.demand.to_array(resources) for j in workload.jobs for g in j.groups]
+                        or [np.zeros(len(resources))], axis=0)
+    caps, counts = np.unique([n.capacity.to_array(resources) for n in workload.nodes] or [np.zeros(len(resources))],
                              axis=0, return_counts=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         fit = np.where(demands[None] > 0, caps[:, None] / demands[None], np.inf).min(axis=2)  # (shapes, demands)
@@ -201,10 +191,8 @@ def plan_runs(
         raise StowageError("refusing to start:\n  " + "\n  ".join(problems))
     notes: list[str] = []
     if processes is None:
-        count = 1 if tasks * len(runs) < _SERIAL_BELOW_TASK_RUNS else available_cores()
-    else:
-        count = processes
-    count = max(1, min(count, len(runs)))
+        processes = 1 if tasks * len(runs) < _SERIAL_BELOW_TASK_RUNS else available_cores()
+    count = max(1, min(processes, len(runs)))
     if limit is not None and per_process * count > limit:
         fit = max(1, int(limit // per_process))
         notes.append(f"{count} processes would need ~{_gb(per_process * count)}: running {fit} at a time")
