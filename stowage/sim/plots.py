@@ -118,10 +118,8 @@ def utilization_figure(results: Mapping[str, RunResult]) -> Any:
             ax.plot(t, s["used"][:, i], color=color, lw=1.2, ls=used_ls, marker=marker, markevery=every, ms=3.5,
                     mfc="none", label=f"{resource} used")
         ax.set_title(name, fontsize=9)
-        ax.set_xlim(0, end)
         ax.set_ylim(0, top)  # above 1: opportunistic pods over-commit
-        ax.grid(alpha=0.3)
-    return _finish_grid(fig, axes, len(results), "lower right", "fraction of cluster",
+    return _finish_grid(fig, axes, len(results), end, "lower right", "fraction of cluster",
                         "Allocated vs used (UBIS Fig. 1)")
 
 
@@ -136,20 +134,20 @@ def queue_shares_figure(results: Mapping[str, RunResult]) -> Any:
         if shares.size:
             ax.stackplot(t, shares.T, labels=s["queues"])
         ax.set_title(f"{name} (regular + opportunistic)" if name in harvesting else name, fontsize=9)
-        ax.set_xlim(0, end)
-        ax.grid(alpha=0.3)
     above = "harvesting or bandwidth over-committed" if harvesting else "bandwidth over-allocated"
-    return _finish_grid(fig, axes, len(results), "upper right",
+    return _finish_grid(fig, axes, len(results), end, "upper right",
                         f"dominant share of the cluster, stacked by queue\n(above 1: {above})",
                         "Queue shares over time")
 
 
-def _finish_grid(fig: Any, axes: Any, used: int, legend_loc: str, ylabel: str, title: str) -> Any:
-    """Blank the unused panels, label the grid of per-policy panels over time."""
+def _finish_grid(fig: Any, axes: Any, used: int, end: float, legend_loc: str, ylabel: str, title: str) -> Any:
+    """Blank the unused panels, label the grid of per-policy panels over time (0 to ``end`` h)."""
     for ax in axes.flat[used:]:
         ax.axis("off")
     cols = axes.shape[1]
     for i, ax in enumerate(axes.flat[:used]):
+        ax.set_xlim(0, end)
+        ax.grid(alpha=0.3)
         if i + cols >= used:  # no panel below it: its time ticks must show (sharex hides them)
             ax.xaxis.set_tick_params(labelbottom=True)
     axes.flat[0].legend(fontsize=7, loc=legend_loc)
