@@ -75,17 +75,20 @@ class ShapeScores:
             self._summaries = _Summaries(self.score)
         return self._summaries
 
-    def set_column(self, n: int, column: NDArray[np.float64]) -> None:
-        """Node ``n``'s alignments changed (a task was placed there): update every summary."""
+    def set_column(self, n: int, column: NDArray[np.float64], feasible: NDArray[np.bool_] | None = None) -> None:
+        """Node ``n``'s alignments changed (a task was placed there): update every summary.
+
+        ``feasible``: ``np.isfinite(column)``, from a caller whose column has no NaN (``column.ColumnScorer``).
+        """
         self._flat = None
-        if np.isnan(column).any():  # outside the running sums' assumptions: rebuilt on first use
+        if feasible is None and np.isnan(column).any():  # outside the running sums' assumptions: rebuilt on use
             self.score[:, n] = column
             self._recount()
             self._summaries = None
             return
         old = self.score[:, n].copy()
         self.score[:, n] = column
-        fin_old, fin_new = np.isfinite(old), np.isfinite(column)
+        fin_old, fin_new = np.isfinite(old), np.isfinite(column) if feasible is None else feasible
         self._feasible = None
         self.count += fin_new
         self.count -= fin_old

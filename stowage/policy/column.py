@@ -28,6 +28,10 @@ class ColumnScorer:
 
     def __call__(self, n: int, available: NDArray[np.float64]) -> NDArray[np.float64]:
         """(S,) alignment of every shape on node ``n`` given its available vector (R,)."""
+        return self.with_fits(n, available)[0]
+
+    def with_fits(self, n: int, available: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """The column and where it is finite (the shapes that fit): what ``ShapeScores.set_column`` takes."""
         c = self.cap[n]
         a = np.clip(finite_or_zero(np.asarray(available, dtype=np.float64)), 0.0, c)
         fits = (self.d <= a * (1.0 + FEASIBILITY_RTOL)).all(axis=1)
@@ -41,4 +45,4 @@ class ColumnScorer:
         score = np.zeros(self.d.shape[0])
         for r in range(self.d.shape[1]):  # alignment's order: Σ_r from r = 0
             score += terms[:, r]
-        return np.where(fits, score, -np.inf)
+        return np.where(fits, score, -np.inf), fits

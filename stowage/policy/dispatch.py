@@ -272,7 +272,7 @@ def _place_all(
         qa[queues[i]] += d
         shares.add(queues[i], d)
         avail[n] = np.maximum(avail[n] - d, 0.0)
-        shaped.set_column(n, rescore(n, avail[n]))
+        shaped.set_column(n, *rescore.with_fits(n, avail[n]))
         if pending[i] and inp.queue_quota is None:
             continue  # every row stays
         keep = np.ones(rows.size, dtype=bool) if pending[i] else np.arange(rows.size) != i

@@ -60,6 +60,8 @@ __all__ = [
     "queue_tiers",
 ]
 
+_FLOAT_MAX: Final = float(np.finfo(np.float64).max)
+
 # ⌈(1−f)·J⌉ and fraction ≥ b are computed in floats; this absorbs their rounding
 # (e.g. (1 − 0.7)·10 = 3.0000000000000004 must give 3 jobs, not 4).
 _KNOB_TOL = 1e-9
@@ -108,11 +110,11 @@ def dominant_shares(allocated: ArrayLike, total: ArrayLike, weights: ArrayLike) 
 
 def _clean_alloc(alloc: NDArray[np.float64]) -> NDArray[np.float64]:
     """``dominant_shares``' reading of an allocation: NaN and negative → 0, +inf → the largest float."""
-    return np.maximum(nan_to_num_if_needed(alloc, posinf=np.finfo(np.float64).max), 0.0)
+    return np.maximum(nan_to_num_if_needed(alloc, posinf=_FLOAT_MAX), 0.0)
 
 
 def _clean_total(tot: NDArray[np.float64]) -> NDArray[np.float64]:
-    return nan_to_num_if_needed(tot, posinf=np.finfo(np.float64).max)  # nan_to_num's default for +inf
+    return nan_to_num_if_needed(tot, posinf=_FLOAT_MAX)  # nan_to_num's default for +inf
 
 
 def _dominant(alloc: NDArray[np.float64], tot: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -221,14 +223,13 @@ def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backl
 def _tiers(dom: NDArray[np.float64], used: NDArray[np.float64], w: NDArray[np.float64], on: NDArray[np.bool_],
            tolerance: float, floor: float, fair: NDArray[np.float64]) -> NDArray[np.int8]:
     """``queue_tiers`` on checked (Q,) vectors."""
-    out = np.full(dom.shape[0], IDLE, dtype=np.int8)
+    out = np.where(on, np.int8(AHEAD), np.int8(IDLE))
     k = projected(dom, used)
     fine = on & np.isfinite(k) & np.isfinite(w) & (w > 0)
-    out[on] = AHEAD
     if not fine.any():
         return out
     per_weight = np.where(fine, k / np.where(fine, w, 1.0), np.inf)
-    limit = (1.0 + _knob(tolerance, 0.0, np.finfo(np.float64).max)) * per_weight.min()
+    limit = (1.0 + _knob(tolerance, 0.0, _FLOAT_MAX)) * per_weight.min()
     out[fine & (per_weight <= limit * (1 + 1e-12) + 1e-15)] = EVEN
     out[fine & (dom < floor * fair - 1e-12)] = FLOOR
     return out
