@@ -460,6 +460,16 @@ class FakeKubelet:
         with self._lock:
             return [r.key for r in self._pods.values() if r.phase == "Running" and (node is None or r.node == node)]
 
+    def finish_now(self, namespace: str, prefix: str = "") -> list[str]:
+        """End the running pods of ``namespace`` whose names start with ``prefix`` now, as if their run time had
+        passed (exit code as annotated): work that holds its nodes until the test lets it go. Returns their names."""
+        with self._lock:
+            records = [r for r in self._pods.values()
+                       if r.namespace == namespace and r.name.startswith(prefix) and r.phase == "Running"]
+        for record in records:
+            self._submit(self._retrying, self._finish, record)
+        return [r.name for r in records]
+
     def stats(self) -> dict[str, int]:
         with self._counters_lock:
             return dict(vars(self.counters))

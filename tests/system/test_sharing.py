@@ -12,8 +12,8 @@ Three fake nodes of 7.5 allocatable cores: 21 one-core slots.
 * **Harvesting and a usage spike.** A regular Job fills every slot; an ``auto`` Job, which the classifier
   has seen finish short, spills onto harvested capacity (opportunistic pods bound). The load model then
   triples every pod's usage on every node: sustained contention; the node monitors evict opportunistic
-  pods, the operator re-queues them. Every Job succeeds, no regular pod is ever evicted, no task is lost
-  or run twice (:class:`TaskLedger`).
+  pods, the operator re-queues them; the regular Job, which held the nodes, then ends. Every Job succeeds,
+  no regular pod is ever evicted, no task is lost or run twice (:class:`TaskLedger`).
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ def test_auto_tasks_spill_onto_harvested_capacity_and_a_spike_evicts_only_opport
                                                 opportunistic="auto"))
             wait_for(lambda: (stack.job(ns, "spill-0").get("status") or {}).get("phase") == "Succeeded", 180,
                      "the first auto Job to run (on regular capacity) and succeed")
-            # Long enough to outlast the waits below on a loaded machine: the spike needs the nodes full.
+            # The spike needs the nodes full: the regular Job holds them until the eviction below, then the fake
+            # kubelet ends its tasks (run_s only bounds a run whose test failed before letting them go).
             stack.create_job(ns, stack.job_body("hold", [group("r", 21, run_s=180)], queue="share-a"))
             wait_for(lambda: running_cores(stack, ns)["share-a"] >= 21, 240, "every regular slot taken")
             stack.create_job(ns, stack.job_body("spill-1", [group("w", 24, run_s=40)], queue="share-b",
@@ -154,6 +155,8 @@ def test_auto_tasks_spill_onto_harvested_capacity_and_a_spike_evicts_only_opport
             finally:
                 for node in stack.nodes:
                     stack.load.spike(node, None)
+            assert stack.kubelet is not None
+            stack.kubelet.finish_now(ns, "hold-")  # they succeed; a regular pod evicted meanwhile shows below
             problems = finished_nothing_lost(stack, ns, ledger, timeout_s=400, unique_names=False)
         finally:
             ledger.stop()
