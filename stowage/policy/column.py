@@ -24,7 +24,9 @@ class ColumnScorer:
     def __init__(self, shapes: NDArray[np.float64], cap: NDArray[np.float64]) -> None:
         self.d = clamp_demand(np.asarray(shapes, dtype=np.float64))
         self.cap = np.maximum(finite_or_zero(np.asarray(cap, dtype=np.float64)), 0.0)
-        self._whole = (self.cap > 0).all(axis=1)  # nodes with some of every resource: plain division
+        # Nodes with some of every resource, where no d/C can overflow: plain division, no error state to set.
+        d_max = float(np.nan_to_num(self.d, nan=0.0).max(initial=0.0))
+        self._plain = (self.cap > 0).all(axis=1) & (d_max * 1e-300 <= self.cap.min(axis=1, initial=np.inf))
 
     def __call__(self, n: int, available: NDArray[np.float64]) -> NDArray[np.float64]:
         """(S,) alignment of every shape on node ``n`` given its available vector (R,)."""
@@ -33,12 +35,12 @@ class ColumnScorer:
     def with_fits(self, n: int, available: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         """The column and where it is finite (the shapes that fit): what ``ShapeScores.set_column`` takes."""
         c = self.cap[n]
-        a = np.clip(finite_or_zero(np.asarray(available, dtype=np.float64)), 0.0, c)
+        a = np.minimum(np.maximum(finite_or_zero(np.asarray(available, dtype=np.float64)), 0.0), c)  # np.clip
         fits = (self.d <= a * (1.0 + FEASIBILITY_RTOL)).all(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            if self._whole[n]:
-                terms = (self.d / c) * (a / c)
-            else:  # a resource the node lacks adds 0
+        if self._plain[n]:
+            terms = (self.d / c) * (a / c)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a resource it lacks adds 0
                 has = c > 0
                 terms = np.divide(self.d, c, out=np.zeros_like(self.d), where=has) * np.divide(
                     a, c, out=np.zeros_like(a), where=has)
