@@ -43,6 +43,7 @@ __all__ = [
 _U: Final = 2.0**-53  # unit roundoff of float64
 _TINY: Final = 1e-290  # below this a mean may underflow: let the exact search decide
 _REFRESH_REL_ERR: Final = 1e-11  # a shape's running sum is recomputed once its error bound passes this
+_REFRESH_EVERY: Final = 8  # column updates between those checks (the bound holds in between; a check keeps it tight)
 _SMALL: Final = 8192  # rows × nodes (or shapes × nodes) up to which plain recomputation is as cheap (~50 µs)
 
 UNDECIDED: Final = (-1, -1)
@@ -127,6 +128,7 @@ class _Summaries:
         self.exact_only = bool(np.isnan(score).any() or (score[feasible] < 0).any())
         self.sums = np.zeros(score.shape[0])
         self.error = np.zeros(score.shape[0])
+        self._updates = 0
         self._resum(score, np.arange(score.shape[0]))
 
     def _resum(self, score: NDArray[np.float64], shapes: NDArray[np.int64]) -> None:
@@ -147,9 +149,11 @@ class _Summaries:
         diff = new_sum - np.where(fin_old, old, 0.0)
         self.sums += diff
         self.error += 2 * _U * (np.abs(diff) + np.abs(self.sums))
-        stale = np.flatnonzero(self.error > _REFRESH_REL_ERR * np.abs(self.sums))
-        if stale.size:
-            self._resum(score, stale)
+        self._updates += 1
+        if self._updates % _REFRESH_EVERY == 0:  # the bound holds either way; refreshing keeps it tight
+            stale = np.flatnonzero(self.error > _REFRESH_REL_ERR * np.abs(self.sums))
+            if stale.size:
+                self._resum(score, stale)
 
 
 class Rows:

@@ -255,8 +255,8 @@ def _place_all(
         # The reservation and the critical path pass the job mask, not the queue tiers: a queue's share is
         # not starvation (its many one-task jobs, all "passed over", would otherwise take every slot).
         open_rows = ((jobs_ok | urgent) if any_urgent else jobs_ok) & fits
-        for level in (fairness.FLOOR, fairness.EVEN, fairness.AHEAD) if tiers is not None else (None,):
-            allowed = open_rows if tiers is None else open_rows & (tiers == level)[queues]
+        for level in (None,) if tiers is None else sorted(set(tiers.tolist()) - {fairness.IDLE}):
+            allowed = open_rows if level is None else open_rows & (tiers == level)[queues]
             if allowed.any():
                 best = candidates.best_candidate(shaped, searched, allowed, m)
             if best is not None:
