@@ -3,7 +3,7 @@ report (``bench_load.py``): the workload, the same workload as a ``stowage simul
 measures (release-to-bind, extender latency, evictions, lost tasks, each process's CPU and peak RSS).
 
 The workload (seeded, deterministic): ``jobs`` Jobs spread over three queues of weights 3:2:1, every task one
-group of identical tasks (1 core / 1 GiB or 2 cores / 2 GiB, 10–30 s on the fake kubelet), every
+group of identical tasks (1 core / 1 GiB or 2 cores / 2 GiB, 10–30 s on the fake kubelet unless told), every
 ``opportunistic_every``-th Job ``opportunistic: "true"`` (the others ``"false"``), all submitted at once. The
 simulator gets the same nodes (7.5 cores, 15 GiB allocatable; only the monitored ones harvest, as in the
 stack), queues, jobs and durations, every arrival at 0, and its own usage model (the one
@@ -43,9 +43,11 @@ class LoadJob:
     opportunistic: str
 
 
-def load_jobs(tasks: int, jobs: int, seed: int = 0, opportunistic_every: int = 5) -> list[LoadJob]:
+def load_jobs(tasks: int, jobs: int, seed: int = 0, opportunistic_every: int = 5,
+              run_s: tuple[int, ...] = RUN_S) -> list[LoadJob]:
     """``jobs`` Jobs with ``tasks`` tasks in all (sizes differ by at most one), seeded; every
-    ``opportunistic_every``-th Job ``opportunistic: "true"`` (it runs only where nodes harvest)."""
+    ``opportunistic_every``-th Job ``opportunistic: "true"`` (it runs only where nodes harvest); each Job's
+    tasks run one of ``run_s`` seconds (the same draws for any tuple of that length)."""
     rng = random.Random(seed)
     queues = list(QUEUES)
     out = []
@@ -53,7 +55,7 @@ def load_jobs(tasks: int, jobs: int, seed: int = 0, opportunistic_every: int = 5
         cpu, memory = rng.choice(SHAPES)
         out.append(LoadJob(name=f"load-{i:04d}", queue=queues[i % len(queues)],
                            tasks=tasks // jobs + (1 if i < tasks % jobs else 0), cpu=cpu, memory=memory,
-                           run_s=rng.choice(RUN_S),
+                           run_s=rng.choice(run_s),
                            opportunistic="true" if i % opportunistic_every == opportunistic_every - 1 else "false"))
     return [j for j in out if j.tasks > 0]
 
