@@ -80,9 +80,12 @@ def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # As the Dockerfile's build stage, but Stowage's wheel only: the dependencies come from the index.
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheels), str(REPO)])
     (wheel,) = wheels.glob("stowage-*.whl")
+    # No pip of its own (ensurepip takes seconds): this suite's pip installs into it. No byte-compiling of every
+    # installed module either (most of the install's time); the components compile what they import.
     venv = root / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)])
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+          "--disable-pip-version-check", "--no-compile", str(wheel)])
     return venv
 
 
