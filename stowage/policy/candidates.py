@@ -44,7 +44,6 @@ _U: Final = 2.0**-53  # unit roundoff of float64
 _TINY: Final = 1e-290  # below this a mean may underflow: let the exact search decide
 _REFRESH_REL_ERR: Final = 1e-11  # a shape's running sum is recomputed once its error bound passes this
 _REFRESH_EVERY: Final = 8  # column updates between those checks (the bound holds in between; a check keeps it tight)
-_SMALL: Final = 8192  # rows × nodes (or shapes × nodes) up to which plain recomputation is as cheap (~50 µs)
 
 UNDECIDED: Final = (-1, -1)
 """``certified_best_candidate``'s answer when the bound cannot rule out another winner."""
@@ -193,11 +192,8 @@ def best_candidate(shaped: ShapeScores, rows: Rows, allowed: NDArray[np.bool_], 
     if none fits.
 
     Same answer, bit for bit, as ``dense_best_candidate(shaped.score[rows.shape_of], rows.p, rows.boost, allowed,
-    m)``: ``certified_best_candidate`` when its bound decides, ``exact_best_candidate`` otherwise (and for small
-    searches, where the exact one costs no more).
+    m)``: ``certified_best_candidate`` when its bound decides, ``exact_best_candidate`` otherwise.
     """
-    if allowed.shape[0] * shaped.score.shape[1] <= _SMALL:
-        return exact_best_candidate(shaped, rows, allowed, m)
     got = certified_best_candidate(shaped, rows, allowed, m)
     if got == UNDECIDED:
         return exact_best_candidate(shaped, rows, allowed, m)
