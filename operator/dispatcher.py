@@ -242,6 +242,8 @@ class Dispatcher:
         """Per queue: allocation, dominant share per pool, fair share (``fairness``), from the view as it is."""
         a = self._arrays(view)
         queues = queue_records(view)
+        if not queues:  # none known yet (the operator's first pass)
+            return []
         weights = np.array([q.weight for q in queues], dtype=np.float64)
         total = a.alloc.sum(axis=0) if a.node_names else np.zeros(len(a.resources))
         active = np.zeros(len(queues), dtype=bool)
@@ -250,16 +252,16 @@ class Dispatcher:
             if g.queue in q_index and (g.releasable > 0 or g.remaining_tasks > 0 or g.unbound > 0):
                 active[q_index[g.queue]] = True
         active |= a.queue_alloc.sum(axis=(0, 2)) > 0
-        fair = fairness.fair_share(weights, active) if queues else np.zeros(0)
+        fair = fairness.fair_share(weights, active)
         out = []
         shares = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, weights) for p, pool in
-                  enumerate(_POOLS)} if queues else {}
+                  enumerate(_POOLS)}
         plain = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, np.ones(len(queues))) for p, pool in
-                 enumerate(_POOLS)} if queues else {}
+                 enumerate(_POOLS)}
         names = [q.name for q in queues]
         used = {}
         for pool in _POOLS:
-            decayed = self.decider.queue_usage(pool, names, self.clock()) if queues else None
+            decayed = self.decider.queue_usage(pool, names, self.clock())
             used[pool.value] = plain[pool.value] if decayed is None else decayed
         for i, q in enumerate(queues):
             out.append(QueueShare(

@@ -464,6 +464,12 @@ def test_a_malformed_state_is_refused_and_changes_nothing(bad: dict) -> None:
     assert d.classifier.n_observed == 1
 
 
+def test_queue_shares_before_any_queue_is_known_are_empty() -> None:
+    # The operator's first pass can come before the Queue cache has filled.
+    view = DispatchView(nodes=[node("n1", cpu=8.0, memory=32.0)], running=[], queues=[], groups=[])
+    assert Dispatcher(StowageSettings(), clock=lambda: 0.0).queue_shares(view) == []
+
+
 def test_queue_shares_are_the_numbers_drf_compares() -> None:
     view = DispatchView(
         nodes=[node("n1", cpu=8.0, memory=32.0), node("n2", cpu=8.0, memory=32.0)],
