@@ -254,16 +254,13 @@ class PoolShares:
         if alloc.shape != (q, tot.shape[0]):
             raise InvalidInput("allocated.shape", alloc.shape, f"must be ({q}, {tot.shape[0]}): queues × resources")
         self.alloc, self.total = _clean_alloc(alloc), _clean_total(tot)
-        self._counted = self.total > 0
         self.dominant = _dominant(self.alloc, self.total)
         self.usage = None if usage is None else padded(usage, q, 0.0)
 
     def add(self, q: int, demand: NDArray[np.float64]) -> None:
         """Queue ``q`` now also holds ``demand`` (R,), finite and ≥ 0."""
         self.alloc[q] += demand
-        with np.errstate(over="ignore"):
-            frac = np.divide(self.alloc[q], self.total, out=np.zeros(self.total.shape), where=self._counted)
-        self.dominant[q] = frac.max() if frac.size else 0.0
+        self.dominant[q] = _dominant(self.alloc[q : q + 1], self.total)[0]
 
     def levels(self, backlogged: NDArray[np.bool_]) -> NDArray[np.float64]:
         """``fair_levels`` of the ``backlogged`` queues (Q,): the same until that set changes, since a pass adds
