@@ -139,7 +139,7 @@ class _Summaries:
     def update(self, score: NDArray[np.float64], old: NDArray[np.float64], new: NDArray[np.float64],
                fin_old: NDArray[np.bool_], fin_new: NDArray[np.bool_]) -> None:
         """One column went from ``old`` to ``new``: ``diff`` and the new sum each round once (≤ u each)."""
-        if self.exact_only:  # the certified search no longer reads the sums
+        if self.exact_only:  # the certified search does not read the sums then
             return
         new_sum = np.where(fin_new, new, 0.0)
         if new_sum.min(initial=0.0) < 0:
