@@ -96,7 +96,9 @@ class ShapeScores:
         # max is exact: raise it where the new value is higher, rescan rows whose maximum was lowered.
         lowered = np.flatnonzero((old == before) & (column < old))
         self.row_max = np.maximum(before, column)
-        if lowered.size:
+        if lowered.size == 1:  # the usual case: one shape's best node was this one (no fancy-index copy)
+            self.row_max[lowered[0]] = self.score[lowered[0]].max(initial=-np.inf)
+        elif lowered.size:
             self.row_max[lowered] = self.score[lowered].max(axis=1, initial=-np.inf)
         if self._summaries is not None:
             self._summaries.update(self.score, old, column, fin_old, fin_new)
@@ -164,7 +166,7 @@ class Rows:
     (the same alignment, the same ``p/p̄``); ``b_max``: the largest ``|boost|``; ``finite``: every boost is.
     """
 
-    __slots__ = ("b_max", "boost", "finite", "key", "known", "p", "pc", "shape_of")
+    __slots__ = ("_selected", "b_max", "boost", "finite", "key", "known", "p", "pc", "shape_of")
 
     def __init__(self, shape_of: NDArray[np.int64], p: NDArray[np.float64], boost: NDArray[np.float64]) -> None:
         self.shape_of = np.asarray(shape_of, dtype=np.int64)
@@ -177,6 +179,7 @@ class Rows:
         self.key = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
         self.finite = bool(np.isfinite(self.boost).all())
         self.b_max = float(np.abs(self.boost).max(initial=0.0))
+        self._selected: _Selection | None = None
 
     def kept(self, keep: NDArray[np.bool_]) -> Rows:
         """The rows where ``keep`` is True (keys and ``b_max`` stay valid for a subset)."""
@@ -184,7 +187,43 @@ class Rows:
         for name in Rows.__slots__:
             value = getattr(self, name)
             setattr(out, name, value[keep] if isinstance(value, np.ndarray) else value)
+        out._selected = None
         return out
+
+    def select(self, allowed: NDArray[np.bool_], n_shapes: int) -> _Selection:
+        """What the certified search reads of the ``allowed`` rows, made again only for another mask object (a pass
+        reuses one mask while the rows, the shapes that fit and the queue tiers stay the same)."""
+        sel = self._selected
+        if sel is None or sel.mask is not allowed or sel.per_shape.shape[0] != n_shapes:
+            sel = self._selected = _Selection(self, allowed, n_shapes)
+        return sel
+
+
+class _Selection:
+    """The ``allowed`` rows of a ``Rows`` (``idx``) with their shape, boost, key, work and known work, and per demand
+    shape how many of them there are (``per_shape``), how many have known work (``known_per_shape``) and the sum of
+    that work (``work_per_shape``): the search's sums over rows are then sums over a few shapes."""
+
+    __slots__ = ("_q", "b", "idx", "key", "known", "known_per_shape", "mask", "pc", "per_shape", "s",
+                 "shapes_present", "work_per_shape")
+
+    def __init__(self, rows: Rows, allowed: NDArray[np.bool_], n_shapes: int) -> None:
+        self.mask = allowed
+        self.idx = np.flatnonzero(allowed)
+        self.s, self.b, self.key = rows.shape_of[self.idx], rows.boost[self.idx], rows.key[self.idx]
+        self.pc, self.known = rows.pc[self.idx], rows.known[self.idx]
+        self.per_shape = np.bincount(self.s, minlength=n_shapes).astype(np.float64)
+        self.shapes_present = np.flatnonzero(self.per_shape)
+        ks = self.s[self.known]
+        self.known_per_shape = np.bincount(ks, minlength=n_shapes)
+        self.work_per_shape = np.bincount(ks, weights=self.pc[self.known], minlength=n_shapes)
+        self._q: tuple[float, NDArray[np.float64]] | None = None
+
+    def q(self, p_bar: float) -> NDArray[np.float64]:
+        """Each row's ``p/p̄`` (1 where the work is unknown), kept until ``p̄`` changes."""
+        if self._q is None or self._q[0] != p_bar:
+            self._q = p_bar, np.where(self.known, self.pc / p_bar, 1.0)
+        return self._q[1]
 
 
 def best_candidate(shaped: ShapeScores, rows: Rows, allowed: NDArray[np.bool_], m: float) -> tuple[int, int] | None:
@@ -217,19 +256,15 @@ def certified_best_candidate(
     reference's ``t`` is exactly 0 and this computes the very same operations. Boosts that are not all
     finite are left to the exact search.
     """
-    if not allowed.any():
+    sel = rows.select(allowed, shaped.count.shape[0])
+    if not (shaped.count[sel.shapes_present] > 0).any():
         return None
-    idx = np.flatnonzero(allowed)
-    s = rows.shape_of[idx]
-    cnt = shaped.count[s]
-    if not cnt.any():
-        return None
-    if shaped.summaries().exact_only or not rows.finite:
+    summaries = shaped.summaries()
+    if summaries.exact_only or not rows.finite:
         return UNDECIDED
-    b = rows.boost[idx]
+    s, b = sel.s, sel.b
     a = shaped.row_max[s]
-    known = rows.known[idx] & (cnt > 0)
-    t, rho = _penalty_bounds(shaped, s, cnt, rows.pc[idx], known, m)
+    t, rho = _penalty_bounds(shaped.count, summaries, sel, m)
     if t is None:
         return UNDECIDED
     v = (a - t) + b  # finite b and t: never NaN, −inf exactly where a row fits nowhere
@@ -237,11 +272,10 @@ def certified_best_candidate(
     if rho is None:  # t is exactly the reference's zeros: same operations, same bits
         if not np.isfinite(v[i]):
             return None
-        return int(idx[i]), int(np.argmax((shaped.score[s[i]] - t[i]) + b[i]))
+        return int(sel.idx[i]), int(np.argmax((shaped.score[s[i]] - t[i]) + b[i]))
     # i is the first row at the top value; another key at exactly that value may be above it in the reference.
     top = v == v[i]
-    key = rows.key[idx]
-    if (top & (key != key[i])).any():
+    if (top & (sel.key != sel.key[i])).any():
         return UNDECIDED
     t_max = float(t.max())
     reach = rho * t_max + 8 * _U * (float(shaped.row_max.max()) + t_max * (1 + rho) + rows.b_max)
@@ -253,43 +287,41 @@ def certified_best_candidate(
     second = float(below.max()) if below.size else -math.inf
     if second > -math.inf and a[i] - second <= 16 * _U * (a[i] + t[i] * (1 + rho) + abs(b[i])):
         return UNDECIDED
-    return int(idx[i]), int((row == a[i]).argmax())
+    return int(sel.idx[i]), int((row == a[i]).argmax())
 
 
 def _penalty_bounds(
-    shaped: ShapeScores, s: NDArray[np.int64], cnt: NDArray[np.int64], pc: NDArray[np.float64],
-    known: NDArray[np.bool_], m: float,
+    count: NDArray[np.int64], summaries: _Summaries, sel: _Selection, m: float,
 ) -> tuple[NDArray[np.float64] | None, float | None]:
-    """``t`` per row and a bound ``ρ`` on every row's relative radius; ``(zeros, None)`` when the reference's t
-    is exactly 0.
+    """``t`` per selected row and a bound ``ρ`` on every row's relative radius; ``(zeros, None)`` when the
+    reference's t is exactly 0.
 
-    ``pc``: each row's ``p`` as ``Rows.pc``; ``known``: known and feasible somewhere. ``(None, None)``: too close
-    to underflow to bound; let the exact search decide.
+    ``count``: feasible nodes per shape. The sums over rows are sums over shapes of per-shape totals (``_Selection``):
+    a dot product over S shapes rounds at most (S + 1)·u, and a shape's total of its rows' work at most its rows'
+    count times u, both within the (rows + 4)·u the radius allows for our sums. ``(None, None)``: too close to
+    underflow to bound; let the exact search decide.
     """
-    zeros = np.zeros(s.shape)
     weight = remaining_work.clean_weight(m)
-    if weight == 0.0 or not known.any():
-        return zeros, None
-    nk = cnt[known]
-    p_sum = float(np.dot(pc[known], nk))
+    n_known = int(count @ sel.known_per_shape)  # known work on rows that fit somewhere
+    if weight == 0.0 or n_known == 0:
+        return np.zeros(sel.s.shape), None
+    p_sum = float(count @ sel.work_per_shape)
     if p_sum == 0.0:  # every known p is 0: the reference's p̄ is exactly 0
-        return zeros, None
-    summaries = shaped.summaries()
-    a_sum = float(summaries.sums[s].sum())
-    a_err = float(summaries.error[s].sum())
+        return np.zeros(sel.s.shape), None
+    a_sum = float(summaries.sums @ sel.per_shape)
+    a_err = float(summaries.error @ sel.per_shape)
     if a_sum == 0.0 and a_err == 0.0:  # every feasible alignment is 0: ā is exactly 0
-        return zeros, None
-    n_all, n_known = int(cnt.sum()), int(nk.sum())
+        return np.zeros(sel.s.shape), None
+    n_all = int(count @ sel.per_shape)
     a_bar, p_bar = a_sum / n_all, p_sum / n_known
     # p/p̄ ≤ n_known (p ≥ 0), so t is finite when (m·ā)·n_known is.
     if not (a_bar > _TINY and p_bar > _TINY and math.isfinite(weight * a_bar * 2 * n_known)
             and math.isfinite(p_bar)):
         return None, None
-    n_rows = s.shape[0]
+    n_rows = sel.s.shape[0]
     rho_a = a_err / a_sum + (n_rows + 4) * _U + (n_all + 4) * _U  # our sums + the reference's mean
     rho_p = (n_rows + 4) * _U + (n_known + 4) * _U
-    q = np.where(known, pc / p_bar, 1.0)  # unknown work: p/p̄ is exactly 1
-    return (weight * a_bar) * q, 2 * (rho_a + rho_p) + 16 * _U
+    return (weight * a_bar) * sel.q(p_bar), 2 * (rho_a + rho_p) + 16 * _U
 
 
 def exact_best_candidate(

@@ -196,7 +196,7 @@ def pack(inp: PassInput, knobs: PackingSettings, *, limit: int | None = None) ->
             # its rows starved and past every queue rule (a queue of many one-task jobs would take 64 % against 2:1).
             shares = fairness.PoolShares(qa, inp.pool_total, weight, inp.queue_usage)
             present = np.bincount(queues, minlength=weight.shape[0]) > 0
-            tiers = shares.tiers(present, knobs.queue_usage_tolerance, knobs.queue_share_floor, shares.levels(present))
+            tiers = shares.tiers(shares.rule(present, knobs.queue_usage_tolerance, knobs.queue_share_floor))
             ahead = tiers == fairness.AHEAD
             skipped[waiting[ahead[queues]]] = False
     return PassResult(placements, skipped, held_out)
@@ -240,37 +240,44 @@ def _place_all(
     searched = candidates.Rows(shape_of, p, boost)
     rescore = column.ColumnScorer(shapes, cap)  # alignment of one node's column, cleaned once per pass
     present = np.bincount(queues, minlength=weight.shape[0]) > 0  # queues with rows: changes only when rows go
-    levels = None if _every_queue_competes(queues, weight.shape[0], f) else shares.levels(present)
     tolerance, floor = knobs.queue_usage_tolerance, knobs.queue_share_floor
+    rule = None if _every_queue_competes(queues, weight.shape[0], f) else shares.rule(present, tolerance, floor)
+    masks_for: tuple[bytes, bytes] | None = None  # (shapes that fit, tiers) the search mask was made for
+    allowed = np.ones(rows.size, dtype=bool)
     while rows.size and (limit is None or len(placements) < limit):
-        # Rows whose shape fits some node now. A search over rows none of which fits returns None
-        # whatever the masks say, so such searches are skipped, and the pass ends when no row fits.
-        fits = shaped.count[shape_of] > 0
-        if not fits.any():
-            return
-        best = None
-        # Tiers change only with a placement: once per placement, then the first tier with a row that fits.
-        # No levels: every queue competes (f = 0 or one queue left).
-        tiers = None if levels is None else shares.tiers(present, tolerance, floor, levels)
-        # The reservation and the critical path pass the job mask, not the queue tiers: a queue's share is
-        # not starvation (its many one-task jobs, all "passed over", would otherwise take every slot).
-        open_rows = ((jobs_ok | urgent) if any_urgent else jobs_ok) & fits
-        for level in (None,) if tiers is None else sorted(set(tiers.tolist()) - {fairness.IDLE}):
-            allowed = open_rows if level is None else open_rows & (tiers == level)[queues]
-            if allowed.any():
-                best = candidates.best_candidate(shaped, searched, allowed, m)
-            if best is not None:
-                break
-        if best is None:
-            best = candidates.best_candidate(shaped, searched, np.ones(rows.size, dtype=bool), m)
+        # Tiers change only with a placement: once per placement. No rule: every queue competes (f = 0 or one
+        # queue left).
+        shape_fits = shaped.count > 0
+        tiers = None if rule is None else shares.tiers(rule)
+        state = shape_fits.tobytes(), b"" if tiers is None else tiers.tobytes()
+        if state != masks_for:
+            # The rows searched: those whose shape fits some node now, of the first tier that has one. A search
+            # returns None only when no row it may take fits, so the mask alone decides which tier that is, and
+            # the same mask object serves until the shapes that fit, the tiers or the rows change.
+            fits = shape_fits[shape_of]
+            if not fits.any():
+                return
+            # The reservation and the critical path pass the job mask, not the queue tiers: a queue's share is
+            # not starvation (its many one-task jobs, all "passed over", would otherwise take every slot).
+            open_rows = ((jobs_ok | urgent) if any_urgent else jobs_ok) & fits
+            allowed = np.ones(rows.size, dtype=bool)  # no tier has a row that may go: any row
+            for level in (None,) if tiers is None else sorted(set(tiers.tolist()) - {fairness.IDLE}):
+                in_tier = open_rows if level is None else open_rows & (tiers == level)[queues]
+                if in_tier.any():
+                    allowed = in_tier
+                    break
+            masks_for = state
+        best = candidates.best_candidate(shaped, searched, allowed, m)
         if best is None:
             return
         i, n = best
         d = shapes[shape_of[i]]
         placements.append(Placement(int(rows[i]), n))
         pending[i] -= 1
-        qa[queues[i]] += d
-        shares.add(queues[i], d)
+        if inp.queue_quota is not None:
+            qa[queues[i]] += d
+        if rule is not None:  # no rule: every queue competes, and stays so (queues only leave); shares unread
+            shares.add(queues[i], d)
         avail[n] = np.maximum(avail[n] - d, 0.0)
         shaped.set_column(n, *rescore.with_fits(n, avail[n]))
         if pending[i] and inp.queue_quota is None:
@@ -280,14 +287,15 @@ def _place_all(
             mine = np.flatnonzero(queues == queues[i])
             keep[mine[~_within_quota(inp, rows[mine], qa)]] = False
         if not keep.all():
+            masks_for = None
             rows, shape_of, searched, queues = rows[keep], shape_of[keep], searched.kept(keep), queues[keep]
             pending, urgent = pending[keep], urgent[keep]
             jobs_ok = ranks.mask(keep)
             now_present = np.bincount(queues, minlength=weight.shape[0]) > 0
             if _every_queue_competes(queues, weight.shape[0], f):  # stays so: queues only leave
-                levels = None
+                rule = None
             elif (now_present != present).any():
-                levels = shares.levels(now_present)
+                rule = shares.rule(now_present, tolerance, floor)
             present = now_present
 
 

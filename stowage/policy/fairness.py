@@ -48,6 +48,7 @@ __all__ = [
     "IDLE",
     "PoolShares",
     "QueueUsage",
+    "TierRule",
     "barrier_boost",
     "decayed",
     "dominant_shares",
@@ -223,16 +224,36 @@ def queue_tiers(dominant: ArrayLike, usage: ArrayLike, weights: ArrayLike, backl
 def _tiers(dom: NDArray[np.float64], used: NDArray[np.float64], w: NDArray[np.float64], on: NDArray[np.bool_],
            tolerance: float, floor: float, fair: NDArray[np.float64]) -> NDArray[np.int8]:
     """``queue_tiers`` on checked (Q,) vectors."""
-    out = np.where(on, np.int8(AHEAD), np.int8(IDLE))
-    k = projected(dom, used)
-    fine = on & np.isfinite(k) & np.isfinite(w) & (w > 0)
-    if not fine.any():
+    return TierRule(w, on, tolerance, floor, fair).tiers(dom, used)
+
+
+class TierRule:
+    """``queue_tiers`` with its parts that depend only on the weights, the backlogged queues, the knobs and the
+    levels made once: a packing pass asks for the tiers at every placement, and those parts stay the same until
+    the set of backlogged queues changes. Inputs checked by the caller (``queue_tiers``, ``PoolShares``)."""
+
+    __slots__ = ("_base", "_factor", "_floor_at", "_start", "_w")
+
+    def __init__(self, w: NDArray[np.float64], on: NDArray[np.bool_], tolerance: float, floor: float,
+                 fair: NDArray[np.float64]) -> None:
+        self._start = np.where(on, np.int8(AHEAD), np.int8(IDLE))
+        self._base = on & np.isfinite(w) & (w > 0)  # may be EVEN or FLOOR, given finite shares
+        self._w = np.where(self._base, w, 1.0)
+        self._factor = 1.0 + _knob(tolerance, 0.0, _FLOAT_MAX)
+        self._floor_at = floor * fair - 1e-12
+
+    def tiers(self, dom: NDArray[np.float64], used: NDArray[np.float64]) -> NDArray[np.int8]:
+        """(Q,) tiers for the dominant shares ``dom`` and decayed usage ``used``."""
+        out = self._start.copy()
+        k = projected(dom, used)
+        fine = self._base & np.isfinite(k)
+        if not fine.any():
+            return out
+        per_weight = np.where(fine, k / self._w, np.inf)
+        limit = self._factor * per_weight.min()
+        out[fine & (per_weight <= limit * (1 + 1e-12) + 1e-15)] = EVEN
+        out[fine & (dom < self._floor_at)] = FLOOR
         return out
-    per_weight = np.where(fine, k / np.where(fine, w, 1.0), np.inf)
-    limit = (1.0 + _knob(tolerance, 0.0, _FLOAT_MAX)) * per_weight.min()
-    out[fine & (per_weight <= limit * (1 + 1e-12) + 1e-15)] = EVEN
-    out[fine & (dom < floor * fair - 1e-12)] = FLOOR
-    return out
 
 
 class PoolShares:
@@ -267,11 +288,16 @@ class PoolShares:
         only to backlogged queues, and the levels read only the others' shares."""
         return fair_levels(self.dominant, self.weights, backlogged)
 
-    def tiers(self, backlogged: NDArray[np.bool_], tolerance: float, floor: float,
-              levels: NDArray[np.float64]) -> NDArray[np.int8]:
-        """``queue_tiers`` now; ``levels``: ``self.levels(backlogged)``."""
-        used = self.dominant if self.usage is None else self.usage
-        return _tiers(self.dominant, used, self.weights, backlogged, tolerance, floor, levels)
+    def rule(self, backlogged: NDArray[np.bool_], tolerance: float, floor: float,
+             levels: NDArray[np.float64] | None = None) -> TierRule:
+        """``queue_tiers``' rule for the ``backlogged`` queues; ``levels``: ``self.levels(backlogged)`` if the
+        caller has it."""
+        fair = self.levels(backlogged) if levels is None else levels
+        return TierRule(self.weights, backlogged, tolerance, floor, fair)
+
+    def tiers(self, rule: TierRule) -> NDArray[np.int8]:
+        """``queue_tiers`` now, under ``rule`` (``self.rule``)."""
+        return rule.tiers(self.dominant, self.dominant if self.usage is None else self.usage)
 
 
 def projected(dominant: ArrayLike, usage: ArrayLike) -> NDArray[np.float64]:

@@ -232,7 +232,7 @@ def test_pool_shares_kept_per_placement_equal_a_fresh_computation(n_queues, n_re
         fresh = fairness.dominant_shares(alloc, total, np.ones(n_queues))
         assert shares.dominant.tobytes() == fresh.tobytes()
         usage = fairness.padded([0.1], n_queues, 0.0)
-        assert shares.tiers(on, 0.1, 0.5, shares.levels(on)).tolist() == queue_tiers(
+        assert shares.tiers(shares.rule(on, 0.1, 0.5)).tolist() == queue_tiers(
             fresh, usage, weight, on, 0.1, 0.5).tolist()
 
 
