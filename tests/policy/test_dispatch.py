@@ -344,3 +344,28 @@ def test_a_large_pass_makes_every_choice_the_dense_search_makes(monkeypatch: pyt
     result = dispatch.pack(inp, KNOBS)
     assert len(result.placements) > 200
     assert checked[True] > 0.95 * len(result.placements)
+
+
+def test_one_rows_and_mask_reused_while_columns_change_give_the_references_answers() -> None:
+    # A pass keeps one Rows and one mask object while the tiers, rows and fitting shapes stay: what the search
+    # keeps of them (Rows.select) must follow every column update, and a new mask object must be read afresh.
+    rng = np.random.default_rng(5)
+    score = rng.uniform(0, 1, (3, 40))
+    score[rng.random(score.shape) < 0.3] = -np.inf
+    shaped = candidates.ShapeScores(score.copy())
+    shape_of, p, boost = rng.integers(0, 3, 30), rng.uniform(0, 50, 30), np.zeros(30)
+    p[:4] = np.nan  # unknown work
+    searched = candidates.Rows(shape_of, p, boost)
+    masks = [rng.random(30) < 0.6, rng.random(30) < 0.3]
+    decided = 0
+    for step in range(300):
+        allowed = masks[(step // 50) % 2]  # the same object for 50 steps, then the other
+        got = candidates.certified_best_candidate(shaped, searched, allowed, 1.0)
+        want = candidates.dense_best_candidate(shaped.score[shape_of], p, boost, allowed, 1.0)
+        assert got in (candidates.UNDECIDED, want)
+        assert candidates.best_candidate(shaped, searched, allowed, 1.0) == want
+        decided += got != candidates.UNDECIDED
+        n = int(rng.integers(0, 40))
+        column = np.where(rng.random(3) < 0.2, -np.inf, rng.uniform(0, 1, 3))
+        shaped.set_column(n, column)
+    assert decided > 200
