@@ -138,7 +138,7 @@ class Scenario:
                                                    job_progress=frac)
             job_name = key.split("/")[1]
             features = dispatch.task_features(g.queue, job_name, g.group, {"cpu": g.demand["cpu"] / 32.0}, frac)
-            dispatcher.observe_finished(features, g.expected_duration_s, queue=g.queue, group_key=key, group=g.group)
+            dispatcher.observe_finished(features, (g.expected_duration_s,), queue=g.queue, group_key=key, group=g.group)
         self.running = [x for i, x in enumerate(self.running) if i not in gone]
 
 

@@ -100,12 +100,13 @@ class Dispatcher:
 
     # --- learning and state ----------------------------------------------------------------------
 
-    def observe_finished(self, features: Mapping[str, Any], duration_s: float, *, queue: str = "",
+    def observe_finished(self, features: Mapping[str, Any], durations_s: Sequence[float], *, queue: str = "",
                          group_key: str | None = None, recurring_key: str | None = None,
                          group: str = "") -> tuple[float, str] | None:
-        """Learn from one finished task (``Decider.observe_finished``: the classifier, the queue's duration prior,
-        the recurring history); returns the (estimate, source) the last decision held for ``group_key``."""
-        return self.decider.observe_finished(features, duration_s, queue=queue, group=group,
+        """Learn from finished tasks of one group, their run times in the order they finished
+        (``Decider.observe_finished``: the classifier, the queue's duration prior, the recurring history);
+        returns the (estimate, source) the last decision held for ``group_key``."""
+        return self.decider.observe_finished(features, durations_s, queue=queue, group=group,
                                              recurring_key=recurring_key, group_key=group_key)
 
     def estimates(self) -> dict[Hashable, tuple[float, str]]:

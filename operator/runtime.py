@@ -349,7 +349,7 @@ class OperatorRuntime:
         lessons = self.jobs.lessons(key, plan, mean_capacity)
         for lesson in lessons:
             held = self.dispatcher.observe_finished(
-                lesson.features, lesson.duration_s, queue=lesson.queue, group_key=lesson.group_key,
+                lesson.features, (lesson.duration_s,), queue=lesson.queue, group_key=lesson.group_key,
                 recurring_key=lesson.recurring_key, group=lesson.group)
             if held is not None and lesson.duration_s > 0 and math.isfinite(held[0]):
                 self.metrics.estimate_ratio.labels(held[1]).observe(held[0] / lesson.duration_s)

@@ -33,7 +33,7 @@ before the first observation) is long, with ``probability_short = 0``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from stowage.config import ClassifierSettings
@@ -93,19 +93,32 @@ class ShortLongClassifier:
     def _values(self, features: Mapping[str, object]) -> list[tuple[str, ...]]:
         return [tuple(str(features.get(name, "")) for name in level) for level in self.levels]
 
-    def observe(self, features: Mapping[str, object], duration_s: float) -> bool | None:
-        """Learn from one finished task; returns whether it counted as short (None: ignored).
+    def observe_many(self, features: Mapping[str, object], durations_s: Iterable[float]) -> tuple[int, int]:
+        """Learn from finished tasks that share ``features``; returns how many counted (short, long).
 
-        A NaN or infinite duration teaches nothing; a negative one counts as 0.
+        A NaN or infinite duration teaches nothing; a negative one counts as 0. The hierarchy values are built
+        once for all of them and each count grows by the number of tasks: the counts are integers, so this
+        equals learning the tasks one at a time, in any order.
         """
-        d = float(duration_s)
-        if not math.isfinite(d):
-            return None
-        label = _SHORT if max(d, 0.0) <= self.threshold_s else _LONG
-        self._class_counts[label] += 1
-        for table, value in zip(self._counts, self._values(features), strict=True):
-            table.setdefault(value, [0, 0])[label] += 1
-        return label == _SHORT
+        counted = [0, 0]
+        for duration in durations_s:
+            d = float(duration)
+            if math.isfinite(d):
+                counted[_SHORT if max(d, 0.0) <= self.threshold_s else _LONG] += 1
+        short, long_ = counted
+        if short or long_:  # no row for features that taught nothing: V_i counts values seen
+            self._class_counts[_SHORT] += short
+            self._class_counts[_LONG] += long_
+            for table, value in zip(self._counts, self._values(features), strict=True):
+                row = table.setdefault(value, [0, 0])
+                row[_SHORT] += short
+                row[_LONG] += long_
+        return short, long_
+
+    def observe(self, features: Mapping[str, object], duration_s: float) -> bool | None:
+        """Learn from one finished task (``observe_many``); returns whether it counted as short (None: ignored)."""
+        short, long_ = self.observe_many(features, (duration_s,))
+        return None if short + long_ == 0 else short == 1
 
     @property
     def n_observed(self) -> int:

@@ -186,17 +186,21 @@ class Decider:
 
     # --- learning ---------------------------------------------------------------------------------
 
-    def observe_finished(self, features: Mapping[str, str] | None, duration_s: float, *, queue: str,
+    def observe_finished(self, features: Mapping[str, str] | None, durations_s: Sequence[float], *, queue: str,
                          group: str = "", recurring_key: str | None = None,
                          group_key: Hashable | None = None) -> tuple[float, str] | None:
-        """Learn from one finished task: the classifier (OPERA: "upon the completion of tasks"), the queue's
-        duration prior and the recurring job's history. Returns the (estimate, source) the last decision held
-        for ``group_key`` (None: no key, or not in it), for the estimate-error metric."""
+        """Learn from finished tasks of one group, ``durations_s`` their run times in the order they finished:
+        the classifier (OPERA: "upon the completion of tasks"; the tasks share ``features``, so it learns them
+        in one ``observe_many``), the queue's duration prior and the recurring job's history (running means,
+        fed one duration at a time in that order). Returns the (estimate, source) the last decision held for
+        ``group_key`` (None: no key, or not in it), for the estimate-error metric."""
         if self.classifier is not None and features is not None:
-            self.classifier.observe(features, duration_s)
-        self.priors.observe(queue, duration_s)
+            self.classifier.observe_many(features, durations_s)
+        for duration in durations_s:
+            self.priors.observe(queue, duration)
         if recurring_key is not None:
-            self.history.observe(recurring_key, group, duration_s)
+            for duration in durations_s:
+                self.history.observe(recurring_key, group, duration)
         if group_key is None:
             return None
         if self._last_index is None:

@@ -56,15 +56,26 @@ class PackingPreset(Preset):
             self._history[g] = self.decider.history.get(self._job_key[j], sim.g_name[g])
 
     def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None:
-        """What a cluster learns when tasks finish: their run times (estimates, classifier, history)."""
+        """What a cluster learns when tasks finish: their run times (estimates, classifier, history).
+
+        The decider learns each run of consecutive tasks of one group in one call. Splitting at every change of
+        group, rather than gathering a group's tasks from the whole array, feeds the queue priors and the
+        recurring history (running means, whose floating-point results depend on the order; the history's
+        recency) every duration in the order the tasks finished.
+        """
         sim = self.sim
         np.add.at(self._finished_s, groups, durations)
+        if groups.size == 0:
+            return
+        cuts = (np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist()
+        gs, ds = groups.tolist(), durations.tolist()
         features: dict[int, dict[str, str] | None] = {}
-        for g, duration in zip(groups.tolist(), durations.tolist(), strict=True):
+        for lo, hi in zip([0, *cuts], [*cuts, len(gs)], strict=True):
+            g = gs[lo]
             if g not in features:
                 features[g] = self._features(g) if self.use_classifier else None
             j = int(sim.g_job[g])
-            self.decider.observe_finished(features[g], duration, queue=sim.queue_names[sim.g_queue[g]],
+            self.decider.observe_finished(features[g], ds[lo:hi], queue=sim.queue_names[sim.g_queue[g]],
                                           group=sim.g_name[g], recurring_key=self._job_key[j])
 
     def _features(self, g: int) -> dict[str, str]:

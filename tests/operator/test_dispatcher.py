@@ -252,8 +252,7 @@ def test_only_true_and_short_auto_tasks_run_on_harvested_capacity() -> None:
     assert all(r.pod_class is PodClass.OPPORTUNISTIC and r.node_hint == "n1" for r in got)
     # Finished tasks of "maybe"'s kind ran for 5 s: short. Now it qualifies; "no" never does.
     features = d._features(d._arrays(view), 1, np.array([8.0, 32 * GI, 0.0, 0.0]))
-    for _ in range(5):
-        d.observe_finished(features, 5.0)
+    d.observe_finished(features, [5.0] * 5)
     again = d.decide(view)
     assert {r.group_key for r in again} == {"yes", "maybe"}
 
@@ -262,8 +261,7 @@ def test_a_long_auto_task_stays_pending_when_only_harvested_capacity_is_left() -
     d = Dispatcher(StowageSettings(), clock=lambda: 0.0)
     view = _full_node_view(grp("batch", intent=Opportunistic.AUTO))
     features = d._features(d._arrays(view), 0, np.array([8.0, 32 * GI, 0.0, 0.0]))
-    for _ in range(5):
-        d.observe_finished(features, 3600.0)
+    d.observe_finished(features, [3600.0] * 5)
     assert d.decide(view) == []
 
 
@@ -430,9 +428,9 @@ def test_state_survives_a_restart_as_json() -> None:
     short = {"framework": "q", "app": "etl", "stage": "map", "progress": "0-25%", "demand": "cpu=2^-3"}
     long_ = {**short, "app": "train"}
     for _ in range(3):
-        d.observe_finished(short, 4.0)
-        d.observe_finished(long_, 900.0)
-    d.observe_finished(short, math.nan)  # teaches nothing
+        d.observe_finished(short, (4.0,))
+        d.observe_finished(long_, (900.0,))
+    d.observe_finished(short, (math.nan,))  # teaches nothing
     view = DispatchView([node("n1", cpu=4.0, memory=64.0)], [RunningPod("n1", rv(cpu=3.0), queue="q")],
                         [QueueRecord("q")], [grp("big", cpu=3.0, memory=3.0, duration=600.0),
                                              grp("small", cpu=1.0, memory=1.0, tasks=100, duration=1.0)])
@@ -458,7 +456,7 @@ def test_state_survives_a_restart_as_json() -> None:
 @pytest.mark.parametrize("bad", [{"version": 99}, {"version": 1}, {"version": 1, "classifier": {}}])
 def test_a_malformed_state_is_refused_and_changes_nothing(bad: dict) -> None:
     d = Dispatcher(StowageSettings(), clock=lambda: 0.0)
-    d.observe_finished({"framework": "x"}, 1.0)
+    d.observe_finished({"framework": "x"}, (1.0,))
     with pytest.raises((ValueError, KeyError, TypeError)):
         d.load_state(bad)
     assert d.classifier.n_observed == 1

@@ -9,6 +9,7 @@ last decision's estimates and changes only when they do.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -168,9 +169,9 @@ class RecordingDispatcher:
         self.held = held
         self.calls: list[tuple[Any, ...]] = []
 
-    def observe_finished(self, features: Any, duration_s: float, *, queue: str, group_key: str,
+    def observe_finished(self, features: Any, durations_s: Sequence[float], *, queue: str, group_key: str,
                          recurring_key: str | None, group: str) -> tuple[float, str] | None:
-        self.calls.append((duration_s, queue, group_key, recurring_key, group))
+        self.calls.append((tuple(durations_s), queue, group_key, recurring_key, group))
         return self.held
 
     def estimates(self) -> dict[str, tuple[float, str]]:
@@ -196,8 +197,8 @@ def test_each_finished_task_teaches_the_dispatcher_and_observes_estimate_over_ac
     rt.jobs.apply_pod_event("ADDED", succeeded(j, "map", 1, T0, T0 + 60))
     plan = rt.jobs.plans(lambda _: set(), None)[KEY]
     assert rt.learn(KEY, plan, {"cpu": 8.0}) == 2
-    assert sorted(dispatcher.calls) == [(20.0, "research", "ns/train/map", "ns/train", "map"),
-                                        (60.0, "research", "ns/train/map", "ns/train", "map")]
+    assert sorted(dispatcher.calls) == [((20.0,), "research", "ns/train/map", "ns/train", "map"),
+                                        ((60.0,), "research", "ns/train/map", "ns/train", "map")]
     assert _ratio(rt.metrics, "phase") == 2 and _ratio(rt.metrics, "phase", "sum") == pytest.approx(1.5 + 0.5)
     text = generate_latest(rt.metrics.registry).decode()
     assert f'{METRICS.ESTIMATE_RATIO}_bucket{{le="0.5",source="phase"}} 1.0' in text  # 30/60

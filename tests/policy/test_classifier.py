@@ -141,6 +141,29 @@ def test_custom_threshold_changes_the_label():
     assert clf.class_counts == (0, 1)
 
 
+def test_learning_a_group_at_once_equals_learning_its_tasks_one_at_a_time():
+    """``observe_many`` over each kind's tasks gives the counts, and so the probabilities, of ``observe`` per task;
+    durations that teach nothing add no feature value (V_i stays the same)."""
+    stream = synthetic_stream(np.random.default_rng(11), 300)
+    stream += [
+        ({"framework": "Spark", "app": "new"}, math.nan),
+        ({"framework": "Flink"}, math.inf),
+        (stream[0][0], -2.0),
+        (stream[1][0], math.nan),
+    ]
+    one, many = ShortLongClassifier(), ShortLongClassifier()
+    kinds: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[float]]] = {}
+    for features, duration in stream:
+        one.observe(features, duration)
+        kinds.setdefault(tuple(sorted(features.items())), (features, []))[1].append(duration)
+    counted = [many.observe_many(features, durations) for features, durations in kinds.values()]
+    assert many.state_dict() == one.state_dict()
+    assert tuple(map(sum, zip(*counted, strict=True))) == one.class_counts
+    assert many.observe_many({"framework": "Spark"}, []) == (0, 0) and many.state_dict() == one.state_dict()
+    probes = [features for features, _ in kinds.values()] + [{"framework": "Spark", "app": "new"}, {"framework": "x"}]
+    assert [many.probability_short(f) for f in probes] == [one.probability_short(f) for f in probes]
+
+
 def test_classification_is_deterministic_across_instances():
     rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
     a, b = ShortLongClassifier(), ShortLongClassifier()
