@@ -16,6 +16,7 @@ so an interrupted benchmark resumes. One workload's run again, as the script ran
 
     .venv/bin/python scripts/random_workloads.py --jobs 1            # all 50 seeds
     .venv/bin/python scripts/random_workloads.py --seeds 5 --jobs 1  # the first 5
+    .venv/bin/python scripts/random_workloads.py --without-bandwidth  # declared disk/network dropped
 """
 
 from __future__ import annotations
@@ -34,16 +35,34 @@ import numpy as np
 #: The benchmark's workloads, by seed: fixed so that tables stay comparable across commits.
 SEEDS = tuple(range(50))
 BASE = "kube-default"
+BANDWIDTH = ("disk", "network")  # declared, not Kubernetes resources: --without-bandwidth drops them
 PRESETS = (BASE, "stowage")
 
 
-def run_seed(seed: int, presets: Sequence[str]) -> list[dict[str, Any]]:
+def without_bandwidth(workload: Any) -> Any:
+    """``workload`` with every group's declared disk and network demand dropped: what honouring those declarations
+    costs (kube-default never reads them; the packing presets fit them as capacity)."""
+    import dataclasses
+
+    from stowage.resources import ResourceVector
+
+    def group(g: Any) -> Any:
+        kept = {k: (0.0 if k in BANDWIDTH else v) for k, v in g.demand.items()}
+        return dataclasses.replace(g, demand=ResourceVector(kept))
+
+    jobs = [dataclasses.replace(j, groups=[group(g) for g in j.groups]) for j in workload.jobs]
+    return dataclasses.replace(workload, jobs=jobs)
+
+
+def run_seed(seed: int, presets: Sequence[str], drop_bandwidth: bool = False) -> list[dict[str, Any]]:
     """Each preset's summary on ``random:seed``, with the workload's drawn parameters and wall time."""
     from stowage.policy.dispatch import PASS_DELAY_S
     from stowage.sim.engine import SimConfig, simulate
     from stowage.sim.traces.random_mix import random_mix
 
     workload = random_mix(seed)
+    if drop_bandwidth:
+        workload = without_bandwidth(workload)
     out = []
     for preset in presets:
         started = time.perf_counter()
@@ -107,9 +126,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", action="append", default=[], help="another preset to run (repeatable)")
     parser.add_argument("--jobs", type=int, default=1, help="workloads run in parallel (default 1)")
     # Beside makespan_table.py's kept runs: a folder git already ignores.
-    parser.add_argument("--out", type=Path, default=Path("makespan-runs/random-workloads.jsonl"),
-                        help="JSON lines of every run's summary, kept to resume (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON lines of every run's summary, kept to resume (default: "
+                             "makespan-runs/random-workloads.jsonl, or random-workloads-without-bandwidth.jsonl)")
+    parser.add_argument("--without-bandwidth", action="store_true",
+                        help="diagnostic: drop every group's declared disk and network demand (see without_bandwidth)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        name = "random-workloads-without-bandwidth" if args.without_bandwidth else "random-workloads"
+        args.out = Path("makespan-runs") / f"{name}.jsonl"
     seeds = SEEDS[: max(args.seeds, 0)]
     presets = tuple(dict.fromkeys((*PRESETS, *args.policy)))
     rows = _load(args.out)
@@ -118,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
-        for done in pool.map(run_seed, todo, [missing[s] for s in todo]):
+        for done in pool.map(run_seed, todo, [missing[s] for s in todo], [args.without_bandwidth] * len(todo)):
             for r in done:
                 rows[(r["seed"], r["preset"])] = r
                 sink.write(json.dumps(r) + "\n")

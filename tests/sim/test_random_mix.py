@@ -102,3 +102,24 @@ def test_the_cli_spec_names_the_same_workload() -> None:
 def test_a_bad_random_spec_is_refused_naming_the_form(spec: str) -> None:
     with pytest.raises(InvalidInput, match="random:SEED"):
         resolve_workload(spec, nodes=None, node_shape=None, seed=0)
+
+
+def test_the_benchmark_can_drop_declared_bandwidth_and_keeps_everything_else() -> None:
+    # scripts/random_workloads.py --without-bandwidth: the diagnostic behind the makespan finding in
+    # docs/simulator.md. Only disk and network demands go to 0; tasks, durations and other demands stay.
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "random_workloads.py"
+    spec = importlib.util.spec_from_file_location("random_workloads", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    w = mix(0)
+    dropped = script.without_bandwidth(w)
+    assert any(g.demand["disk"] > 0 for j in w.jobs for g in j.groups)
+    assert len(dropped.jobs) == len(w.jobs) and dropped.nodes == w.nodes
+    for job, kept in zip(w.jobs, dropped.jobs, strict=True):
+        for g, h in zip(job.groups, kept.groups, strict=True):
+            assert h.demand["disk"] == h.demand["network"] == 0.0
+            assert (h.demand["cpu"], h.demand["memory"], h.tasks) == (g.demand["cpu"], g.demand["memory"], g.tasks)
