@@ -341,11 +341,15 @@ class Dispatcher:
             del self._released[key]
 
     def _features(self, a: ViewArrays, g: int, mean_cap: NDArray[np.float64]) -> Mapping[str, str]:
+        """What the classifier is asked about group ``g``'s tasks: the features a finished task of it teaches
+        (``jobs.JobBook.lessons``), so the demand names the group's own resources, not every column of the view
+        (a ``disk=0`` no lesson carries would make the finest level of every question one never seen)."""
         group = a.groups[g]
         if group.features is not None:
             return group.features
-        norm = np.where(mean_cap > 0, mean_cap, 1.0)
-        demand = dict(zip(a.resources, (a.demand[g] / norm).tolist(), strict=True))
+        column = {r: k for k, r in enumerate(a.resources)}
+        demand = {r: float(v) / float(mean_cap[column[r]]) if mean_cap[column[r]] > 0 else float(v)
+                  for r, v in group.demand.items()}
         job_name = group.job.rsplit("/", 1)[-1] if group.job is not None else group.key.rsplit("/", 1)[-1]
         return dispatch.task_features(group.queue, job_name, group.group, demand, group.job_progress)
 

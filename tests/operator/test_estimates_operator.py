@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 from stowage.operator import jobs, tasks
-from stowage.operator.dispatcher import Dispatcher, DispatchView, NodeRecord, QueueRecord
+from stowage.operator.dispatcher import Dispatcher, DispatchView, NodeRecord, QueueRecord, RunningPod
 from stowage.operator.metrics import OperatorMetrics
 from stowage.operator.runtime import OperatorRuntime
 
 from stowage import labels
 from stowage.config import StowageSettings
-from stowage.labels import METRICS
+from stowage.labels import METRICS, PodClass
 from stowage.policy import estimates
 from stowage.resources import ResourceVector
 from tests.operator.test_jobbook import StubClient
@@ -252,6 +252,67 @@ def test_the_real_dispatcher_reports_what_it_estimated_at_its_last_decision() ->
 def test_job_estimates_group_the_dispatchers_by_job_and_leave_plain_pods_out() -> None:
     rt = _runtime(RecordingDispatcher(held=None))
     assert rt.job_estimates() == {KEY: {"map": (30.0, "phase"), "reduce": (5.0, "prior")}}
+
+
+# --- the classifier is asked about what it was taught ---------------------------------------------
+
+NODE = NodeRecord("n1", ResourceVector({"cpu": 8.0, "memory": 16 * 2**30}))  # one node: the mean node
+MEAN = {"cpu": 8.0, "memory": 16 * 2**30}  # what OperatorRuntime._mean_capacity gives for it
+
+
+def _finish(rt: OperatorRuntime, j: dict[str, Any], group_name: str, indexes: range, run_s: float) -> None:
+    """Tasks ``indexes`` of the Job succeed after ``run_s``; the runtime learns from them (one pass)."""
+    key = ("ns", str(j["metadata"]["name"]))
+    for i in indexes:
+        p = succeeded(j, group_name, i, T0, T0 + run_s)
+        p["metadata"]["uid"] = f"{key[1]}-{p['metadata']['uid']}"  # each Job's pods their own (learned once each)
+        rt.jobs.apply_pod_event("ADDED", p)
+    rt.learn(key, rt.jobs.plans(lambda _: set(), None)[key], MEAN)
+
+
+def test_the_dispatcher_asks_the_classifier_about_the_features_a_finished_task_taught() -> None:
+    """One task of the group finished: the next ones are the same kind of task, so the classifier is asked
+    about exactly the features that task taught it (queue, app, stage, progress and the demand bucket)."""
+    now = T0 + 100
+    dispatcher = Dispatcher(StowageSettings(), clock=lambda: now)
+    rt = _runtime(dispatcher, clock=now)
+    j = job(group("map", 3, duration=None))
+    rt.jobs.upsert_job(j)
+    rt.jobs.apply_pod_event("ADDED", succeeded(j, "map", 0, T0, T0 + 12))
+    plans = rt.jobs.plans(lambda _: set(), None)
+    (lesson,) = rt.jobs.lessons(KEY, plans[KEY], MEAN)
+    view = DispatchView(nodes=[NODE], running=[], queues=[QueueRecord("research")],
+                        groups=rt.jobs.pending_groups(plans, now))
+    a = dispatcher._arrays(view)
+    asked = dispatcher.decide_input(view, a, now).features(0)
+    assert asked == lesson.features
+
+
+def test_an_auto_task_its_finished_predecessors_taught_short_spills_onto_harvested_capacity() -> None:
+    """The whole-stack spill (tests/system/test_sharing.py, after its first test) without a cluster: the
+    classifier learned 60 tasks of Job ``a`` in another queue and 30 of ``b`` in this one (12 s each, learned in
+    four progress buckets each), then ``spill-0``'s 6 tasks (3 s): all short. The node is full of regular pods
+    but mostly idle, so ``spill-1``'s ``auto`` tasks, the kind ``spill-0`` taught short, run opportunistic."""
+    now = T0 + 100
+    dispatcher = Dispatcher(StowageSettings(), clock=lambda: now)
+    rt = _runtime(dispatcher, clock=now)
+    for name, queue, group_name, steps, run_s in (
+            ("a", "bulk", "t", (14, 29, 42, 60), 12.0), ("b", "research", "t", (2, 14, 22, 30), 12.0),
+            ("spill-0", "research", "w", (1, 6), 3.0)):
+        done = job(group(group_name, steps[-1], duration=None), name=name)
+        done["spec"]["queue"] = queue
+        rt.jobs.upsert_job(done)
+        for lo, hi in zip((0, *steps), steps, strict=False):
+            _finish(rt, done, group_name, range(lo, hi), run_s)
+    assert dispatcher.classifier.class_counts == (96, 0), "every task so far was short"
+    rt.jobs.upsert_job(job(group("w", 4, duration=None), name="spill-1"))
+    plans = rt.jobs.plans(lambda _: set(), None)
+    idle = NodeRecord("n1", NODE.allocatable, usage=ResourceVector({"cpu": 1.0, "memory": 2 * 2**30}))
+    view = DispatchView(nodes=[idle], running=[RunningPod("n1", NODE.allocatable, queue="bulk", bound_at_s=0.0)],
+                        queues=[QueueRecord("bulk", weight=2.0), QueueRecord("research")],
+                        groups=rt.jobs.pending_groups(plans, now))
+    releases = dispatcher.decide(view)
+    assert [(r.group_key, r.pod_class, r.count) for r in releases] == [("ns/spill-1/w", PodClass.OPPORTUNISTIC, 4)]
 
 
 # --- status.estimate -------------------------------------------------------------------------------
