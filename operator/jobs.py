@@ -15,7 +15,8 @@ Job's plan (:func:`stowage.operator.tasks.plan_job`), releases tasks from it, an
 
 Evictions are counted when a pod of the Job is first seen evicted (``DisruptionTarget`` / deleted while
 opportunistic, :func:`tasks.pod_outcome`); the count reaches ``status.groups[<group>].evicted`` with the
-next status write. Pods already evicted when the operator starts are taken as counted by its predecessor.
+status write of the next plan (one seen while a plan is being written waits for the plan after it). Pods already
+evicted when the operator starts are taken as counted by its predecessor.
 A pod deleted before the status recorded what it says (a failure, its attempt number; ``tasks.attempt_recorded``)
 is still planned with until a status write records it, so its retry and its name are not lost.
 """
@@ -125,6 +126,9 @@ class _Entry:
     job: dict[str, Any] | None = None
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → pod
     evictions: dict[str, int] = field(default_factory=dict)  # group → evictions not yet in the status
+    # The evictions ``plan`` counted (those seen when it was computed): what its status write puts in the status.
+    # One seen later (the informer's thread) stays in ``evictions`` for the next plan.
+    planned_evictions: dict[str, int] = field(default_factory=dict)
     # Pods deleted before the status recorded what they say (a failure, their attempt number): planned with
     # (a failed one as it was, any other as deleted) until the status does, so no retry or name is lost.
     gone: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -275,10 +279,12 @@ class JobBook:
                         job["status"] = entry.written
                     try:
                         pods = [*entry.pods.values(), *entry.gone.values()]
+                        entry.planned_evictions = dict(entry.evictions)
                         entry.plan = tasks.plan_job(job, pods, now=now, in_flight=flying,
-                                                    new_evictions=entry.evictions, mean_capacity=mean_capacity,
-                                                    blocked=why)
+                                                    new_evictions=entry.planned_evictions,
+                                                    mean_capacity=mean_capacity, blocked=why)
                     except (InvalidInput, ValueError, TypeError, KeyError) as exc:
+                        entry.planned_evictions = {}  # a failed plan's status counts none
                         entry.plan = _failed_plan(job, f"the Job cannot be planned: {exc}", now)
                     entry.dirty = False
                 out[key] = entry.plan
@@ -402,7 +408,8 @@ class JobBook:
                 return
             job = entry.job
             current = entry.written if entry.written is not None else (job.get("status") or {})
-            evictions = dict(entry.evictions)
+            # Only what this plan counted: an eviction seen since is not in its status (nor in a failed plan's).
+            evictions = dict(entry.planned_evictions) if plan is entry.plan else {}
         status = plan.status
         estimate = tasks.estimate_status(plan.groups, estimates, current.get("estimate"))
         if estimate is not None:
@@ -433,6 +440,8 @@ class JobBook:
                         entry.evictions[group] = left
                     else:
                         entry.evictions.pop(group, None)
+                if plan is entry.plan:
+                    entry.planned_evictions = {}  # written: the same plan applied again counts none twice
                 entry.dirty = True
             now = self._clock()
             for type_, reason, message in plan.events:
