@@ -31,7 +31,7 @@ from stowage.kube import api
 from stowage.model import JobOrder, Pool, QueueOpportunistic
 from stowage.resources import format_quantity, parse_quantity
 
-__all__ = ["QueueBook", "QueueSpec", "ensure_default_queue", "register", "status_of"]
+__all__ = ["QueueBook", "QueueSpec", "ensure_default_queue", "merge_patch", "register", "status_of"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,20 @@ def status_of(numbers: QueueNumbers) -> dict[str, Any]:
         **({"quotaUsed": {pool: {r: round(float(x), 4) for r, x in used.items()}
                           for pool, used in numbers.quota_used.items()}} if numbers.quota_used else {}),
     }
+
+
+def merge_patch(new: Mapping[str, Any], *before: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``new`` as a JSON merge patch (RFC 7386) over what the object may hold now (``before``: the cached status,
+    the last one written): a key they have and ``new`` lacks is sent as null, the only way a merge patch removes
+    it. Without it, a resource whose last running task ended would stay in ``allocated`` for good."""
+    out: dict[str, Any] = {}
+    for key, value in new.items():
+        under = [b[key] for b in before if isinstance(b, Mapping) and isinstance(b.get(key), Mapping)]
+        out[key] = merge_patch(value, *under) if isinstance(value, Mapping) and under else value
+    for b in before:
+        if isinstance(b, Mapping):
+            out.update({key: None for key in b if key not in new})
+    return out
 
 
 def ensure_default_queue(client: api.KubeClient) -> bool:
@@ -158,7 +172,7 @@ class QueueBook:
             if status == last or (last is None and status == current):
                 continue
             try:
-                self._client.patch(crd.QUEUE.path(n.name) + "/status", {"status": status})
+                self._client.patch(crd.QUEUE.path(n.name) + "/status", {"status": merge_patch(status, current, last)})
             except (api.ApiError, OSError) as exc:
                 if not (isinstance(exc, api.ApiError) and exc.status == 404):
                     log.warning("queue %s: status not written (%s); retrying in the next round", n.name, exc)

@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from stowage.operator import crd
+from stowage.operator import crd, queues
+from stowage.operator.metrics import QueueNumbers
 
 from stowage import labels
+from stowage.kube import api
 from stowage.policy import estimates
 from tests.operator.conftest import RawApi
 
@@ -307,6 +309,37 @@ def test_queue_printer_columns_show_weight_and_shares_side_by_side(kube: RawApi,
     row = rows[queue_name]
     assert row[:8] == [queue_name, 2, 0.4, 0.5, 0.45, 0.5, 7, 4]
     assert row[9:] == [0.1, "SRTF", "Allow"]
+
+
+class _MergePatches:
+    """The one call ``QueueBook.write_statuses`` makes, as ``stowage.kube.api.KubeClient.patch`` makes it."""
+
+    def __init__(self, kube: RawApi) -> None:
+        self.kube = kube
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self.kube.ok("PATCH", path, body, content_type=api.MERGE_PATCH)
+
+
+def _numbers(name: str, allocated: dict[str, dict[str, float]], running: int) -> QueueNumbers:
+    return QueueNumbers(name=name, dominant_share={}, fair_share=0.5, allocated=allocated, pending_tasks=0,
+                        running_tasks=running)
+
+
+def test_queue_status_drops_a_resource_once_no_running_task_holds_it(kube: RawApi, queue_name: str) -> None:
+    """The operator's status writes are merge patches: a resource that left ``allocated`` must go from the
+    stored status too (a stale ``cpu: 6`` beside ``runningTasks: 0`` was read as an allocation)."""
+    kube.ok("POST", crd.QUEUE.path(), _queue(queue_name))
+    book = queues.QueueBook(_MergePatches(kube))  # type: ignore[arg-type]
+    book.upsert(kube.ok("GET", crd.QUEUE.path(queue_name)))
+    assert book.write_statuses([_numbers(queue_name, {"regular": {"cpu": 6.0}, "opportunistic": {"cpu": 2.0}}, 8)])
+    book.upsert(kube.ok("GET", crd.QUEUE.path(queue_name)))  # as Kopf's event brings it
+    assert book.write_statuses([_numbers(queue_name, {"opportunistic": {"cpu": 1.0}}, 1)])
+    status = kube.ok("GET", crd.QUEUE.path(queue_name))["status"]
+    assert status["allocated"] == {"regular": {}, "opportunistic": {"cpu": "1"}}
+    assert status["runningTasks"] == 1
+    assert book.write_statuses([_numbers(queue_name, {}, 0)])  # the cache not updated since: the last write counts
+    assert kube.ok("GET", crd.QUEUE.path(queue_name))["status"]["allocated"] == {"regular": {}, "opportunistic": {}}
 
 
 def test_short_names_reach_the_same_resources(kube: RawApi, stowage_crds: list[dict[str, Any]]) -> None:
