@@ -118,12 +118,24 @@ def _clean_total(tot: NDArray[np.float64]) -> NDArray[np.float64]:
     return nan_to_num_if_needed(tot, posinf=_FLOAT_MAX)  # nan_to_num's default for +inf
 
 
-def _dominant(alloc: NDArray[np.float64], tot: NDArray[np.float64]) -> NDArray[np.float64]:
-    """(Q,) unweighted dominant shares of cleaned (Q, R) allocations; resources with ``tot ≤ 0`` add 0."""
+def _dominant(alloc: NDArray[np.float64], tot: NDArray[np.float64], plain: bool = False) -> NDArray[np.float64]:
+    """(Q,) unweighted dominant shares of cleaned (Q, R) allocations (a (R,) row: its share); resources with
+    ``tot ≤ 0`` add 0.
+
+    ``plain``: every total is ≥ 1 (``_plain``), so no share divides by 0 or overflows: the same quotients without
+    the guards, which cost most of a packing pass's per-placement update of one queue's share.
+    """
+    if plain:
+        return (alloc / tot).max(axis=-1)
     with np.errstate(over="ignore"):
         # Dividing directly (not by 1/total) keeps 0/tiny = 0 instead of 0·inf = NaN.
         frac = np.divide(alloc, tot, out=np.zeros_like(alloc), where=tot > 0)
-    return frac.max(axis=1) if frac.shape[1] else np.zeros(alloc.shape[0])
+    return frac.max(axis=-1) if frac.shape[-1] else np.zeros(alloc.shape[:-1])
+
+
+def _plain(tot: NDArray[np.float64]) -> bool:
+    """Whether ``_dominant`` may divide by these cleaned totals unguarded: R ≥ 1 and each one ≥ 1."""
+    return bool(tot.size) and float(tot.min()) >= 1.0
 
 
 def drf_pick(
@@ -275,13 +287,15 @@ class PoolShares:
         if alloc.shape != (q, tot.shape[0]):
             raise InvalidInput("allocated.shape", alloc.shape, f"must be ({q}, {tot.shape[0]}): queues × resources")
         self.alloc, self.total = _clean_alloc(alloc), _clean_total(tot)
-        self.dominant = _dominant(self.alloc, self.total)
+        self._plain = _plain(self.total)
+        self.dominant = _dominant(self.alloc, self.total, self._plain)
         self.usage = None if usage is None else padded(usage, q, 0.0)
 
     def add(self, q: int, demand: NDArray[np.float64]) -> None:
         """Queue ``q`` now also holds ``demand`` (R,), finite and ≥ 0."""
-        self.alloc[q] += demand
-        self.dominant[q] = _dominant(self.alloc[q : q + 1], self.total)[0]
+        row = self.alloc[q]
+        row += demand
+        self.dominant[q] = _dominant(row, self.total, self._plain)
 
     def levels(self, backlogged: NDArray[np.bool_]) -> NDArray[np.float64]:
         """``fair_levels`` of the ``backlogged`` queues (Q,): the same until that set changes, since a pass adds
