@@ -133,8 +133,9 @@ def test_auto_tasks_spill_onto_harvested_capacity_and_a_spike_evicts_only_opport
             wait_for(lambda: (stack.job(ns, "spill-0").get("status") or {}).get("phase") == "Succeeded", 180,
                      "the first auto Job to run (on regular capacity) and succeed")
             # The spike needs the nodes full: the regular Job holds them until the eviction below, then the fake
-            # kubelet ends its tasks (run_s only bounds a run whose test failed before letting them go).
-            stack.create_job(ns, stack.job_body("hold", [group("r", 21, run_s=180)], queue="share-a"))
+            # kubelet ends its tasks (run_s only bounds a run whose test failed before letting them go: longer than
+            # the waits below, so a slow spill on a loaded machine still finds the nodes full).
+            stack.create_job(ns, stack.job_body("hold", [group("r", 21, run_s=600)], queue="share-a"))
             wait_for(lambda: running_cores(stack, ns)["share-a"] >= 21, 240, "every regular slot taken")
             stack.create_job(ns, stack.job_body("spill-1", [group("w", 24, run_s=40)], queue="share-b",
                                                 opportunistic="auto"))
