@@ -1,12 +1,10 @@
 """``stowage bench simulator``: how fast the simulator replays a big trace, per preset.
 
-Default: the bundled FB-2009 day (SWIM, about 430 thousand tasks) on 600
-nodes. Reports, per preset: wall and CPU seconds, events (loop iterations of the
-engine: arrivals, finishes, monitor ticks), CPU microseconds per event, tasks
-placed per wall second, and CPU time as a multiple of ``kube-default``'s in the
-same run (the speed target is a ratio: timings on a shared machine are not
-comparable across runs). Timing is measured here and printed; it never enters
-a simulation's results.
+Default: the bundled FB-2009 day (SWIM, about 430 thousand tasks) on 600 nodes. Reports, per preset: wall and CPU
+seconds, events (loop iterations of the engine: arrivals, finishes, monitor ticks), CPU microseconds per event,
+tasks placed per wall second, and CPU time as a multiple of ``kube-default``'s in the same run (the speed target is
+a ratio: timings on a shared machine are not comparable across runs). Timing is measured here and printed; it never
+enters a simulation's results.
 """
 
 from __future__ import annotations

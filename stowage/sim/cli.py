@@ -1,13 +1,11 @@
 """``stowage simulate``: what would each scheduler do with this workload?
 
-With no arguments it runs the embedded default workload under every preset,
-prints a comparison table (ratios to kube-default) and writes
-``stowage-report/`` (``report.json`` and PNG plots) in the current folder.
+With no arguments it runs the embedded default workload under every preset, prints a comparison table (ratios to
+kube-default) and writes ``stowage-report/`` (``report.json`` and PNG plots) in the current folder.
 
-Exit codes: 0 all runs complete; 1 refused before any work (bad input, size limits);
-2 a usage error (click); 3 results incomplete (a run stopped at the simulated-time cap or
-left tasks unfinished; the report is written and says so); 130 interrupted by Ctrl-C (the
-presets that finished are in a partial report).
+Exit codes: 0 all runs complete; 1 refused before any work (bad input, size limits); 2 a usage error (click); 3
+results incomplete (a run stopped at the simulated-time cap or left tasks unfinished; the report is written and says
+so); 130 interrupted by Ctrl-C (the presets that finished are in a partial report).
 """
 
 from __future__ import annotations

@@ -1,23 +1,20 @@
 """Per-node numpy state and the table of running task instances, with the contention model.
 
-Nodes are rows of (N, R) arrays; running tasks are parallel 1-D arrays kept
-compact and in start order (a finished task's row is dropped in place, see
-:class:`Block`), so every per-task step is one vectorised numpy call over the
+Nodes are rows of (N, R) arrays; running tasks are parallel 1-D arrays kept compact and in start order (a finished
+task's row is dropped in place, see :class:`Block`), so every per-task step is one vectorised numpy call over the
 running set.
 
-Contention model (what the simulator charges when a node's real usage exceeds
-its capacity; Tetris §5.3.1 notes kube-scheduler does not account disk and
-network at all, so those nodes really do get over-allocated):
+Contention model (what the simulator charges when a node's real usage exceeds its capacity; Tetris §5.3.1 notes
+kube-scheduler does not account disk and network at all, so those nodes really do get over-allocated):
 
-* **cpu**: the kernel's CPU weights rank regular pods first. Opportunistic pods
-  have the minimum weight (DESIGN: cpu request "0"), so they get only what
-  regular pods leave: ``f_opp = clip((C − U_reg)/U_opp, 0, 1)``; regular pods
+* **cpu**: the kernel's CPU weights rank regular pods first. Opportunistic pods have the minimum weight (DESIGN: cpu
+  request "0"), so they get only what regular pods leave: ``f_opp = clip((C − U_reg)/U_opp, 0, 1)``; regular pods
   slow only if they alone exceed the node, ``f_reg = min(1, C/U_reg)``.
-* **disk, network** (and extended resources): bandwidth is shared in proportion
-  to use, no priority: ``f = min(1, C/(U_reg + U_opp))`` for every task on it.
+* **disk, network** (and extended resources): bandwidth is shared in proportion to use, no priority:
+  ``f = min(1, C/(U_reg + U_opp))`` for every task on it.
 * A task runs at ``min`` of the factors of the resources it uses.
-* **memory** above capacity is not a slowdown: the OOM killer ends
-  opportunistic tasks first (``stowage.sim.monitor``).
+* **memory** above capacity is not a slowdown: the OOM killer ends opportunistic tasks first
+  (``stowage.sim.monitor``).
 """
 
 from __future__ import annotations
@@ -186,7 +183,7 @@ class Cluster:
     """Node capacity and the regular / opportunistic allocation on each node."""
 
     def __init__(self, resources: tuple[str, ...], capacity: NDArray[np.float64], harvest: NDArray[np.bool_]):
-        self.cap = np.asarray(capacity, dtype=_F)
+        self.resources, self.cap = resources, np.asarray(capacity, dtype=_F)
         self.n, self.r = self.cap.shape
         self.harvest = np.asarray(harvest, dtype=bool)
         self.reg_alloc = np.zeros_like(self.cap)  # Σ requests of regular tasks
@@ -197,31 +194,15 @@ class Cluster:
         self.cpu = resources.index(CPU)
         self.mem = resources.index(MEMORY)
 
+    def regular_free(self) -> NDArray[np.float64]:
+        return self.cap - self.reg_alloc
+
     def node_sums(self, values: NDArray[np.float64], node: NDArray[np.int64]) -> NDArray[np.float64]:
         """Σ of per-task rows (P, R) per node → (N, R)."""
         out = np.empty((self.n, self.r), dtype=_F)
         for j in range(self.r):
             out[:, j] = np.bincount(node, weights=values[:, j], minlength=self.n)
         return out
-
-    def rates(
-        self, use: NDArray[np.float64], node: NDArray[np.int64], opp: NDArray[np.bool_], uses: NDArray[np.bool_]
-    ) -> NDArray[np.float64]:
-        """Progress rate per running task (fraction of full speed) under the contention model.
-
-        use (P, R) each task's current usage; uses (P, R) whether the task needs
-        the resource at all (demand > 0).
-        """
-        p = use.shape[0]
-        if p == 0:
-            return np.zeros(0)
-        reg_use = self.node_sums(np.where(opp[:, None], 0.0, use), node)
-        opp_use = self.node_sums(np.where(opp[:, None], use, 0.0), node)
-        masks, mask_of = np.unique(uses, axis=0, return_inverse=True)
-        table = contention_table(reg_use, opp_use, self.cap, self.cpu, self.mem, masks)
-        if table is None:
-            return np.ones(p)
-        return table[opp.astype(np.int64), mask_of.reshape(-1), node]
 
 
 _TOLERANCE = 1e-9  # usage above capacity × (1 + this) anywhere means contention

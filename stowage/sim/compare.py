@@ -1,11 +1,10 @@
 """Run several presets over one workload, serially or in worker processes, and show progress.
 
-* :func:`run_all` runs the presets the user asked for plus the reference runs the report needs
-  (``kube-default`` for ratios, ``drf`` for slowdowns; :func:`sizing.reference_runs`), in
-  ``processes`` worker processes or in this one. Every run starts from the same seed in its own
-  :class:`~stowage.sim.engine.Simulation`, so a run in a worker gives the same numbers as in this
-  process, and results are kept in the order asked, never in completion order. Ctrl-C keeps the
-  runs that finished.
+* :func:`run_all` runs the presets the user asked for plus the reference runs the report needs (``kube-default`` for
+  ratios, ``drf`` for slowdowns; :func:`sizing.reference_runs`), in ``processes`` worker processes or in this one.
+  Every run starts from the same seed in its own :class:`~stowage.sim.engine.Simulation`, so a run in a worker gives
+  the same numbers as in this process, and results are kept in the order asked, never in completion order. Ctrl-C
+  keeps the runs that finished.
 * :class:`Progress` shows how far the runs are: a tqdm bar on a terminal, else a line every few seconds.
 
 The size checks that come before (``stowage.sim.sizing``) decide ``processes``.

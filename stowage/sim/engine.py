@@ -1,18 +1,14 @@
 """The discrete-event engine: arrivals, barriers, placements, progress, finishes, evictions.
 
-Hybrid design for speed: the next event is the earliest of the next job
-arrival, the next task finish (``work_left / rate`` over the running set, one
-vectorised min) and, only while something could change there, the node
-monitor's 1 s tick (``stowage.sim.monitor``: usage samples, OOM kills,
-contention policy). Progress rates change only at events and ticks. Every
-preset decides at a cadence (``SimConfig.pass_delay_s``, the operator's 0.2 s):
-one pass places what it can for every change since the last one, and tasks
-started together finish together, at one event. Tasks of one group are
-identical, so candidates are (group × node).
+Hybrid design for speed: the next event is the earliest of the next job arrival, the next task finish
+(``work_left / rate`` over the running set, one vectorised min) and, only while something could change there, the
+node monitor's 1 s tick (``stowage.sim.monitor``: usage samples, OOM kills, contention policy). Progress rates
+change only at events and ticks. Every preset decides at a cadence (``SimConfig.pass_delay_s``, the operator's
+0.2 s): one pass places what it can for every change since the last one, and tasks started together finish together,
+at one event. Tasks of one group are identical, so candidates are (group × node).
 
-No task is lost: an evicted or OOM-killed opportunistic task goes back to its
-group's pending count and later restarts from zero (its progress counts as
-wasted work).
+No task is lost: an evicted or OOM-killed opportunistic task goes back to its group's pending count and later
+restarts from zero (its progress counts as wasted work).
 """
 
 from __future__ import annotations
@@ -27,27 +23,23 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.config import StowageSettings
-from stowage.errors import WorkloadError
-from stowage.labels import Opportunistic
-from stowage.policy import alignment
-from stowage.resources import CORE_RESOURCES, DISK, NETWORK
 from stowage.sim import monitor, presets, rates
 from stowage.sim.cluster import Cluster, Running
 from stowage.sim.metrics import Recorder, RunResult
-from stowage.sim.preset import OPP_AUTO, OPP_FALSE, OPP_TRUE
+from stowage.sim.preset import View
+from stowage.sim.tables import Spec, Status, Truth, resource_axis
 from stowage.sim.usage import UsageModel
-from stowage.sim.workload import QueueSpec, Workload
+from stowage.sim.workload import Workload
 
 if TYPE_CHECKING:
     from stowage.sim.preset import Preset
 
-__all__ = ["MAX_SIM_S", "InvariantViolation", "SimConfig", "Simulation", "resource_axis", "simulate"]
+__all__ = ["MAX_SIM_S", "InvariantViolation", "SimConfig", "Simulation", "simulate"]
 
 _EPS_WORK = 1e-7  # seconds of work below which a task counts as finished (float noise)
 _PROGRESS_EVERY_S = 0.5  # wall seconds between progress calls: often enough for a bar, never a cost
 #: The default simulated-time cap: a quarter year past the first arrival (no bundled workload needs a day).
 MAX_SIM_S = 90 * 86400.0
-_OPP_CODE = {Opportunistic.FALSE: OPP_FALSE, Opportunistic.AUTO: OPP_AUTO, Opportunistic.TRUE: OPP_TRUE}
 
 
 class InvariantViolation(AssertionError):
@@ -76,163 +68,57 @@ class SimConfig:
     cluster knows (``--oracle-durations``): an upper bound, never what a cluster gets."""
 
 
-def resource_axis(workload: Workload) -> tuple[str, ...]:
-    """cpu, memory, disk, network, then any extended resource in name order."""
-    extra = set().union(*(n.capacity for n in workload.nodes), *(g.demand for j in workload.jobs for g in j.groups))
-    return CORE_RESOURCES + tuple(sorted(extra - set(CORE_RESOURCES)))
-
-
 class Simulation:
     """One run of one preset over one workload (state and event loop)."""
 
     def __init__(self, workload: Workload, preset: Preset, config: SimConfig, seed: int) -> None:
         self.workload, self.preset, self.config, self.seed = workload, preset, config, seed
-        self.settings = config.settings
-        self.usage_model = config.usage
+        self.settings, self.usage_model = config.settings, config.usage
         self.rng = np.random.default_rng(seed)
-        self.resources = resource_axis(workload)
-        self.kube_resources = np.array([r not in (DISK, NETWORK) for r in self.resources])
-        self.io_resources = ~self.kube_resources
-        cap = np.array([n.capacity.to_array(self.resources) for n in workload.nodes], dtype=np.float64)
-        self.cluster = Cluster(self.resources, cap.reshape(len(workload.nodes), len(self.resources)),
-                               np.array([n.harvest for n in workload.nodes], dtype=bool))
-        self._build_static()
-        self.running = Running()
-        self.now = self.t0
-        self.evictions = 0
-        self.oom_kills = 0
-        self.wasted_work_s = 0.0
-        self.task_starts = 0
-        self.opp_done = 0
-        self.tasks_done = 0
+        res = resource_axis(workload)
+        cap = np.array([n.capacity.to_array(res) for n in workload.nodes], dtype=np.float64).reshape(-1, len(res))
+        self.cluster = Cluster(res, cap, np.array([n.harvest for n in workload.nodes], dtype=bool))
+        self.spec = Spec(workload, res, cap)
+        self.truth = Truth([workload.jobs[i] for i in self.spec.j_source])
+        self.status, self.running = Status(self.spec), Running()
+        self.now = self.spec.t0
         self.time_cap_reached = False
+        self._next_job = 0  # the next job to arrive
         self.events = 0  # loop iterations (arrivals, finishes, ticks): the unit of `stowage bench simulator`
         self._buffer: list[tuple[int, int, bool]] = []
         self.log: list[tuple[float, str, str, str, bool]] | None = [] if config.trace else None
         self._use_key: tuple[float, int] | None = None
         self._rates_key: tuple[float, int] | None = None
-        self._tracker = rates.RateTracker(self)
+        self._tracker = rates.RateTracker(self.spec, self.cluster, self.running, self.usage_model)
         self._changed = True
         self.regular_changed = True  # regular capacity freed or new work since the last pass
         self._overload_dirty = True
         self._overload = False
-        self.monitor = monitor.Monitor(self)
-        self.recorder = Recorder(self)
-        self.preset.attach(self)
+        self.monitor = monitor.Monitor(self, self.truth, self.status, self.cluster, self.running, preset.harvesting)
+        self.recorder = Recorder(self.spec, self.truth, self.status, self.cluster, self.running, self.current_use,
+                                 config.sample_s, self.settings)
+        self.preset.attach(View(self))
 
-    # --- static model ---------------------------------------------------------------------------
-
-    def _build_static(self) -> None:
-        wl, res = self.workload, self.resources
-        if not wl.nodes:
-            raise WorkloadError(["nodes: must list at least one node"])
-        queues = wl.queues or (QueueSpec("default"),)  # no queue listed: one with every default
-        self.queue_names = [q.name for q in queues]
-        qidx = {name: i for i, name in enumerate(self.queue_names)}
-        self.q_weight = np.array([q.weight for q in queues])
-        self.q_order = [q.job_order for q in queues]
-        self.q_opp = np.array([q.opportunistic_allowed for q in queues])
-        jobs = sorted(range(len(wl.jobs)), key=lambda i: (wl.jobs[i].arrival_s, i))
-        self.jobs = [wl.jobs[i] for i in jobs]
-        self.j_source = np.array(jobs, dtype=np.int64)  # engine job index → index in workload.jobs
-        problems: list[str] = []
-        g_job, g_demand, g_dur, g_tasks, g_usage, g_deps, self.g_name = [], [], [], [], [], [], []
-        self.g_expected: list[float | None] = []  # the workload's expectedDuration per group (a hint), None: none
-        self.j_groups: list[list[int]] = []
-        biggest = self.cluster.cap.max(axis=0)
-        for j, job in enumerate(self.jobs):
-            if job.queue not in qidx:
-                problems.append(f"jobs[{job.name}].queue: {job.queue!r} is not a queue; known: {self.queue_names}")
-            names = {g.name: len(g_job) + k for k, g in enumerate(job.groups)}
-            self.j_groups.append(list(range(len(g_job), len(g_job) + len(job.groups))))
-            for g in job.groups:
-                d = g.demand.to_array(res)
-                too_big = [r for r, x, b in zip(res, d, biggest, strict=True) if x > b * (1 + 1e-9)]
-                if too_big:
-                    problems.append(f"jobs[{job.name}].groups[{g.name}].demand: exceeds every node on {too_big}")
-                elif not (d <= self.cluster.cap * (1 + 1e-9)).all(axis=1).any():
-                    # Each resource fits somewhere but never all on one node: its tasks could never
-                    # start, and the run would end with them unfinished.
-                    problems.append(f"jobs[{job.name}].groups[{g.name}].demand: fits on no single node "
-                                    "(each resource fits somewhere, never all together)")
-                missing = [dep for dep in g.depends_on if dep not in names]
-                if missing:
-                    problems.append(f"jobs[{job.name}].groups[{g.name}].dependsOn: unknown groups {missing}")
-                g_job.append(j)
-                g_demand.append(d)
-                g_dur.append(max(float(g.duration_s), 0.0))
-                self.g_expected.append(g.expected_duration_s)
-                g_tasks.append(int(g.tasks))
-                g_usage.append(math.nan if g.usage is None else float(g.usage))
-                g_deps.append([names[dep] for dep in g.depends_on if dep in names])
-                self.g_name.append(g.name)
-        if problems:
-            raise WorkloadError(problems)
-        self.n_jobs, self.n_groups = len(self.jobs), len(g_job)
-        self.g_job = np.array(g_job, dtype=np.int64)
-        self.g_demand = np.array(g_demand, dtype=np.float64).reshape(self.n_groups, len(res))
-        self.g_uses = self.g_demand > 0
-        # Groups share a handful of demand shapes: per-pass fit checks run once per shape.
-        self.shapes, g_shape = np.unique(self.g_demand, axis=0, return_inverse=True)
-        self.g_shape: NDArray[np.int64] = g_shape.reshape(-1)
-        self.clamped_shapes = alignment.clamp_demand(self.shapes)  # as alignment.feasible cleans them
-        self.g_dur = np.array(g_dur)
-        self.g_tasks = np.array(g_tasks, dtype=np.int64)
-        self.g_usage = np.array(g_usage)
-        self.g_deps = g_deps
-        self.g_children: list[list[int]] = [[] for _ in range(self.n_groups)]
-        for g, deps in enumerate(g_deps):
-            for d in deps:
-                self.g_children[d].append(g)
-        self.j_arrival = np.array([j.arrival_s for j in self.jobs], dtype=np.float64)
-        self.j_queue = np.array([qidx.get(j.queue, 0) for j in self.jobs], dtype=np.int64)
-        self.j_priority = np.array([j.priority for j in self.jobs], dtype=np.int64)
-        self.j_opp = np.array([_OPP_CODE[Opportunistic(j.opportunistic)] for j in self.jobs], dtype=np.int64)
-        self.g_queue = self.j_queue[self.g_job]
-        self.t0 = float(self.j_arrival.min()) if self.n_jobs else 0.0
-        # dynamic
-        self.g_pending = np.zeros(self.n_groups, np.int64)
-        self.g_running = np.zeros(self.n_groups, np.int64)
-        self.g_done = np.zeros(self.n_groups, np.int64)
-        self.g_unmet = np.array([len(d) for d in g_deps], dtype=np.int64)
-        self.g_ready = np.zeros(self.n_groups, bool)
-        self.g_ready_at = np.full(self.n_groups, np.inf)
-        self.j_open_groups = np.array([len(gs) for gs in self.j_groups], dtype=np.int64)
-        self.j_finish = np.full(self.n_jobs, np.nan)
-        self.j_arrived = np.zeros(self.n_jobs, bool)
-        R, Q = len(res), len(self.queue_names)
-        self.job_alloc = np.zeros((self.n_jobs, R))
-        self.queue_alloc = np.zeros((2, Q, R))  # [regular, opportunistic]
-        self.alloc_total = np.zeros(R)
-        self._next_job = 0
-
-    # --- placement API for presets --------------------------------------------------------------
-
-    def ready_groups(self) -> NDArray[np.int64]:
-        """Groups whose barrier is open and that have tasks waiting."""
-        return np.flatnonzero(self.g_ready & (self.g_pending > 0))
-
-    def regular_free(self) -> NDArray[np.float64]:
-        return self.cluster.cap - self.cluster.reg_alloc
+    # --- placement: the one thing a preset changes ---------------------------------------------
 
     def place(self, g: int, n: int, opp: bool) -> None:
         """Start a task of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
-        d = self.g_demand[g]
-        c = self.cluster
+        spec, st, c = self.spec, self.status, self.cluster
+        d = spec.g_demand[g]
         if opp:
             c.opp_alloc[n] += d
         else:
             c.reg_alloc[n] += d
-        self.g_pending[g] -= 1
-        self.g_running[g] += 1
-        j, q = self.g_job[g], self.g_queue[g]
-        self.job_alloc[j] += d
-        self.queue_alloc[1 if opp else 0, q] += d
-        self.alloc_total += d
-        self.task_starts += 1
+        st.g_pending[g] -= 1
+        st.g_running[g] += 1
+        j = spec.g_job[g]
+        st.job_alloc[j] += d
+        st.queue_alloc[1 if opp else 0, spec.g_queue[g]] += d
+        st.alloc_total += d
+        st.task_starts += 1
         self._buffer.append((g, n, opp))
         if self.log is not None:
-            self.log.append((self.now, self.jobs[j].name, self.g_name[g], self.workload.nodes[n].name, opp))
+            self.log.append((self.now, spec.j_name[j], spec.g_name[g], self.workload.nodes[n].name, opp))
         self._changed = True
         self._overload_dirty = True
         if self.config.check and not opp:
@@ -242,27 +128,27 @@ class Simulation:
         if not self._buffer:
             return
         gs, ns, opp = np.array(self._buffer, dtype=np.int64).reshape(-1, 3).T  # (group, node, opp) per place()
-        override = self.g_usage[gs]
+        override = self.truth.g_usage[gs]
         base = self.usage_model.draw_base(self.rng, override)
         io = self.usage_model.io_base(base, override)
-        self.running.append(gs, ns, self.now, self.g_dur[gs], base, io, opp.astype(bool))
+        self.running.append(gs, ns, self.now, self.truth.g_dur[gs], base, io, opp.astype(bool))
         self._buffer.clear()
 
     # --- removal (finish, eviction) -------------------------------------------------------------
 
     def _release(self, rows: NDArray[np.int64], gs: NDArray[np.int64]) -> None:
         """Take the allocations of running rows (of groups ``gs``) off their nodes, jobs and queues."""
-        run, c = self.running, self.cluster
+        run, c, spec, st = self.running, self.cluster, self.spec, self.status
         ns, opp = run.node[rows], run.opp[rows]
-        d = self.g_demand[gs]
+        d = spec.g_demand[gs]
         np.subtract.at(c.reg_alloc, ns[~opp], d[~opp])
         np.subtract.at(c.opp_alloc, ns[opp], d[opp])
-        np.subtract.at(self.job_alloc, self.g_job[gs], d)
-        np.subtract.at(self.queue_alloc, (opp.astype(np.int64), self.g_queue[gs]), d)
-        self.alloc_total -= d.sum(axis=0)
+        np.subtract.at(st.job_alloc, spec.g_job[gs], d)
+        np.subtract.at(st.queue_alloc, (opp.astype(np.int64), spec.g_queue[gs]), d)
+        st.alloc_total -= d.sum(axis=0)
         np.maximum(c.reg_alloc, 0.0, out=c.reg_alloc)  # float noise below 0 after the last task leaves
         np.maximum(c.opp_alloc, 0.0, out=c.opp_alloc)
-        np.subtract.at(self.g_running, gs, 1)
+        np.subtract.at(st.g_running, gs, 1)
         self._changed = True
         self.regular_changed = True
         self._overload_dirty = True
@@ -277,12 +163,12 @@ class Simulation:
             raise InvariantViolation("a regular task was chosen for eviction")
         gs = run.group[rows]
         self._release(rows, gs)
-        np.add.at(self.g_pending, gs, 1)
-        self.wasted_work_s += float((self.g_dur[gs] - run.work_left[rows]).sum())
+        np.add.at(self.status.g_pending, gs, 1)
+        self.status.wasted_work_s += float((self.truth.g_dur[gs] - run.work_left[rows]).sum())
         if oom:
-            self.oom_kills += rows.size
+            self.status.oom_kills += rows.size
         else:
-            self.evictions += rows.size
+            self.status.evictions += rows.size
         run.drop(rows)
 
     def _finish_due(self) -> None:
@@ -297,55 +183,55 @@ class Simulation:
             return
         gs = run.group[rows]
         self._release(rows, gs)
-        np.add.at(self.g_done, gs, 1)
-        self.opp_done += int(run.opp[rows].sum())
-        self.tasks_done += rows.size
+        np.add.at(self.status.g_done, gs, 1)
+        self.status.opp_done += int(run.opp[rows].sum())
+        self.status.tasks_done += rows.size
         self.preset.on_finished(gs, self.now - run.start[rows])
         run.drop(rows)
         # Completing a group never changes another group's done count: the complete ones are known now.
         groups = np.unique(gs)
-        done = groups[self.g_done[groups] == self.g_tasks[groups]].tolist()
+        done = groups[self.status.g_done[groups] == self.spec.g_tasks[groups]].tolist()
         for g in done:
             self._group_complete(g)
 
     def _group_complete(self, g: int) -> None:
-        for child in self.g_children[g]:
-            self.g_unmet[child] -= 1
-            if self.g_unmet[child] == 0:
+        for child in self.spec.g_children[g]:
+            self.status.g_unmet[child] -= 1
+            if self.status.g_unmet[child] == 0:
                 self._open(child)
-        j = int(self.g_job[g])
-        self.j_open_groups[j] -= 1
-        if self.j_open_groups[j] == 0:
-            self.j_finish[j] = self.now
+        j = int(self.spec.g_job[g])
+        self.status.j_open_groups[j] -= 1
+        if self.status.j_open_groups[j] == 0:
+            self.status.j_finish[j] = self.now
 
     def _open(self, g: int) -> None:
         """The barrier before ``g`` is open: its tasks become pending."""
-        self.g_ready[g] = True
-        self.g_ready_at[g] = self.now
-        self.g_pending[g] = self.g_tasks[g]
+        self.status.g_ready[g] = True
+        self.status.g_ready_at[g] = self.now
+        self.status.g_pending[g] = self.spec.g_tasks[g]
         self._changed = True
         self.regular_changed = True
-        if self.g_tasks[g] == 0:
+        if self.spec.g_tasks[g] == 0:
             self._group_complete(g)
 
     def _arrive(self, j: int) -> None:
-        self.j_arrived[j] = True
+        self.status.j_arrived[j] = True
         self.preset.on_job_arrived(j)
-        if not self.j_groups[j]:
-            self.j_finish[j] = self.now
+        if not self.spec.j_groups[j]:
+            self.status.j_finish[j] = self.now
             return
-        for g in self.j_groups[j]:
-            if self.g_unmet[g] == 0:
+        for g in self.spec.j_groups[j]:
+            if self.status.g_unmet[g] == 0:
                 self._open(g)
 
     # --- progress -------------------------------------------------------------------------------
 
-    def current_use(self) -> NDArray[np.float64]:
-        """(P, R) usage of each running task now."""
+    def current_use(self, t: float | None = None) -> NDArray[np.float64]:
+        """(P, R) usage of each running task now (or at ``t``, with the tasks running now)."""
         run = self.running
-        key = (self.now, run.version)
+        key = (self.now if t is None else t, run.version)
         if self._use_key != key:
-            self._use = self._tracker.current_use()  # only rows that can have changed are recomputed
+            self._use = self._tracker.current_use(key[0])  # only rows that can have changed are recomputed
             self._use_key = key
         return self._use
 
@@ -369,8 +255,8 @@ class Simulation:
             self._tracker.pause()
             run.rate.fill(1.0)
             return
-        # Cluster.rates over every task, kept incrementally (stowage.sim.rates; same numbers), in place.
-        self._tracker.rates(out=run.rate)
+        # The contention model over every task, kept incrementally (stowage.sim.rates), in place.
+        self._tracker.rates(self.now, out=run.rate)
 
     def _advance(self, t: float) -> None:
         dt = t - self.now
@@ -395,17 +281,17 @@ class Simulation:
     def _check_capacity(self, n: int | None = None) -> None:
         c = self.cluster
         rows = slice(None) if n is None else slice(n, n + 1)
-        fit_res = self.preset.regular_resources(self)
+        fit_res = self.preset.regular_resources()
         over = c.reg_alloc[rows][:, fit_res] > c.cap[rows][:, fit_res] * (1 + 1e-9) + 1e-9
         if over.any():
             raise InvariantViolation(f"regular requests exceed capacity on node(s) {np.flatnonzero(over.any(1))}")
 
     def _check_all(self) -> None:
         self._check_capacity()
-        total = self.g_pending + self.g_running + self.g_done
-        if (self.g_ready & (total != self.g_tasks)).any():
+        st = self.status
+        if (st.g_ready & (st.g_pending + st.g_running + st.g_done != self.spec.g_tasks)).any():
             raise InvariantViolation("a task was lost or duplicated (pending + running + done ≠ tasks)")
-        if np.bincount(self.running.group, minlength=self.n_groups).tolist() != self.g_running.tolist():
+        if np.bincount(self.running.group, minlength=self.spec.n_groups).tolist() != st.g_running.tolist():
             raise InvariantViolation("running table disagrees with group counts")
 
     # --- the loop -------------------------------------------------------------------------------
@@ -417,36 +303,36 @@ class Simulation:
         # The pass cadence (SimConfig.pass_delay_s): pass_at is when the next pass is due (inf: none).
         delay = self.config.pass_delay_s
         pass_at, last_pass = math.inf, -math.inf
-        n_jobs = self.n_jobs
+        n_jobs = self.spec.n_jobs
         next_report = time.monotonic() + _PROGRESS_EVERY_S if progress is not None else math.inf
         while True:
-            ta = float(self.j_arrival[self._next_job]) if self._next_job < n_jobs else math.inf
+            ta = float(self.spec.j_arrival[self._next_job]) if self._next_job < n_jobs else math.inf
             tf = self._next_finish()
-            if not self.monitor.needed():
+            if not self.monitor.needed(self.overload_possible):
                 next_tick = math.inf
             elif next_tick == math.inf:
                 next_tick = (math.floor(self.now / interval) + 1) * interval
             t = min(ta, tf, next_tick, pass_at)
             if t == math.inf:
                 break
-            if t - self.t0 > self.config.max_sim_s:
+            if t - self.spec.t0 > self.config.max_sim_s:
                 self.time_cap_reached = True
                 break
             self.events += 1
-            self.recorder.sample_until(t)
+            self.recorder.sample_until(t, self.now)
             self._advance(t)
             self._finish_due()
-            while self._next_job < n_jobs and self.j_arrival[self._next_job] <= self.now:
+            while self._next_job < n_jobs and self.spec.j_arrival[self._next_job] <= self.now:
                 self._arrive(self._next_job)
                 self._next_job += 1
             if next_tick <= self.now:
-                self.monitor.tick()
+                self._changed |= self.monitor.tick()
                 next_tick = self.now + interval
             if self._changed:
                 if pass_at == math.inf:
                     pass_at = max(self.now, last_pass + delay)
                 if self.now >= pass_at:
-                    self.preset.schedule(self)
+                    self.preset.schedule()
                     self._flush()
                     self._changed = False
                     self.regular_changed = False
@@ -456,11 +342,11 @@ class Simulation:
                 self._check_all()
             if progress is not None and time.monotonic() >= next_report:
                 # Wall time only paces the reports; it never reaches the simulation's state.
-                progress(self.tasks_done, self.now - self.t0)
+                progress(self.status.tasks_done, self.now - self.spec.t0)
                 next_report = time.monotonic() + _PROGRESS_EVERY_S
         if progress is not None:
-            progress(self.tasks_done, self.now - self.t0)
-        return self.recorder.result()
+            progress(self.status.tasks_done, self.now - self.spec.t0)
+        return self.recorder.result(self.now, self.preset, self.monitor.contentions, self.time_cap_reached)
 
 
 def simulate(

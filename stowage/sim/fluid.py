@@ -1,38 +1,33 @@
 """Fluid weighted fair sharing: each job's completion time were the cluster one processor shared fairly.
 
-The reference against which the report counts *slowed* jobs (issue #21 §2). It is FSP's model
-(seed 002, §3.2–3.3): the cluster is a single server of capacity 1 (one cluster-second of work per
-second), jobs are served by (generalised) processor sharing, and a job that needs only part of the
-cluster runs at most at that part (Fig. 2: "it is sufficient to allocate 35 % of the cluster to
-serve it"). Computed exactly, event by event on arrivals and completions: between two events every
-rate is constant, so progress is piecewise linear and each completion time is solved for, not
-stepped towards.
+The reference against which the report counts *slowed* jobs (issue #21 §2). It is FSP's model (seed 002, §3.2–3.3):
+the cluster is a single server of capacity 1 (one cluster-second of work per second), jobs are served by
+(generalised) processor sharing, and a job that needs only part of the cluster runs at most at that part (Fig. 2:
+"it is sufficient to allocate 35 % of the cluster to serve it"). Computed exactly, event by event on arrivals and
+completions: between two events every rate is constant, so progress is piecewise linear and each completion time is
+solved for, not stepped towards.
 
 The model, precisely:
 
-* **Job size** ``W_j = Σ_groups tasks × duration × max_r(demand_r / C_r)``, with ``C_r`` the
-  cluster's total capacity of resource ``r``: cluster-seconds of the job's bottleneck resource,
-  charged per task as DRF charges an allocation (its dominant share). Per task rather than
-  ``max_r`` of the job's summed work because a job's phases (cpu-heavy maps, network-heavy
-  reduces) are separated by barriers and never overlap, so their bottlenecks add up. Demand is
-  the *request* (what a fair allocation would reserve), not measured usage.
-* **Rate cap** ``c_j = min(1, W_j / L_j)`` with ``L_j`` the job's critical path (longest chain of
-  group durations through the barriers, :func:`stowage.sim.metrics.critical_paths`). Alone, a job
-  finishes in ``max(L_j, W_j)``: never faster than its critical path, never faster than the whole
-  cluster allows. For one phase of ``n`` tasks of duration ``d`` and dominant share ``s`` this is
-  ``c = n·s``, FSP Fig. 2's "job j requires 55 % of the cluster". Otherwise barriers and DAG shape
-  are ignored: the job progresses at a constant maximal rate (FSP §3 likewise does "not
-  differentiate between MAP and REDUCE tasks"). A job with ``W_j = 0`` (no tasks, zero demand)
-  takes no capacity and finishes at ``a_j + L_j``; one with infinite size (demand on a resource
-  the cluster has none of) never finishes (NaN).
-* **Sharing** (FSP §3.3, GPS): the active queues (those with an unfinished arrived job) share
-  capacity 1 in proportion to their weights, within a queue the active jobs share equally (PS),
-  and both levels are max-min fair with the caps: capacity a job or queue cannot use goes to the
-  others (work conserving). Queue ``job_order`` (FIFO/SRTF/FSP) is a policy, not part of fairness,
-  and is ignored.
+* **Job size** ``W_j = Σ_groups tasks × duration × max_r(demand_r / C_r)``, with ``C_r`` the cluster's total
+  capacity of resource ``r``: cluster-seconds of the job's bottleneck resource, charged per task as DRF charges an
+  allocation (its dominant share). Per task rather than ``max_r`` of the job's summed work because a job's phases
+  (cpu-heavy maps, network-heavy reduces) are separated by barriers and never overlap, so their bottlenecks add up.
+  Demand is the *request* (what a fair allocation would reserve), not measured usage.
+* **Rate cap** ``c_j = min(1, W_j / L_j)`` with ``L_j`` the job's critical path (longest chain of group durations
+  through the barriers, :func:`stowage.sim.metrics.critical_paths`). Alone, a job finishes in ``max(L_j, W_j)``:
+  never faster than its critical path, never faster than the whole cluster allows. For one phase of ``n`` tasks of
+  duration ``d`` and dominant share ``s`` this is ``c = n·s``, FSP Fig. 2's "job j requires 55 % of the cluster".
+  Otherwise barriers and DAG shape are ignored: the job progresses at a constant maximal rate (FSP §3 likewise does
+  "not differentiate between MAP and REDUCE tasks"). A job with ``W_j = 0`` (no tasks, zero demand) takes no
+  capacity and finishes at ``a_j + L_j``; one with infinite size (demand on a resource the cluster has none of)
+  never finishes (NaN).
+* **Sharing** (FSP §3.3, GPS): the active queues (those with an unfinished arrived job) share capacity 1 in
+  proportion to their weights, within a queue the active jobs share equally (PS), and both levels are max-min fair
+  with the caps: capacity a job or queue cannot use goes to the others (work conserving). Queue ``job_order``
+  (FIFO/SRTF/FSP) is a policy, not part of fairness, and is ignored.
 
-It reads true durations: a reference for reporting, never an input to a policy. Pure numpy; no
-clock, no randomness.
+It reads true durations: a reference for reporting, never an input to a policy. Pure numpy; no clock, no randomness.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Report plots (matplotlib, Agg backend: no display needed).
 
-* ``jct_cdf.png``: the CDF of job completion time, one line per policy; each
-  policy has its own line style and marker, so policies whose curves coincide
-  stay visible.
-* ``utilization.png``: allocated (solid, dash-dot) vs used (dashed, dotted) CPU
-  and memory over time, one panel per policy, like UBIS Figure 1: the gap is
-  what harvesting can take. Every panel has the same time and share axes.
-* ``queue_shares.png``: each queue's dominant share of the cluster over time,
-  stacked, one panel per policy on the same axes. The shares count every
-  allocation: on a harvesting preset that includes opportunistic demand,
-  which can take the total above 1.
+* ``jct_cdf.png``: the CDF of job completion time, one line per policy; each policy has its own line style and
+  marker, so policies whose curves coincide stay visible.
+* ``utilization.png``: allocated (solid, dash-dot) vs used (dashed, dotted) CPU and memory over time, one panel per
+  policy, like UBIS Figure 1: the gap is what harvesting can take. Every panel has the same time and share axes.
+* ``queue_shares.png``: each queue's dominant share of the cluster over time, stacked, one panel per policy on the
+  same axes. The shares count every allocation: on a harvesting preset that includes opportunistic demand, which can
+  take the total above 1.
 """
 
 from __future__ import annotations

@@ -12,15 +12,43 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy import decide, harvest
+from stowage.policy import harvest
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
 
-__all__ = ["OPP_AUTO", "OPP_FALSE", "OPP_TRUE", "Preset"]
+__all__ = ["Preset", "View"]
 
-# JobSpec.opportunistic as the engine codes it: the decision's intent codes
-OPP_FALSE, OPP_AUTO, OPP_TRUE = decide.INTENT_FALSE, decide.INTENT_AUTO, decide.INTENT_TRUE
+
+class View:
+    """What a preset reads and changes: what a cluster knows, never the simulated truth.
+
+    The submitted work (``spec``), its progress (``status``), the nodes (``cluster``: capacity, allocations,
+    the monitor's usage sample) and the running tasks (``running``: a preset reads their group, node, start and
+    pool). True durations only as ``oracle_durations``, under ``SimConfig.oracle_durations`` (else None).
+    """
+
+    __slots__ = ("_sim", "cluster", "oracle_durations", "rng", "running", "settings", "spec", "status")
+
+    def __init__(self, sim: Simulation) -> None:
+        self._sim, self.spec, self.status, self.cluster = sim, sim.spec, sim.status, sim.cluster
+        self.running, self.settings, self.rng = sim.running, sim.settings, sim.rng
+        self.oracle_durations = sim.truth.g_dur if sim.config.oracle_durations else None
+
+    now = property(lambda self: self._sim.now, doc="The simulated time.")
+    regular_changed = property(lambda self: self._sim.regular_changed,
+                               doc="Regular capacity freed or new work since the last pass.")
+
+    def place(self, g: int, n: int, opp: bool) -> None:
+        """Start a task of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
+        self._sim.place(g, n, opp)
+
+    def usage(self, max_age_s: float) -> NDArray[np.float64]:
+        """``cluster.usage``, sampled again by the node monitor if its sample is ``max_age_s`` old or older."""
+        monitor = self._sim.monitor
+        if self.now - monitor.last_sample >= max_age_s:
+            monitor.sample()
+        return self.cluster.usage
 
 
 class Preset:
@@ -29,17 +57,18 @@ class Preset:
     name = "base"
     harvesting = False
 
-    def attach(self, sim: Simulation) -> None:
-        self.sim = sim
+    def attach(self, view: View) -> None:
+        self.view = view
 
-    def regular_resources(self, sim: Simulation) -> NDArray[np.bool_]:
+    def regular_resources(self) -> NDArray[np.bool_]:
         """Resources checked when fitting a regular pod."""
-        return np.ones(len(sim.resources), dtype=bool)
+        return np.ones(len(self.view.spec.resources), dtype=bool)
 
     def on_job_arrived(self, j: int) -> None: ...
     def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None: ...
 
-    def schedule(self, sim: Simulation) -> None:
+    def schedule(self) -> None:
+        """One pass: place what fits with ``self.view.place``."""
         raise NotImplementedError
 
     # --- helpers ---------------------------------------------------------------------------------
@@ -52,17 +81,16 @@ class Preset:
         best = np.flatnonzero(s == s.max())
         if best.size == 1:
             return int(best[0])
-        return int(best[self.sim.rng.integers(best.size)])
+        return int(best[self.view.rng.integers(best.size)])
 
-    def _harvestable(self, sim: Simulation) -> NDArray[np.float64]:
+    def _harvestable(self) -> NDArray[np.float64]:
         """``A_opp`` per node (UBIS Alg. 1 l.21), from a fresh-enough monitor sample."""
-        c = sim.cluster
-        if sim.now - sim.monitor.last_sample >= sim.settings.contention.sample_interval_s:
-            sim.monitor.sample()
-        run = sim.running  # every running row, regular or opportunistic: any new task's usage lags U
-        assumed = harvest.assumed(
-            sim.g_demand[run.group], run.start, run.node, sim.now, sim.settings.harvest.ramp_up_s, c.n,
-        )
-        a = harvest.harvestable(c.cap, c.usage, c.blocked, assumed, sim.settings.harvest.t_alloc.array(sim.resources))
+        v = self.view
+        c, settings = v.cluster, v.settings
+        usage = v.usage(settings.contention.sample_interval_s)
+        run = v.running  # every running row, regular or opportunistic: any new task's usage lags U
+        assumed = harvest.assumed(v.spec.g_demand[run.group], run.start, run.node, v.now, settings.harvest.ramp_up_s,
+                                  c.n)
+        a = harvest.harvestable(c.cap, usage, c.blocked, assumed, settings.harvest.t_alloc.array(c.resources))
         a[~c.harvest] = 0.0
         return a

@@ -1,30 +1,27 @@
 """The policies the simulator compares, as named presets.
 
-* ``kube-default``: PrioritySort queue (priority, then arrival); NodeResourcesFit
-  LeastAllocated + NodeResourcesBalancedAllocation on cpu and memory, requests only.
+* ``kube-default``: PrioritySort queue (priority, then arrival); NodeResourcesFit LeastAllocated +
+  NodeResourcesBalancedAllocation on cpu and memory, requests only.
 * ``binpack``: the same with MostAllocated.
-* ``drf``: the queue with the lowest dominant share places next (FIFO inside it);
-  LeastAllocated + BalancedAllocation.
-* ``load-aware``: Trimaran TargetLoadPacking (measured CPU, target 40 %, pods
-  bound within the last 60 s and the new pod at 1.5 × request).
-* ``tetris``: alignment + ε·remaining work over all resources; DRF deficits
-  between queues with the fairness knob ``f``; barrier knob ``b``; regular only.
-* ``ubis``: kube-default, plus tasks that do not fit run opportunistically on
-  harvestable capacity (UBIS Alg. 1), evicted under sustained contention.
-* ``stowage``: tetris + DRF per pool + each queue's ``jobOrder`` (FIFO, SRTF,
-  FSP) + harvesting, with OPERA's short/long classifier for ``auto`` jobs and
-  the contention policy.
+* ``drf``: the queue with the lowest dominant share places next (FIFO inside it); LeastAllocated +
+  BalancedAllocation.
+* ``load-aware``: Trimaran TargetLoadPacking (measured CPU, target 40 %, pods bound within the last 60 s and the new
+  pod at 1.5 × request).
+* ``tetris``: alignment + ε·remaining work over all resources; DRF deficits between queues with the fairness knob
+  ``f``; barrier knob ``b``; regular only.
+* ``ubis``: kube-default, plus tasks that do not fit run opportunistically on harvestable capacity (UBIS Alg. 1),
+  evicted under sustained contention.
+* ``stowage``: tetris + DRF per pool + each queue's ``jobOrder`` (FIFO, SRTF, FSP) + harvesting, with OPERA's
+  short/long classifier for ``auto`` jobs and the contention policy.
 
-kube-scheduler places pods one at a time in queue order, and a pod that fits
-nowhere does not block the pods behind it; the kube-like presets check fit on
-every Kubernetes resource except disk and network bandwidth, which are not
-Kubernetes resources, so those presets over-allocate bandwidth (Tetris §5.3.1).
-Ties between equal node scores are broken at random (kube's ``selectHost``),
-from the run's seeded generator. Not modelled: ``percentageOfNodesToScore``
-(every feasible node is scored).
+kube-scheduler places pods one at a time in queue order, and a pod that fits nowhere does not block the pods behind
+it; the kube-like presets check fit on every Kubernetes resource except disk and network bandwidth, which are not
+Kubernetes resources, so those presets over-allocate bandwidth (Tetris §5.3.1). Ties between equal node scores are
+broken at random (kube's ``selectHost``), from the run's seeded generator. Not modelled:
+``percentageOfNodesToScore`` (every feasible node is scored).
 
-The kube-like ``Score`` plugins live in ``stowage.sim.scoring``; every
-Stowage formula comes from ``stowage.policy`` (the code the cluster runs).
+The kube-like ``Score`` plugins live in ``stowage.sim.scoring``; every Stowage formula comes from ``stowage.policy``
+(the code the cluster runs).
 """
 
 from __future__ import annotations
@@ -34,9 +31,9 @@ from collections.abc import Callable
 from stowage.errors import InvalidInput
 from stowage.sim.baselines import KubePreset
 from stowage.sim.packing import PackingPreset
-from stowage.sim.preset import OPP_AUTO, OPP_FALSE, OPP_TRUE, Preset
+from stowage.sim.preset import Preset
 
-__all__ = ["OPP_AUTO", "OPP_FALSE", "OPP_TRUE", "PRESETS", "Preset", "make"]
+__all__ = ["PRESETS", "Preset", "make"]
 
 
 _FACTORIES: dict[str, Callable[[], Preset]] = {

@@ -1,15 +1,15 @@
 """Running tasks' usage and progress rates, kept up to date incrementally (the engine's hot path).
 
-After every event the engine needs each running task's usage (``UsageModel.fraction`` × demand)
-and, while some node may be over capacity, each task's progress rate under the contention model
-(:func:`stowage.sim.cluster.contention_table`). Kube-like placement does not see bandwidth, so on the
-FB-2009 day some node is nearly always over-allocated and rates are needed at most events. Here:
+After every event the engine needs each running task's usage (``UsageModel.fraction`` × demand) and, while some node
+may be over capacity, each task's progress rate under the contention model
+(:func:`stowage.sim.cluster.contention_table`). Kube-like placement does not see bandwidth, so on the FB-2009 day
+some node is nearly always over-allocated and rates are needed at most events. Here:
 
-* a task's usage is recomputed only while it can change: when it starts, during its ramp-up, and
-  when a burst starts or ends; after the ramp, outside bursts, it is constant;
-* each row's bin in the per-node sums and its cell in the (class, resource mask, node) rate table are
-  kept beside the running table, so rates are a handful of whole-array calls: per-node sums
-  (``bincount``), the table (N × masks, cheap), and one gather per task.
+* a task's usage is recomputed only while it can change: when it starts, during its ramp-up, and when a burst starts
+  or ends; after the ramp, outside bursts, it is constant;
+* each row's bin in the per-node sums and its cell in the (class, resource mask, node) rate table are kept beside
+  the running table, so rates are a handful of whole-array calls: per-node sums (``bincount``), the table (N ×
+  masks, cheap), and one gather per task.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.sim.cluster import Block, Running, block_field, contention_table
+from stowage.sim.cluster import Block, Cluster, Running, block_field, contention_table
 
 if TYPE_CHECKING:
-    from stowage.sim.engine import Simulation
+    from stowage.sim.tables import Spec
+    from stowage.sim.usage import UsageModel
 
 __all__ = ["RateTracker"]
 
@@ -41,9 +42,9 @@ class RateTracker:
     times the arithmetic). :meth:`current_use` hands out the (P, R) view.
     """
 
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        r = len(sim.resources)
+    def __init__(self, spec: Spec, cluster: Cluster, running: Running, usage: UsageModel) -> None:
+        self.g_demand, self.cluster, self.running, self.usage = spec.g_demand, cluster, running, usage
+        r = len(spec.resources)
         self.active = False
         self.use_t: NDArray[np.float64] | None = None  # (R, P); None: rows came or went, evaluate all
         # Per row, in the running table's order and dropped with it (sim.cluster.Block, in place):
@@ -52,11 +53,11 @@ class RateTracker:
         self._flags = Block(np.bool_, 2)  # final, bursting
         self.evaluated_at = -np.inf
         # Which fraction (0 base, 1 I/O) each resource reads.
-        self.io: list[int] = sim.io_resources.astype(int).tolist()
+        self.io: list[int] = spec.io_resources.astype(int).tolist()
         # Rates depend on which resources a task uses: a handful of distinct masks.
-        self.masks, mask_of = np.unique(sim.g_uses, axis=0, return_inverse=True)
+        self.masks, mask_of = np.unique(spec.g_uses, axis=0, return_inverse=True)
         self.g_mask = mask_of.reshape(-1).astype(np.int64)
-        sim.running.observers.append(self)
+        running.observers.append(self)
 
     demand_t = property(lambda self: self._demand.view(), doc="(R, P) each row's group demand.")
     slot = block_field("_ints", 0, "node + N·class: the row's bin in the per-resource sums.")
@@ -66,12 +67,11 @@ class RateTracker:
 
     def _fill(self, lo: int) -> None:
         """Demand, sum slot and rate cell of the running rows from ``lo`` on (the blocks hold rows up to ``lo``)."""
-        sim = self.sim
-        run, n = sim.running, sim.cluster.n
+        run, n = self.running, self.cluster.n
         k = len(run) - lo
         s, si, sf = self._demand.reserve(k), self._ints.reserve(k), self._flags.reserve(k)
         group, node, opp = run.group[lo:], run.node[lo:], run.opp[lo:].astype(np.int64)
-        self._demand.data[:, s] = sim.g_demand[group].T
+        self._demand.data[:, s] = self.g_demand[group].T
         ints = self._ints.data
         np.add(node, n * opp, out=ints[0, si])
         ints[1, si] = (opp * len(self.masks) + self.g_mask[group]) * n + node
@@ -108,12 +108,11 @@ class RateTracker:
 
     # --- usage ---------------------------------------------------------------------------------
 
-    def current_use(self) -> NDArray[np.float64]:
-        """(P, R) usage of each running row at ``sim.now`` (a fresh array whenever a value changed)."""
-        sim, run = self.sim, self.sim.running
-        now, model = sim.now, sim.usage_model
+    def current_use(self, now: float) -> NDArray[np.float64]:
+        """(P, R) usage of each running row at ``now`` (a fresh array whenever a value changed)."""
+        run, model = self.running, self.usage
         if not self.active:
-            demand_t = sim.g_demand[run.group].T
+            demand_t = self.g_demand[run.group].T
             return self._usage(demand_t, model.fraction_t(now, run.start, (run.base, run.io_base), run.burst_until)).T
         burst = run.burst_until > now
         # Unchanged when no row came or went, every row is past its ramp, and no burst started or ended
@@ -135,14 +134,13 @@ class RateTracker:
 
     # --- rates ---------------------------------------------------------------------------------
 
-    def rates(self, out: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Progress rate of each running row (fraction of full speed), as :meth:`Cluster.rates` gives it;
+    def rates(self, now: float, out: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Progress rate of each running row at ``now`` (fraction of full speed) under the contention model;
         written into ``out`` (the running table's own field: no copy)."""
-        sim = self.sim
-        c = sim.cluster
+        c = self.cluster
         if not self.active:
             self._start()
-        use_t = self.current_use().T
+        use_t = self.current_use(now).T
         both = np.empty((2 * c.n, use_t.shape[0]))
         for j in range(use_t.shape[0]):
             both[:, j] = np.bincount(self.slot, weights=use_t[j], minlength=2 * c.n)

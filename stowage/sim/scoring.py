@@ -1,29 +1,24 @@
 """kube-scheduler's and Trimaran's node scores, as upstream computes them, for the baselines.
 
-These are the *alternatives* Stowage is compared against, not Stowage policy,
-so they live with the simulator. Each scores one pod against every node and
-returns integers in ``0..100`` (``framework.MaxNodeScore``), like upstream:
+These are the *alternatives* Stowage is compared against, not Stowage policy, so they live with the simulator. Each
+scores one pod against every node and returns integers in ``0..100`` (``framework.MaxNodeScore``), like upstream:
 
-* ``NodeResourcesFit`` ``LeastAllocated`` (k8s ``least_allocated.go``): per
-  resource ``(cap − req)·100 / cap`` with integer division (0 when the pod would
-  not fit or ``cap`` is 0), then the weighted mean ``Σ s_r·w_r / Σ w_r`` with
-  upstream's default weights (cpu and memory, 1 each), also integer. ``req`` =
-  the node's requested + the pod's request, with upstream's non-zero defaults
-  (100 millicores, 200 MiB) for pods that request nothing.
+* ``NodeResourcesFit`` ``LeastAllocated`` (k8s ``least_allocated.go``): per resource ``(cap − req)·100 / cap`` with
+  integer division (0 when the pod would not fit or ``cap`` is 0), then the weighted mean ``Σ s_r·w_r / Σ w_r`` with
+  upstream's default weights (cpu and memory, 1 each), also integer. ``req`` = the node's requested + the pod's
+  request, with upstream's non-zero defaults (100 millicores, 200 MiB) for pods that request nothing.
 * ``MostAllocated`` (``most_allocated.go``): ``min(req, cap)·100 / cap``.
-* ``NodeResourcesBalancedAllocation`` (``balanced_allocation.go``, k8s ≥ 1.26):
-  ``(1 − std(f))·100`` truncated, ``f_r = min(req_r / cap_r, 1)`` over cpu and
-  memory, population standard deviation; requests as given (no non-zero default).
-* Trimaran ``TargetLoadPacking`` (scheduler-plugins
-  ``pkg/trimaran/targetloadpacking``): predicted CPU % =
-  ``100·(measured + missing + pod)/cap`` where ``pod`` is the pod's CPU limit,
-  else its request × ``requests_multiplier`` (1.5); ``missing`` adds the same
-  prediction for pods bound within the last metrics interval (60 s). Score
-  ``round((100 − T)·p/T + T)`` for ``p ≤ T``, ``round(T·(100 − p)/(100 − T))``
-  above, 0 beyond 100 %. Target ``T`` = 40.
+* ``NodeResourcesBalancedAllocation`` (``balanced_allocation.go``, k8s ≥ 1.26): ``(1 − std(f))·100`` truncated,
+  ``f_r = min(req_r / cap_r, 1)`` over cpu and memory, population standard deviation; requests as given (no non-zero
+  default).
+* Trimaran ``TargetLoadPacking`` (scheduler-plugins ``pkg/trimaran/targetloadpacking``): predicted CPU % =
+  ``100·(measured + missing + pod)/cap`` where ``pod`` is the pod's CPU limit, else its request ×
+  ``requests_multiplier`` (1.5); ``missing`` adds the same prediction for pods bound within the last metrics
+  interval (60 s). Score ``round((100 − T)·p/T + T)`` for ``p ≤ T``, ``round(T·(100 − p)/(100 − T))`` above, 0
+  beyond 100 %. Target ``T`` = 40.
 
-CPU is in cores here and converted to millicores, memory in bytes, so the
-integer arithmetic matches upstream's ``int64`` milli-CPU and byte counts.
+CPU is in cores here and converted to millicores, memory in bytes, so the integer arithmetic matches upstream's
+``int64`` milli-CPU and byte counts.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Size and sanity checks before any simulation work: counts, simulated-time span, memory.
 
-:func:`plan_runs` refuses, naming the option that raises each limit, a workload with more tasks or
-nodes than the limits, one whose jobs arrive or tasks last past the simulated-time cap (a timestamp
-unit mistake, typically), or one whose estimated memory exceeds what is available; and decides how
-many worker processes to use. See docs/simulator.md "No silent results".
+:func:`plan_runs` refuses, naming the option that raises each limit, a workload with more tasks or nodes than the
+limits, one whose jobs arrive or tasks last past the simulated-time cap (a timestamp unit mistake, typically), or
+one whose estimated memory exceeds what is available; and decides how many worker processes to use. See
+docs/simulator.md "No silent results".
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from stowage.errors import StowageError
-from stowage.sim.engine import SimConfig, resource_axis
+from stowage.sim.engine import SimConfig
 from stowage.sim.report import RATIO_BASELINE, SLOWDOWN_REFERENCE, time_cap
+from stowage.sim.tables import resource_axis
 from stowage.sim.workload import Workload, nodes_over_limit
 
 __all__ = ["DEFAULT_MAX_NODES", "DEFAULT_MAX_TASKS", "Limits", "Plan", "available_cores", "available_memory",

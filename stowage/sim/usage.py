@@ -1,27 +1,22 @@
 """How much of its request a simulated task really uses, over its life.
 
-No small public trace has measured per-task usage over time (see the traces
-README), so the simulator states a model and prints it in every report:
+No small public trace has measured per-task usage over time (see the traces README), so the simulator states a model
+and prints it in every report:
 
-* **Base fraction** ``u`` per task, drawn once at start from a Beta
-  distribution with mean ``mean_fraction`` (UBIS §II: tasks use about half of
-  their peak on average) and ``concentration`` = α + β, clipped to
+* **Base fraction** ``u`` per task, drawn once at start from a Beta distribution with mean ``mean_fraction`` (UBIS
+  §II: tasks use about half of their peak on average) and ``concentration`` = α + β, clipped to
   ``[min_fraction, 1]``. A task group's explicit ``usage`` replaces the draw.
-* **Ramp-up**: for the first ``ramp_s`` seconds a task's usage grows
-  linearly from ``ramp_start·u`` to ``u`` (containers start small: JVM start,
-  input being opened).
-* **Bursts**: every second a running task starts a burst with probability
-  ``burst_rate_per_s``; for ``burst_s`` seconds it uses its whole request
-  (the peak) on every resource.
+* **Ramp-up**: for the first ``ramp_s`` seconds a task's usage grows linearly from ``ramp_start·u`` to ``u``
+  (containers start small: JVM start, input being opened).
+* **Bursts**: every second a running task starts a burst with probability ``burst_rate_per_s``; for ``burst_s``
+  seconds it uses its whole request (the peak) on every resource.
 
-* **Bandwidth** (disk, network): the workload readers derive a task's
-  duration as bytes ÷ its declared rate (``stowage.sim.traces``), so a task
-  streams at that rate while it runs: its I/O base fraction is ``io_fraction``
+* **Bandwidth** (disk, network): the workload readers derive a task's duration as bytes ÷ its declared rate
+  (``stowage.sim.traces``), so a task streams at that rate while it runs: its I/O base fraction is ``io_fraction``
   (1.0), not the draw. ``io_fraction = None`` uses the draw for I/O too.
 
-So a task's usage of resource ``r`` at time ``t`` is ``demand_r · f_r(t)`` with
-``f_r(t) = 1`` inside a burst, else ``u_r · ramp(t − start)`` (``u_r`` the I/O
-fraction on disk and network, the drawn fraction elsewhere). Usage never
+So a task's usage of resource ``r`` at time ``t`` is ``demand_r · f_r(t)`` with ``f_r(t) = 1`` inside a burst, else
+``u_r · ramp(t − start)`` (``u_r`` the I/O fraction on disk and network, the drawn fraction elsewhere). Usage never
 exceeds the request: the peak is what the request was sized for.
 """
 

@@ -1,8 +1,7 @@
 """The simulator's workload model: nodes, queues, jobs of task groups.
 
-Every trace reader (``stowage.sim.traces``) produces a :class:`Workload`; the
-engine consumes only this. Amounts are in base units (cores, bytes, bytes/s),
-times in seconds.
+Every trace reader (``stowage.sim.traces``) produces a :class:`Workload`; the engine consumes only this. Amounts are
+in base units (cores, bytes, bytes/s), times in seconds.
 """
 
 from __future__ import annotations

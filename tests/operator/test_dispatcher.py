@@ -401,7 +401,8 @@ def _same_state_as_a_view(wl: Workload, sim: Simulation, oracle: bool) -> Dispat
                              job=job.name, group=g.name, intent=Opportunistic(job.opportunistic),
                              expected_duration_s=g.duration_s if oracle else math.nan, arrival_s=job.arrival_s,
                              remaining_tasks=g.tasks)
-                for job in sim.jobs for g in job.groups],  # the simulator's group order (ties: first row)
+                # the simulator's group order (ties: first row)
+                for job in (wl.jobs[i] for i in sim.spec.j_source) for g in job.groups],
     )
 
 

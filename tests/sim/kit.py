@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from stowage.labels import Opportunistic
 from stowage.model import JobOrder
 from stowage.resources import ResourceVector
+from stowage.sim.cluster import Cluster, contention_table
 from stowage.sim.usage import UsageModel
 from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup, Workload
 
@@ -56,3 +59,17 @@ def contended(seed: int = 0, n_jobs: int = 30) -> Workload:
         jobs.append(JobSpec(f"job{j}", ("a", "b")[j % 2], float(j * 3), (g1, g2), opp))
     queues = (QueueSpec("a", 1.0, JobOrder.SRTF, True), QueueSpec("b", 2.0, JobOrder.FSP, True))
     return Workload("contended", nodes(4, cpu=8.0, memory=16.0), queues, tuple(jobs), {"source": "tests"})
+
+
+def model_rates(cluster: Cluster, use: np.ndarray, node: np.ndarray, opp: np.ndarray, uses: np.ndarray) -> np.ndarray:
+    """Each task's progress rate under the contention model, from scratch: ``use`` (P, R) its usage, ``uses``
+    (P, R) whether it needs each resource at all (the reference the engine's incremental tracker must equal)."""
+    if use.shape[0] == 0:
+        return np.zeros(0)
+    reg_use = cluster.node_sums(np.where(opp[:, None], 0.0, use), node)
+    opp_use = cluster.node_sums(np.where(opp[:, None], use, 0.0), node)
+    masks, mask_of = np.unique(uses, axis=0, return_inverse=True)
+    table = contention_table(reg_use, opp_use, cluster.cap, cluster.cpu, cluster.mem, masks)
+    if table is None:
+        return np.ones(use.shape[0])
+    return table[opp.astype(np.int64), mask_of.reshape(-1), node]

@@ -17,13 +17,13 @@ def test_a_passs_kept_verdicts_and_scores_equal_a_fresh_computation_at_every_pla
     checked = [0]
     original = baselines.KubePreset._place_regular
 
-    def checking(self: baselines.KubePreset, sim: Simulation, g: int, free: np.ndarray, fit_res: np.ndarray) -> bool:
-        placed = original(self, sim, g, free, fit_res)
-        shape = int(sim.g_shape[g])
+    def checking(self: baselines.KubePreset, g: int, free: np.ndarray, fit_res: np.ndarray) -> bool:
+        placed = original(self, g, free, fit_res)
+        shape = int(self.view.spec.g_shape[g])
         nodes = self._pass_nodes  # type: ignore[attr-defined]
         assert nodes is not None and nodes.free is free
         ok, scores = nodes.get(shape)
-        want_ok, want_scores = self._fit_and_score(sim, shape, free, slice(None))
+        want_ok, want_scores = self._fit_and_score(shape, free, slice(None))
         np.testing.assert_array_equal(ok, want_ok)
         np.testing.assert_array_equal(scores, want_scores)
         checked[0] += 1
@@ -41,13 +41,13 @@ def test_kept_queue_order_equals_a_fresh_sort_at_every_pass(preset: str) -> None
     plain_schedule = p.schedule
     passes = []
 
-    def checked(s: Simulation) -> None:
-        want = p._queue_order(s, s.ready_groups())  # type: ignore[attr-defined]
-        p._refresh_queue(s)  # type: ignore[attr-defined]
+    def checked() -> None:
+        want = p._queue_order(np.flatnonzero(sim.status.waiting()))  # type: ignore[attr-defined]
+        p._refresh_queue()  # type: ignore[attr-defined]
         kept = p._queue  # type: ignore[attr-defined]
-        np.testing.assert_array_equal(kept[s.g_pending[kept] > 0], want)
+        np.testing.assert_array_equal(kept[sim.status.g_pending[kept] > 0], want)
         passes.append(want.size)
-        plain_schedule(s)
+        plain_schedule()
 
     p.schedule = checked  # type: ignore[method-assign]
     sim.run()

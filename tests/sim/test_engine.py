@@ -13,10 +13,10 @@ from stowage.errors import WorkloadError
 from stowage.labels import Opportunistic
 from stowage.sim import baselines
 from stowage.sim.cluster import Cluster
-from stowage.sim.engine import InvariantViolation, SimConfig, Simulation, simulate
+from stowage.sim.engine import InvariantViolation, SimConfig, simulate
 from stowage.sim.presets import PRESETS
 from stowage.sim.report import build_report
-from tests.sim.kit import BURSTY, FLAT, contended, group, job, nodes, workload
+from tests.sim.kit import BURSTY, FLAT, contended, group, job, model_rates, nodes, workload
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -42,10 +42,11 @@ def test_harvesting_presets_evict_under_contention_and_lose_nothing(preset: str)
 
 def test_checking_mode_catches_a_scheduler_that_overfills_a_node() -> None:
     class Overfill(baselines.KubePreset):
-        def schedule(self, sim: Simulation) -> None:
-            for g in sim.ready_groups():
-                while sim.g_pending[g] > 0:
-                    sim.place(int(g), 0, opp=False)
+        def schedule(self) -> None:
+            view = self.view
+            for g in np.flatnonzero(view.status.waiting()):
+                while view.status.g_pending[g] > 0:
+                    view.place(int(g), 0, opp=False)
 
     wl = workload(nodes(2), [job("j", 0, group("g", 8, 10.0))])
     with pytest.raises(InvariantViolation, match="exceed capacity"):
@@ -113,7 +114,7 @@ def test_an_opportunistic_task_runs_on_reserved_but_idle_cpu(flat_config: SimCon
 def test_contention_model_slows_tasks_as_stated(uses: list, opp: list, expected: list) -> None:
     cluster = Cluster(("cpu", "memory", "disk", "network"), np.array([[4.0, 16.0, 100.0, 100.0]]), np.ones(1, bool))
     use = np.array(uses, dtype=float)
-    rates = cluster.rates(use, np.zeros(2, np.int64), np.array(opp), use > 0)
+    rates = model_rates(cluster, use, np.zeros(2, np.int64), np.array(opp), use > 0)
     assert rates.tolist() == pytest.approx(expected)
 
 

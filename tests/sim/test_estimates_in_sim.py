@@ -32,6 +32,23 @@ def _long_then_short(long_s: float, short_s: float):
                                                                                                    cpu=4.0))])
 
 
+@pytest.mark.parametrize("preset", sorted(presets.PRESETS))
+@pytest.mark.parametrize("oracle", [False, True])
+def test_a_preset_is_handed_the_true_durations_only_under_the_oracle(preset: str, oracle: bool) -> None:
+    """What a preset can read is its ``View``: the submitted work, progress, nodes and running tasks. The engine's
+    ``Truth`` is not on it, and its durations are there only as ``oracle_durations`` when asked for."""
+    wl = _long_then_short(1000.0, 1.0)
+    sim = Simulation(wl, presets.make(preset), SimConfig(usage=FLAT, oracle_durations=oracle), 0)
+    view = sim.preset.view
+    assert not hasattr(view, "truth") and not hasattr(view.spec, "truth") and not hasattr(view.spec, "g_dur")
+    with pytest.raises(AttributeError):
+        view.truth = sim.truth  # type: ignore[attr-defined]  # slots: nothing can hang it there later
+    if oracle:
+        assert view.oracle_durations is not None and view.oracle_durations.tolist() == [1000.0, 1.0]
+    else:
+        assert view.oracle_durations is None
+
+
 @pytest.mark.parametrize("preset", ["stowage", "tetris"])
 def test_without_the_oracle_the_decision_does_not_depend_on_the_true_durations(preset: str) -> None:
     a = _first_pass(_long_then_short(1000.0, 1.0), oracle=False, preset=preset)
@@ -56,7 +73,7 @@ def test_with_no_duration_stated_a_small_job_submitted_after_a_large_one_finishe
                   [job("big", 0.0, group("t", 40, 10.0)), job("small", 1.0, group("t", 1, 10.0))])
     sim = Simulation(wl, presets.make("stowage"), SimConfig(usage=FLAT), 0)
     sim.run()
-    big, small = (float(sim.j_finish[j]) for j in range(2))
+    big, small = (float(sim.status.j_finish[j]) for j in range(2))
     assert small < 25.0 < big
 
 
@@ -67,5 +84,5 @@ def test_a_recurring_job_learns_from_its_earlier_run() -> None:
     sim.run()
     decider = sim.preset.decider
     assert decider.history.get(estimates.recurring_key("", "etl-2"), "map") == pytest.approx(30.0, rel=0.2)
-    first, second = (float(sim.j_finish[j] - sim.j_arrival[j]) for j in range(2))
+    first, second = (float(sim.status.j_finish[j] - sim.spec.j_arrival[j]) for j in range(2))
     assert second <= first

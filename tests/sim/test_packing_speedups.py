@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from stowage.labels import Opportunistic
 from stowage.model import JobOrder
-from stowage.policy import alignment, candidates, fairness
+from stowage.policy import alignment, candidates, decide, fairness
 from stowage.sim import baselines, presets
 from stowage.sim.engine import SimConfig, Simulation
 from stowage.sim.workload import JobSpec, QueueSpec, TaskGroup, Workload
@@ -114,7 +114,7 @@ def test_packing_runs_make_every_choice_the_dense_search_makes(monkeypatch, pres
     monkeypatch.setattr(candidates, "best_candidate", _checked_search(calls))
     sim = Simulation(make(seed), presets.make(preset), SimConfig(usage=BURSTY, check=True), seed)
     sim.run()
-    assert calls and sim.tasks_done == int(sim.g_tasks.sum())
+    assert calls and sim.status.tasks_done == int(sim.spec.g_tasks.sum())
 
 
 # --- the kube-like passes against plain reference passes ---------------------------------------------
@@ -123,54 +123,59 @@ def test_packing_runs_make_every_choice_the_dense_search_makes(monkeypatch, pres
 class _PlainKube(baselines.KubePreset):
     """Reference passes: every group is tried in order, no shape is skipped, nothing stops early."""
 
-    def schedule(self, sim: Simulation) -> None:
-        ready = sim.ready_groups()
+    def schedule(self) -> None:
+        v = self.view
+        spec, status = v.spec, v.status
+        ready = np.flatnonzero(status.waiting())
         if ready.size == 0:
             return
-        regular = ready[sim.j_opp[sim.g_job[ready]] != presets.OPP_TRUE] if self.harvesting else ready
-        if not sim.regular_changed:
+        regular = ready[spec.j_opp[spec.g_job[ready]] != decide.INTENT_TRUE] if self.harvesting else ready
+        if not v.regular_changed:
             regular = regular[:0]
-        fit_res = self.regular_resources(sim)
-        free = sim.regular_free()
+        fit_res = self.regular_resources()
+        free = v.cluster.regular_free()
         if self.order == "drf":
-            self._plain_drf(sim, regular, free, fit_res)
+            self._plain_drf(regular, free, fit_res)
         else:
-            for g in self._queue_order(sim, regular).tolist():
-                while sim.g_pending[g] > 0 and self._place_regular(sim, g, free, fit_res):
+            for g in self._queue_order(regular).tolist():
+                while status.g_pending[g] > 0 and self._place_regular(g, free, fit_res):
                     pass
         if self.harvesting:
-            self._plain_opportunistic(sim)
+            self._plain_opportunistic()
 
-    def _plain_drf(self, sim: Simulation, groups, free, fit_res) -> None:
-        ordered = sorted(groups.tolist(), key=lambda g: (sim.j_arrival[sim.g_job[g]], g))
-        by_queue: list[deque[int]] = [deque() for _ in sim.queue_names]
+    def _plain_drf(self, groups, free, fit_res) -> None:
+        spec, status = self.view.spec, self.view.status
+        ordered = sorted(groups.tolist(), key=lambda g: (spec.j_arrival[spec.g_job[g]], g))
+        by_queue: list[deque[int]] = [deque() for _ in spec.queue_names]
         for g in ordered:
-            by_queue[sim.g_queue[g]].append(g)
-        total = sim.cluster.total * fit_res
+            by_queue[spec.g_queue[g]].append(g)
+        total = self.view.cluster.total * fit_res
         while True:
             eligible = np.array([bool(q) for q in by_queue])
             if not eligible.any():
                 return
-            shares = fairness.dominant_shares(sim.queue_alloc[0] * fit_res, total, sim.q_weight)
+            shares = fairness.dominant_shares(status.queue_alloc[0] * fit_res, total, spec.q_weight)
             q = int(np.flatnonzero(eligible)[np.argmin(shares[eligible])])
             g = by_queue[q][0]
-            if sim.g_pending[g] == 0 or not self._place_regular(sim, g, free, fit_res):
+            if status.g_pending[g] == 0 or not self._place_regular(g, free, fit_res):
                 by_queue[q].popleft()  # done, or fits nowhere now: it does not block the queue
 
-    def _plain_opportunistic(self, sim: Simulation) -> None:
-        ready = sim.ready_groups()
-        ready = ready[(sim.j_opp[sim.g_job[ready]] != presets.OPP_FALSE) & sim.q_opp[sim.g_queue[ready]]]
-        avail = self._harvestable(sim)
-        c = sim.cluster
+    def _plain_opportunistic(self) -> None:
+        v = self.view
+        spec, status = v.spec, v.status
+        ready = np.flatnonzero(status.waiting())
+        ready = ready[(spec.j_opp[spec.g_job[ready]] != decide.INTENT_FALSE) & spec.q_opp[spec.g_queue[ready]]]
+        avail = self._harvestable()
+        c = v.cluster
         inv = np.divide(1.0, c.cap, out=np.zeros_like(c.cap), where=c.cap > 0)
-        for g in self._queue_order(sim, ready).tolist():
-            d = sim.g_demand[g]
-            while sim.g_pending[g] > 0:
+        for g in self._queue_order(ready).tolist():
+            d = spec.g_demand[g]
+            while status.g_pending[g] > 0:
                 ok = alignment.feasible(d, avail)
                 if not ok.any():
                     break
                 n = self._pick(((avail - d) * inv).sum(axis=1), ok)
-                sim.place(g, n, opp=True)
+                v.place(g, n, opp=True)
                 avail[n] = np.maximum(avail[n] - d, 0.0)
 
 

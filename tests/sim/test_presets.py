@@ -110,7 +110,7 @@ def _load_aware_sim() -> tuple[Simulation, baselines.KubePreset]:
     ])
     preset = presets.make("load-aware")
     sim = Simulation(wl, preset, SimConfig(usage=FLAT), 0)
-    for j, g in enumerate(sim.j_groups[:3]):
+    for j, g in enumerate(sim.spec.j_groups[:3]):
         sim._open(g[0]) if j < 2 else None
     sim.place(0, 0, opp=False)
     sim.place(1, 1, opp=False)
@@ -122,25 +122,25 @@ def _load_aware_sim() -> tuple[Simulation, baselines.KubePreset]:
 
 def test_load_aware_scores_measured_cpu_not_requests() -> None:
     sim, preset = _load_aware_sim()
-    scores = preset._scores(sim, 2)
+    scores = preset._scores(2)
     # n0: 100·(2 + 1.5)/10 = 35 % → 93; n1: 100·(0.2 + 1.5)/10 = 17 % → round(65.5) = 66.
     assert scores.tolist() == [93, 66]
     # LeastAllocated (requests) would have picked n1, the node with fewer requests.
     least, _ = scoring.plugin_scores(*(scoring.to_units(x[..., :2]) for x in (sim.cluster.reg_alloc, sim.cluster.cap,
-                                                                             sim.g_demand[2])), "least")
+                                                                             sim.spec.g_demand[2])), "least")
     assert int(np.argmax(least)) == 1
 
 
 def test_load_aware_counts_a_just_bound_pod_at_one_and_a_half_times_its_request() -> None:
     sim, preset = _load_aware_sim()
-    preset._scores(sim, 2)  # takes the load watcher's sample at t = 100
+    preset._scores(2)  # takes the load watcher's sample at t = 100
     sim._open(2)
-    free = sim.regular_free()
-    assert preset._place_regular(sim, 2, free, preset.regular_resources(sim))
+    free = sim.cluster.regular_free()
+    assert preset._place_regular(2, free, preset.regular_resources())
     assert sim.log is None
     # The new pod went to n0 (93 > 66); n0 now also carries 1.5 cores not yet in the sample:
     # 100·(2 + 1.5 + 1.5)/10 = 50 % > 40 → round(40·50/60) = 33.
-    assert preset._scores(sim, 2).tolist() == [33, 66]
+    assert preset._scores(2).tolist() == [33, 66]
 
 
 def test_drf_alternates_between_queues_where_fifo_serves_the_first_job() -> None:

@@ -10,21 +10,22 @@ from stowage.sim import rates
 from stowage.sim.cluster import Cluster
 from stowage.sim.engine import SimConfig, Simulation, simulate
 from stowage.sim.presets import make
-from tests.sim.kit import BURSTY, contended
+from tests.sim.kit import BURSTY, contended, model_rates
 
 
-def plain_use(sim: Simulation) -> np.ndarray:
-    """Every running row's usage from scratch (the engine's code before the tracker)."""
-    run = sim.running
-    both = sim.usage_model.fraction(sim.now, run.start, np.stack([run.base, run.io_base], axis=1), run.burst_until)
-    return sim.g_demand[run.group] * np.where(sim.io_resources, both[:, 1:2], both[:, 0:1])
+def plain_use(tracker: rates.RateTracker, now: float) -> np.ndarray:
+    """Every running row's usage at ``now`` from scratch (the engine's code before the tracker)."""
+    run = tracker.running
+    both = tracker.usage.fraction(now, run.start, np.stack([run.base, run.io_base], axis=1), run.burst_until)
+    io = np.array(tracker.io, dtype=bool)
+    return tracker.g_demand[run.group] * np.where(io, both[:, 1:2], both[:, 0:1])
 
 
-def plain_rates(tracker: rates.RateTracker, out: np.ndarray | None = None) -> np.ndarray:
-    """Cluster.rates over every row; into ``out`` when given, as RateTracker.rates writes it."""
-    sim = tracker.sim
-    run = sim.running
-    got = sim.cluster.rates(plain_use(sim), run.node, run.opp, sim.g_uses[run.group])
+def plain_rates(tracker: rates.RateTracker, now: float, out: np.ndarray | None = None) -> np.ndarray:
+    """The contention model over every row; into ``out`` when given, as RateTracker.rates writes it."""
+    run = tracker.running
+    uses = tracker.g_demand[run.group] > 0
+    got = model_rates(tracker.cluster, plain_use(tracker, now), run.node, run.opp, uses)
     if out is not None:
         out[:] = got
     return got
@@ -43,14 +44,14 @@ def test_the_contention_model_at_the_edges_gives_rates_in_0_1_and_full_speed_bel
     opp = rng.random(p) < 0.4
     use = rng.choice([0.0, 0.5, 1.0, 2.0, 1.0000001, np.inf], size=(p, 4), p=[0.3, 0.2, 0.2, 0.1, 0.1, 0.1])
     uses = use > 0
-    got = cluster.rates(use, node, opp, uses)
+    got = model_rates(cluster, use, node, opp, uses)
     assert ((got >= 0.0) & (got <= 1.0)).all()
     total = cluster.node_sums(use, node)
     calm = ~(total > cap * (1 + 1e-9))[:, [0, 2, 3]].any(axis=1)  # memory aside
     assert (got[calm[node]] == 1.0).all()
     only_memory = uses.copy()
     only_memory[:, [0, 2, 3]] = False
-    assert (cluster.rates(use, node, opp, only_memory) == 1.0).all()
+    assert (model_rates(cluster, use, node, opp, only_memory) == 1.0).all()
 
 
 @pytest.mark.parametrize("preset", ["ubis", "stowage", "kube-default"])
@@ -62,10 +63,10 @@ def test_the_tracker_matches_a_full_recomputation_at_every_event(preset: str, mo
         checked["starts"] += 1
         original_start(self)
 
-    def checking(self: rates.RateTracker, out: np.ndarray | None = None) -> np.ndarray:
-        got = original_rates(self, out)
-        assert self.current_use().tobytes() == plain_use(self.sim).tobytes()
-        assert got.tobytes() == plain_rates(self).tobytes()
+    def checking(self: rates.RateTracker, now: float, out: np.ndarray) -> np.ndarray:
+        got = original_rates(self, now, out)
+        assert self.current_use(now).tobytes() == plain_use(self, now).tobytes()
+        assert got.tobytes() == plain_rates(self, now).tobytes()
         checked["rates"] += 1
         return got
 
@@ -80,7 +81,7 @@ def test_whole_runs_are_identical_with_the_plain_path(monkeypatch) -> None:
     workload = contended(seed=7, n_jobs=16)
     fast = {p: simulate(workload, p, config=SimConfig(usage=BURSTY), seed=1) for p in ("ubis", "stowage")}
     monkeypatch.setattr(rates.RateTracker, "rates", plain_rates)
-    monkeypatch.setattr(rates.RateTracker, "current_use", lambda self: plain_use(self.sim))
+    monkeypatch.setattr(rates.RateTracker, "current_use", plain_use)
     for preset, result in fast.items():
         plain = simulate(workload, preset, config=SimConfig(usage=BURSTY), seed=1)
         assert plain.summary == result.summary, preset

@@ -68,12 +68,13 @@ def _run(w: Any, preset: str, config: SimConfig, seed: int) -> dict[str, Any]:
 
     sim.preset.on_finished = on_finished  # type: ignore[method-assign]
     result = sim.run()
+    st = sim.status
     return {
         "log": json.dumps(sim.log, default=float),
         "summary": json.dumps(result.summary, sort_keys=True, default=float),
         "jct": result.jct.tobytes(),
         "finished": finished,
-        "counts": (sim.tasks_done, sim.opp_done, sim.task_starts, sim.g_done.tobytes(), sim.g_pending.tobytes()),
+        "counts": (st.tasks_done, st.opp_done, st.task_starts, st.g_done.tobytes(), st.g_pending.tobytes()),
         "rng": sim.rng.random(),
     }
 

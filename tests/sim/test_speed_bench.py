@@ -38,10 +38,10 @@ def test_the_engine_counts_one_event_per_loop_step() -> None:
     steps = 0
     original = sim.recorder.sample_until
 
-    def counting(t: float) -> None:  # called once per loop step, before the clock moves
+    def counting(t: float, now: float) -> None:  # called once per loop step, before the clock moves
         nonlocal steps
         steps += 1
-        original(t)
+        original(t, now)
 
     sim.recorder.sample_until = counting  # type: ignore[method-assign]
     sim.run()
