@@ -247,9 +247,10 @@ def choose_victims(
 
     Shapes: ``pod_usage`` (P,R), ``started_at_s`` (P,), ``opportunistic`` (P,)
     bool, ``node_usage``/``threshold`` (R,) in resource units, ``relieve`` (R,)
-    bool, ``lost_work`` (P,) seconds (the simulator passes each task's progress;
-    NaN: from its start). NaN or negative usage counts as 0; NaN start times
-    count as oldest.
+    bool, ``lost_work`` (P,) seconds (for a caller that knows more than the run
+    time; NaN: from its start; the node monitor and the simulator pass none: a
+    node knows when a pod started, not how far it got). NaN or negative usage
+    counts as 0; NaN start times count as oldest.
     """
     rel = np.asarray(relieve, dtype=bool)
     n_res = rel.shape[0]

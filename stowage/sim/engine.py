@@ -94,7 +94,7 @@ class Simulation:
         self.regular_changed = True  # regular capacity freed or new work since the last pass
         self._overload_dirty = True
         self._overload = False
-        self.monitor = monitor.Monitor(self, self.truth, self.status, self.cluster, self.running, preset.harvesting)
+        self.monitor = monitor.Monitor(self, self.status, self.cluster, self.running, preset.harvesting)
         self.recorder = Recorder(self.spec, self.truth, self.status, self.cluster, self.running, self.current_use,
                                  config.sample_s, self.settings)
         self.preset.attach(View(self))

@@ -7,8 +7,9 @@ Each tick (``contention.sample_interval_s``, 1 s by default) it
 2. where memory use exceeds capacity, the kernel's OOM killer ends opportunistic tasks first (``oom_score_adj``
    999), largest memory use first, until the rest fits;
 3. on presets with harvesting, runs ``stowage.policy.contention.step`` on every node that is over a threshold or
-   still remembers a contention, sets the node's blocked capacity, and evicts ``choose_victims``' picks (given each
-   task's progress, the work an eviction would waste).
+   still remembers a contention, sets the node's blocked capacity, and evicts ``choose_victims``' picks, called as
+   the node monitor calls it: the work an eviction would waste is a task's run time, which a node knows, not its
+   progress, which it does not.
 
 Ticks are skipped when nothing could change: no opportunistic task is running and no node's peak demand exceeds its
 capacity.
@@ -28,7 +29,7 @@ from stowage.policy import contention
 
 if TYPE_CHECKING:
     from stowage.sim.cluster import Cluster, Running
-    from stowage.sim.tables import Status, Truth
+    from stowage.sim.tables import Status
     from stowage.sim.usage import UsageModel
 
 __all__ = ["Host", "Monitor"]
@@ -49,11 +50,10 @@ class Host(Protocol):
 
 class Monitor:
     """The node monitor over the nodes (``cluster``) and their tasks (``running``); ``status`` says whether tasks
-    wait, ``truth`` how much work an eviction would waste (each task's progress)."""
+    wait."""
 
-    def __init__(self, host: Host, truth: Truth, status: Status, cluster: Cluster, running: Running,
-                 harvesting: bool) -> None:
-        self.host, self.truth, self.status, self.cluster, self.running = host, truth, status, cluster, running
+    def __init__(self, host: Host, status: Status, cluster: Cluster, running: Running, harvesting: bool) -> None:
+        self.host, self.status, self.cluster, self.running = host, status, cluster, running
         self.harvesting, n, r = harvesting, cluster.n, cluster.r
         self.states = [contention.ContentionState.initial(r) for _ in range(n)]
         self.active = np.zeros(n, dtype=bool)  # state not initial: must be stepped
@@ -153,11 +153,8 @@ class Monitor:
                 if use is None:
                     use = host.current_use()
                 rows = np.flatnonzero(run.node == n)
-                done = self.truth.g_dur[run.group[rows]] - run.work_left[rows]  # what an eviction wastes
                 picked = contention.choose_victims(
-                    use[rows], run.start[rows], run.opp[rows], c.usage[n], self.threshold[n], decision.relieve,
-                    lost_work=done,
-                )
+                    use[rows], run.start[rows], run.opp[rows], c.usage[n], self.threshold[n], decision.relieve)
                 victims.extend(int(rows[i]) for i in picked)
         if victims:
             host.evict(np.array(sorted(set(victims))))
