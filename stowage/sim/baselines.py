@@ -143,7 +143,7 @@ class KubePreset(Preset):
         pod = v.spec.g_demand[g, self._cm]
         # Trimaran: the load watcher reports every 60 s; pods bound since count at 1.5 × request.
         if v.now - self._tlp_sample_t >= scoring.TLP_METRICS_INTERVAL_S:
-            self._tlp_measured = v.usage(0.0)[:, c.cpu].copy()
+            self._tlp_measured = v.usage(0.0)[:, c.cpu].copy()  # max age 0: the load watcher's sample, now
             self._tlp_sample_t = v.now
         horizon = v.now - scoring.TLP_METRICS_INTERVAL_S
         while self._tlp_binds and self._tlp_binds[0][0] <= horizon:

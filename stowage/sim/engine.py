@@ -308,7 +308,7 @@ class Simulation:
         while True:
             ta = float(self.spec.j_arrival[self._next_job]) if self._next_job < n_jobs else math.inf
             tf = self._next_finish()
-            if not self.monitor.needed(self.overload_possible):
+            if not self.monitor.needed():
                 next_tick = math.inf
             elif next_tick == math.inf:
                 next_tick = (math.floor(self.now / interval) + 1) * interval

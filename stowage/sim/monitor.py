@@ -17,7 +17,6 @@ capacity.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,7 +35,8 @@ __all__ = ["Host", "Monitor"]
 
 
 class Host(Protocol):
-    """What the monitor asks of the engine: the time, its random draws, every running task's usage, evictions."""
+    """What the monitor asks of the engine: the time, its random draws, every running task's usage, whether some
+    node's peak demand exceeds its capacity (only then can usage contend), evictions, fresh rates."""
 
     now: float
     rng: np.random.Generator
@@ -44,6 +44,7 @@ class Host(Protocol):
     usage_model: UsageModel
 
     def current_use(self) -> NDArray[np.float64]: ...
+    def overload_possible(self) -> bool: ...
     def evict(self, rows: NDArray[np.int64], *, oom: bool = False) -> None: ...
     def update_rates(self) -> None: ...
 
@@ -64,10 +65,10 @@ class Monitor:
         self.last_sample = -np.inf
         self.contentions = 0
 
-    def needed(self, overload_possible: Callable[[], bool]) -> bool:
-        """Whether a tick could change anything: ``overload_possible()``, some node's peak demand above capacity."""
+    def needed(self) -> bool:
+        """Whether a tick could change anything."""
         run = self.running
-        if run.opp.any() or overload_possible():
+        if run.opp.any() or self.host.overload_possible():
             return True
         # Harvestable room grows as running tasks' usage shows and their ramp-up allowance expires, with no
         # event of its own: a harvesting preset with tasks waiting looks again each sample, as the operator does.
