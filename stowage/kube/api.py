@@ -40,6 +40,7 @@ __all__ = [
     "PODS",
     "ApiConfig",
     "ApiError",
+    "ApiUnreachable",
     "KubeClient",
     "WatchStream",
     "load_config",
@@ -88,6 +89,15 @@ class ApiError(Exception):
         wait = details.get("retryAfterSeconds")
         retry = float(wait) if isinstance(wait, int | float) and wait > 0 else _retry_after(retry_after)
         return cls(int(body.get("code") or code), str(body.get("reason") or ""), message, retry)
+
+
+class ApiUnreachable(ConnectionError):
+    """The API server could not be reached or did not answer in time (httpx's ``TransportError``: connect,
+    read or write failures and timeouts).
+
+    An ``OSError`` (through ``ConnectionError``), so every ``except OSError`` around an API call handles it: a
+    network failure must cost a retry of that call, never the loop around it.
+    """
 
 
 def _retry_after(header: str | None) -> float | None:
@@ -198,7 +208,10 @@ class WatchStream:
                 if event.get("type") == "ERROR":
                     raise ApiError.from_status(500, event.get("object"))
                 yield event
-        except (httpx.TransportError, OSError):
+        except httpx.TransportError as exc:
+            if not self._interrupted:
+                raise ApiUnreachable(f"watch {self._path}: {type(exc).__name__}: {exc}") from exc
+        except OSError:
             if not self._interrupted:
                 raise
         finally:
@@ -296,14 +309,17 @@ class KubeClient:
                 headers["Content-Type"] = content_type
             request = http.build_request(method, path, params=params, content=content, headers=headers,
                                          timeout=timeout or self._timeout)
-            response = http.send(request, stream=stream)
+            try:
+                response = http.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                raise ApiUnreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
             if response.status_code != 401 or credential is None or stale is not None:
                 return response
             response.close()
             stale = credential
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Obj:
-        response = self._send(method, path, **kwargs)
+        response = self._send(method, path, **kwargs)  # not streamed: the body is read before it returns
         _raise_for(response)
         data = orjson.loads(response.content) if response.content else {}
         return data if isinstance(data, dict) else {}

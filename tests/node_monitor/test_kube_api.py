@@ -261,6 +261,39 @@ def test_status_causes_are_part_of_the_message() -> None:
     assert error.message == "Cannot evict pod. (The disruption budget pdb needs 1 healthy pods)"
 
 
+def _silent_server() -> tuple[Any, int]:
+    """A loopback socket that accepts connections and never answers (a dead keep-alive peer)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    return server, server.getsockname()[1]
+
+
+def test_network_failures_are_os_errors_naming_the_request() -> None:
+    """httpx's TransportError is not an OSError; every ``except OSError`` around an API call relies on this one."""
+    import socket
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: connection refused
+    with KubeClient(ApiConfig(f"http://127.0.0.1:{port}"), timeout_s=2.0) as kube, \
+            pytest.raises(OSError) as refused:
+        kube.get("/api/v1/nodes")
+    assert isinstance(refused.value, api.ApiUnreachable) and "GET /api/v1/nodes" in str(refused.value)
+
+    server, port = _silent_server()
+    try:
+        with KubeClient(ApiConfig(f"http://127.0.0.1:{port}"), timeout_s=0.3) as kube:
+            for call in (lambda: kube.create("/api/v1/namespaces/a/pods", {}), lambda: kube.list(api.PODS)):
+                with pytest.raises(api.ApiUnreachable, match="Timeout"):
+                    call()
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize(
     "chunks",
     [
