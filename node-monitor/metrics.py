@@ -25,17 +25,16 @@ than exported as 0.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from stowage import metrics_server
 from stowage.labels import METRICS
 
 __all__ = ["MetricsServer", "NodeMetrics", "PodRow", "Snapshot"]
@@ -134,8 +133,8 @@ class NodeMetrics:
         return generate_latest(self.registry)
 
 
-class MetricsServer:
-    """``GET /metrics`` and ``GET /healthz`` on a background thread.
+class MetricsServer(metrics_server.MetricsServer):
+    """``GET /metrics`` and ``GET /healthz`` (``/readyz`` too) on a background thread.
 
     ``/healthz`` is 200 while the last tick is younger than ``stale_after_s``
     and 503 otherwise (a stuck sampling loop must restart the pod).
@@ -149,36 +148,10 @@ class MetricsServer:
         stale_after_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
-                elif path in ("/healthz", "/readyz"):
-                    ok, text = owner.health()
-                    self._send(200 if ok else 503, text.encode(), "text/plain; charset=utf-8")
-                else:
-                    self._send(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
-
-            def _send(self, status: int, body: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # scrapes are not news
-                return
-
         self.metrics = metrics
         self.stale_after_s = stale_after_s
         self._clock = clock
-        self.server = ThreadingHTTPServer((address, port), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
-        self._thread = threading.Thread(target=self.server.serve_forever, name="metrics-http", daemon=True)
+        super().__init__(metrics.render, {"/healthz": self.health, "/readyz": self.health}, address, port)
 
     def health(self) -> tuple[bool, str]:
         snap = self.metrics.snapshot
@@ -188,11 +161,3 @@ class MetricsServer:
         if age > self.stale_after_s:
             return False, f"last sample {age:.1f}s ago (limit {self.stale_after_s:.1f}s): sampling loop stuck\n"
         return True, f"ok: last sample {age:.1f}s ago\n"
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()

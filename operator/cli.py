@@ -321,9 +321,11 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
     config = load_config(options.kubeconfig)
     client = api.KubeClient(config, timeout_s=30.0, user_agent="stowage-operator")
     metrics = OperatorMetrics()
-    metrics_server, metrics_port = serve(metrics, options.metrics_host, options.metrics_port)
+    runtime_: runtime.OperatorRuntime | None = None  # made below; readiness says "starting" until then
+    metrics_server = serve(metrics, options.metrics_host, options.metrics_port,
+                           ready=lambda: runtime_.readiness() if runtime_ is not None else (False, "starting\n"))
     shown = f"[{options.metrics_host}]" if ":" in options.metrics_host else options.metrics_host
-    log.info("metrics on http://%s:%d/metrics", shown, metrics_port)
+    log.info("metrics on http://%s:%d/metrics (probes /healthz, /readyz)", shown, metrics_server.port)
 
     namespaces = list(options.namespaces)
     peering = None
@@ -420,6 +422,6 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
         )
     finally:
         runtime_.stop()
-        metrics_server.shutdown()
+        metrics_server.stop()
         client.close()
 

@@ -43,7 +43,8 @@ from stowage.policy import dispatch, estimates
 from stowage.resources import ResourceVector
 
 __all__ = ["LEARNED_WINDOW_S", "GroupEvidence", "JobBook", "JobKey", "LearnedTasks", "Lesson", "group_evidence",
-           "job_recurring_key", "post_event", "register", "rfc3339", "run_span", "running_since", "task_pod_job"]
+           "job_recurring_key", "owned_by", "post_event", "register", "rfc3339", "run_span", "running_since",
+           "task_pod_job", "unplannable"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ COMPONENT = "stowage-operator"
 #: with the classifier's state), so a restarted operator does not learn from them a second time; older ones
 #: it skips by their finish time alone. Generous against cache lag and relists.
 LEARNED_WINDOW_S = 600.0
+_MESSAGE_MAX = 1024  # a condition's message: enough to name the field and the value, never the whole object
 
 
 def rfc3339(t: float) -> str:
@@ -87,6 +89,21 @@ def post_event(client: api.KubeClient, obj: Mapping[str, Any], type_: str, reaso
         client.create_event(namespace, event)
     except Exception as exc:  # an Event is best effort: it must never stop the loop
         log.warning("could not post Event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
+
+
+def _controller_uid(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the Stowage Job that controls ``pod`` (its controller reference), None without one."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == tasks.JOB_KIND:
+            return str(ref.get("uid") or "") or None
+    return None
+
+
+def owned_by(pod: Mapping[str, Any], job: Mapping[str, Any] | None) -> bool:
+    """Whether ``pod`` belongs to this very Job, not to a predecessor of the same name (matched by uid; a Job
+    without a uid, as in some tests, owns every pod of its name)."""
+    uid = ((job or {}).get("metadata") or {}).get("uid")
+    return not uid or _controller_uid(pod) in (None, str(uid))
 
 
 def task_pod_job(pod: Mapping[str, Any]) -> JobKey | None:
@@ -142,6 +159,8 @@ class _Entry:
     # Run spans of the Job's succeeded pods (uid → (group, seconds)), kept when a pod is deleted: a phase's mean.
     spans: dict[str, tuple[str, float]] = field(default_factory=dict)
     evidence: dict[str, GroupEvidence] | None = None  # per group, from the pods; None: the pods changed since
+    # Why a step of the pass could not handle this Job (it cannot be read): the next plan fails it with this message.
+    broken: str | None = None
 
 
 class JobBook:
@@ -177,7 +196,10 @@ class JobBook:
             same_uid = old is not None and (old.get("metadata") or {}).get("uid") == uid
             same_spec = same_uid and old is not None and old.get("spec") == job.get("spec")
             if not same_uid:  # a new Job (perhaps of an old name): its predecessor's runs are not its own
-                entry.spans, entry.evidence = {}, None
+                entry.spans, entry.evidence, entry.written, entry.plan = {}, None, None, None
+                entry.evictions, entry.planned_evictions, entry.gone = {}, {}, {}
+            if not same_spec:
+                entry.broken = None
             entry.dirty = entry.dirty or not same_spec or entry.written is None
         self.on_change()
 
@@ -189,6 +211,30 @@ class JobBook:
                 if not entry.pods:
                     del self._entries[key]
         self.on_change()
+
+    def job_uids(self) -> dict[JobKey, str]:
+        """Every Job in the book and its uid (what :meth:`forget_missing` compares a fresh list with)."""
+        with self._lock:
+            return {k: str((e.job.get("metadata") or {}).get("uid")) for k, e in self._entries.items()
+                    if e.job is not None}
+
+    def forget_missing(self, before: Mapping[JobKey, str], listed: Iterable[Mapping[str, Any]]) -> list[JobKey]:
+        """Remove the Jobs deleted while no events came (a standby replica, Kopf paused): those of ``before`` (taken
+        with :meth:`job_uids` before the list was read) that ``listed`` no longer has, unless the book has another
+        Job of that name since. A Job added after ``before`` was taken is kept: it is newer than the list."""
+        present = {job_key(j) for j in listed}
+        gone = []
+        with self._lock:
+            for key, uid in before.items():
+                entry = self._entries.get(key)
+                if key in present or entry is None or entry.job is None:
+                    continue
+                if str((entry.job.get("metadata") or {}).get("uid")) == uid and self.watched(key[0]):
+                    gone.append(key)
+        for key in gone:
+            log.info("job %s/%s was deleted while this operator stood by: forgotten", *key)
+            self.remove_job(key)
+        return gone
 
     def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A (re)list of every task pod: pods already evicted are taken as counted by whoever saw them first."""
@@ -233,7 +279,7 @@ class JobBook:
             else:
                 entry.pods[name] = dict(pod)
                 entry.evidence = None
-            if outcome is tasks.Outcome.EVICTED and uid not in self._counted:
+            if outcome is tasks.Outcome.EVICTED and uid not in self._counted and owned_by(pod, entry.job):
                 self._counted.add(uid)
                 group = str((meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP))
                 entry.evictions[group] = entry.evictions.get(group, 0) + 1
@@ -270,25 +316,43 @@ class JobBook:
                 if entry.job is None:
                     continue
                 flying = in_flight(key)
-                finished = entry.plan is not None and entry.plan.terminal
-                why = blocked(entry.job) if blocked is not None and not finished else entry.blocked
-                if entry.dirty or flying or entry.plan is None or why != entry.blocked:
-                    entry.blocked = why
-                    job = dict(entry.job)
-                    if entry.written is not None:
-                        job["status"] = entry.written
-                    try:
-                        pods = [*entry.pods.values(), *entry.gone.values()]
+                job = dict(entry.job)
+                if entry.written is not None:
+                    job["status"] = entry.written
+                try:  # whatever one Job holds fails that Job, never the pass (nor the Jobs after it)
+                    if entry.broken is not None:
+                        raise InvalidInput("spec", "(see the message)", entry.broken)
+                    finished = entry.plan is not None and entry.plan.terminal
+                    why = blocked(entry.job) if blocked is not None and not finished else entry.blocked
+                    if entry.dirty or flying or entry.plan is None or why != entry.blocked:
+                        entry.blocked = why
+                        pods = [p for p in (*entry.pods.values(), *entry.gone.values()) if owned_by(p, job)]
                         entry.planned_evictions = dict(entry.evictions)
                         entry.plan = tasks.plan_job(job, pods, now=now, in_flight=flying,
                                                     new_evictions=entry.planned_evictions,
                                                     mean_capacity=mean_capacity, blocked=why)
-                    except (InvalidInput, ValueError, TypeError, KeyError) as exc:
-                        entry.planned_evictions = {}  # a failed plan's status counts none
-                        entry.plan = _failed_plan(job, f"the Job cannot be planned: {exc}", now)
-                    entry.dirty = False
+                except Exception as exc:
+                    if entry.plan is None or entry.plan.phase is not tasks.Phase.FAILED:
+                        self._metrics.bad_objects.labels("job").inc()
+                        if not isinstance(exc, InvalidInput):  # not a value we check: our bug, or a shape we missed
+                            log.exception("job %s/%s cannot be planned; it fails", *key)
+                    entry.planned_evictions = {}  # a failed plan's status counts none
+                    entry.plan = _failed_plan(job, unplannable(exc), now)
+                entry.dirty = False
                 out[key] = entry.plan
         return out
+
+    def break_job(self, key: JobKey, exc: BaseException) -> None:
+        """A step of the pass could not handle this Job: the next plan fails it, saying why (:func:`unplannable`);
+        a new spec or a new Job of the name starts afresh."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.job is None or entry.broken is not None:
+                return
+            entry.broken = unplannable(exc).removeprefix("the Job cannot be planned: ")
+            entry.dirty = True
+        if not isinstance(exc, InvalidInput):
+            log.error("job %s/%s cannot be handled; it fails: %s: %s", *key, type(exc).__name__, exc)
 
     def mark_dirty(self, key: JobKey) -> None:
         with self._lock:
@@ -299,23 +363,38 @@ class JobBook:
     # --- the dispatcher's side -------------------------------------------------------------------
 
     def task_demand(self, job: Mapping[str, Any], group: str) -> ResourceVector | None:
-        """One task's demand in ``group`` (cached per Job uid); None, logged once, when it cannot be read."""
-        key = (str((job.get("metadata") or {}).get("uid")), group)
+        """One task's demand in ``group`` (cached per Job uid and spec); None when it cannot be read
+        (:meth:`blocked_groups` then fails the Job, naming the field)."""
+        try:
+            return self._demand_or_error(job, group)
+        except InvalidInput:
+            return None
+
+    def _demand_or_error(self, job: Mapping[str, Any], group: str) -> ResourceVector:
+        meta = job.get("metadata") or {}
+        key = (str(meta.get("uid")), str(meta.get("generation")), group)
         if key not in self._demand:
             try:
                 self._demand[key] = tasks.task_demand(job, group)
             except InvalidInput as exc:
-                log.warning("job %s: group %r has an unusable demand (%s); it is not dispatched",
-                            (job.get("metadata") or {}).get("name"), group, exc)
-                self._demand[key] = None
-        return self._demand[key]
+                self._demand[key] = exc
+            except Exception as exc:  # a template of the wrong shape (admitted before the webhook checked shapes)
+                self._demand[key] = InvalidInput(f"spec.tasks[{group!r}].template", f"{type(exc).__name__}: {exc}",
+                                                 "a pod template: metadata and spec shaped as a Pod's")
+        found = self._demand[key]
+        if isinstance(found, InvalidInput):
+            raise found
+        return found
 
     def blocked_groups(self, job: Mapping[str, Any], queues: Iterable[str] | None,
                        node_shapes: Iterable[Mapping[str, float]]) -> dict[str, tuple[str, str]]:
-        """:func:`tasks.blocked_groups` for ``job`` (``queues``: the Queues that exist; None: not known yet)."""
+        """:func:`tasks.blocked_groups` for ``job`` (``queues``: the Queues that exist; None: not known yet).
+
+        Raises :class:`InvalidInput` when a group's demand cannot be read: such a Job can never run, so it fails.
+        """
         queue = tasks.job_queue(job)
-        demands = {str(g.get("name")): self.task_demand(job, str(g.get("name")))
-                   for g in (job.get("spec") or {}).get("tasks") or []}
+        names = [str(g.get("name")) for g in tasks.group_specs(job)]
+        demands: dict[str, ResourceVector | None] = {g: self._demand_or_error(job, g) for g in names}
         return tasks.blocked_groups(queue, queues is None or queue in queues, demands, node_shapes)
 
     def pending_groups(self, plans: Mapping[JobKey, tasks.JobPlan], now: float) -> list[PendingGroup]:
@@ -324,32 +403,40 @@ class JobBook:
         With the estimator's evidence (:meth:`evidence`): each group's finished tasks and their mean run span, the
         longest a running task has run at ``now`` (clock seconds: the caller's clock), and the Job's recurring key.
         """
-        out = []
+        out: list[PendingGroup] = []
         for key, plan in plans.items():
             job = self.job(key)
             if job is None or plan.terminal:
                 continue
-            spec_groups = {str(g.get("name")): g for g in (job.get("spec") or {}).get("tasks") or []}
-            arrival = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
-            progress = _progress(plan)
-            evidence = self.evidence(key)
-            recurring = job_recurring_key(job)
-            for g in plan.groups:
-                demand = self.task_demand(job, g.name)
-                if demand is None or g.remaining == 0:
-                    continue
-                duration = (spec_groups.get(g.name) or {}).get("expectedDuration")
-                ev = evidence.get(g.name) or GroupEvidence()
-                out.append(PendingGroup(
-                    key=f"{key[0]}/{key[1]}/{g.name}", queue=tasks.job_queue(job), demand=demand,
-                    releasable=len(g.releasable), namespace=key[0], job=f"{key[0]}/{key[1]}", group=g.name,
-                    intent=tasks.job_intent(job),
-                    expected_duration_s=float(duration) if duration is not None else math.nan,
-                    arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=g.remaining,
-                    finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
-                    unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,
-                    running_elapsed_s=max(now - ev.running_since, 0.0) if math.isfinite(ev.running_since) else 0.0,
-                    recurring_key=recurring))
+            try:
+                out.extend(self._pending(key, job, plan, now))
+            except Exception as exc:  # this Job cannot be read: it fails at the next plan, the others go on
+                self.break_job(key, exc)
+        return out
+
+    def _pending(self, key: JobKey, job: Mapping[str, Any], plan: tasks.JobPlan, now: float) -> list[PendingGroup]:
+        out = []
+        spec_groups = {str(g.get("name")): g for g in (job.get("spec") or {}).get("tasks") or []}
+        arrival = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+        progress = _progress(plan)
+        evidence = self.evidence(key)
+        recurring = job_recurring_key(job)
+        for g in plan.groups:
+            demand = self.task_demand(job, g.name)
+            if demand is None or g.remaining == 0:
+                continue
+            duration = (spec_groups.get(g.name) or {}).get("expectedDuration")
+            ev = evidence.get(g.name) or GroupEvidence()
+            out.append(PendingGroup(
+                key=f"{key[0]}/{key[1]}/{g.name}", queue=tasks.job_queue(job), demand=demand,
+                releasable=len(g.releasable), namespace=key[0], job=f"{key[0]}/{key[1]}", group=g.name,
+                intent=tasks.job_intent(job),
+                expected_duration_s=float(duration) if duration is not None else math.nan,
+                arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=g.remaining,
+                finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
+                unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,
+                running_elapsed_s=max(now - ev.running_since, 0.0) if math.isfinite(ev.running_since) else 0.0,
+                recurring_key=recurring))
         return out
 
     def evidence(self, key: JobKey) -> dict[str, GroupEvidence]:
@@ -387,7 +474,7 @@ class JobBook:
                 continue
             queue = tasks.job_queue(job)
             normalised = {r: v / mean_capacity[r] if mean_capacity.get(r, 0) > 0 else v for r, v in demand.items()}
-            features = dispatch.task_features(queue, key[1], group, normalised, _progress(plan))
+            features = dispatch.task_features(queue, job_recurring_key(job), group, normalised, _progress(plan))
             out.append(Lesson(features, span[1] - span[0], queue, f"{key[0]}/{key[1]}/{group}", group, recurring))
         return out
 
@@ -589,8 +676,16 @@ def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k != "kopf"}
 
 
+def unplannable(exc: BaseException) -> str:
+    """The message a Job fails with when it cannot be planned: an :class:`InvalidInput` names the field, the value
+    and what is allowed; anything else says what went wrong (a shape no check caught)."""
+    what = str(exc) if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
+    return f"the Job cannot be planned: {what}"
+
+
 def _failed_plan(job: Mapping[str, Any], message: str, now: str) -> tasks.JobPlan:
     old = job.get("status") or {}
+    message = message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX - 1] + "…"
     conditions = [{"type": "Failed", "status": "True", "reason": "Invalid", "message": message,
                    "lastTransitionTime": now}]
     status = {**{k: v for k, v in old.items() if k != "kopf"}, "phase": tasks.Phase.FAILED.value,

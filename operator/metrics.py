@@ -11,6 +11,9 @@
 | ``stowage_release_to_bind_seconds`` | histogram | | release (pod created / gate removed) → ``PodScheduled`` |
 | ``stowage_estimate_ratio`` | histogram | source | a finished task's estimate ÷ its actual run time, per source |
 | ``stowage_held_pods`` | gauge | queue, reason | held tasks by why: share, quota, room, sample |
+| ``stowage_pass_errors_total`` | counter | stage | dispatch passes that did not complete, by the stage that failed |
+| ``stowage_last_pass_age_seconds`` | gauge | | seconds since the last dispatch pass completed |
+| ``stowage_bad_objects_total`` | counter | kind | Jobs failed and pods left out because they could not be read |
 
 The queue gauges are computed at scrape time from the last numbers the dispatch loop published
 (:meth:`OperatorMetrics.publish_queues`, :meth:`OperatorMetrics.publish_holds`), so a deleted queue's series
@@ -24,16 +27,23 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from stowage.labels import METRICS, PodClass
+from stowage.metrics_server import MetricsServer, Probe
 from stowage.model import Pool
 from stowage.policy.estimates import SOURCE_NAMES
 from stowage.policy.holding import REASONS
 
-__all__ = ["OperatorMetrics", "QueueNumbers", "serve"]
+__all__ = ["BAD_OBJECT_KINDS", "PASS_STAGES", "OperatorMetrics", "QueueNumbers", "serve"]
+
+#: Where a dispatch pass can stop (``stowage_pass_errors_total{stage}``): reading the caches into plans, writing
+#: the Jobs' status, learning from finished tasks, building the view, deciding, releasing, publishing the Queues'
+#: numbers and holds, saving the learned state. Per-object failures do not stop a pass (they fail the object).
+PASS_STAGES = ("plan", "apply", "learn", "view", "decide", "release", "publish", "state")
+BAD_OBJECT_KINDS = ("job", "pod")
 
 # Jobs run seconds to days.
 _JOB_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
@@ -152,6 +162,23 @@ class OperatorMetrics:
             registry=self.registry)
         for source in SOURCE_NAMES:  # every source's series from the start: rate() needs them
             self.estimate_ratio.labels(source)
+        self.pass_errors = Counter(
+            METRICS.PASS_ERRORS_TOTAL.removesuffix("_total"), "Dispatch passes that did not complete, by the stage "
+            "that failed (the next pass starts again from the caches)", ["stage"], registry=self.registry)
+        for stage in PASS_STAGES:
+            self.pass_errors.labels(stage)
+        self.last_pass_age = Gauge(
+            METRICS.LAST_PASS_AGE, "Seconds since the last dispatch pass completed (+Inf: none yet)",
+            registry=self.registry)
+        self.last_pass_age.set(float("inf"))
+        self.bad_objects = Counter(
+            METRICS.BAD_OBJECTS_TOTAL.removesuffix("_total"), "Objects that could not be read: Jobs failed, pods "
+            "left out of the dispatcher's view", ["kind"], registry=self.registry)
+        for kind in BAD_OBJECT_KINDS:
+            self.bad_objects.labels(kind)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
 
     def publish_queues(self, queues: Sequence[QueueNumbers]) -> None:
         self._queues.set(queues)
@@ -163,7 +190,9 @@ class OperatorMetrics:
         self._held.set(held, queues)
 
 
-def serve(metrics: OperatorMetrics, host: str, port: int) -> tuple[Any, int]:
-    """``GET /metrics`` on ``host:port`` (0: any free port) on a daemon thread; returns (server, bound port)."""
-    server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
-    return server, int(server.server_address[1])
+def serve(metrics: OperatorMetrics, host: str, port: int, ready: Probe | None = None) -> MetricsServer:
+    """``GET /metrics``, ``/healthz`` (the process answers) and ``/readyz`` (``ready``; None: always) on
+    ``host:port`` (0: any free port), started on a daemon thread."""
+    probes: dict[str, Probe] = {"/healthz": lambda: (True, "ok\n")}
+    probes["/readyz"] = ready or probes["/healthz"]
+    return MetricsServer(metrics.render, probes, host, port).start()

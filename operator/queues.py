@@ -147,6 +147,16 @@ class QueueBook:
             self._written.pop(name, None)
         self.on_change()
 
+    def forget_missing(self, before: Iterable[str], listed: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Remove the Queues deleted while no events came (a standby replica): those of ``before`` (the names known
+        before the list was read) that ``listed`` no longer has. A Queue added since ``before`` is kept."""
+        present = {str((q.get("metadata") or {}).get("name")) for q in listed}
+        gone = sorted(set(before) - present)
+        for name in gone:
+            log.info("queue %s was deleted while this operator stood by: forgotten", name)
+            self.remove(name)
+        return gone
+
     def specs(self) -> dict[str, QueueSpec]:
         with self._lock:
             return {name: QueueSpec(name, q.get("spec")) for name, q in self._queues.items()}

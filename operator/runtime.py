@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stowage.operator import admission, holds, jobs, queues, tasks
+from stowage.operator import admission, crd, holds, jobs, queues, tasks
 from stowage.operator.dispatcher import (
     Dispatcher,
     DispatchView,
@@ -48,7 +48,7 @@ from stowage.operator.dispatcher import (
     Release,
     RunningPod,
 )
-from stowage.operator.metrics import OperatorMetrics, QueueNumbers
+from stowage.operator.metrics import PASS_STAGES, OperatorMetrics, QueueNumbers
 
 from stowage import labels
 from stowage.config import StowageSettings
@@ -73,6 +73,12 @@ _NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 #: A release not seen in the cache after this long is forgotten (the create answered, but the pod never
 #: showed: deleted at once, or a watch that missed it); the next pass decides about the task again.
 IN_FLIGHT_TTL_S = 120.0
+#: Readiness fails when no pass has completed for this long (a pass takes well under a second at 1,000 nodes; the
+#: loop runs one at least every ``interval_s``): the dispatcher is stuck or every pass fails.
+PASS_STALE_AFTER_S = 60.0
+#: A Job whose pod create the API server forbids (403: ResourceQuota, PodSecurity, LimitRange, RBAC) waits this
+#: long before its next try, doubling per refusal up to the cap; meanwhile it leaves its queue's order to others.
+REFUSAL_BACKOFF_S = (10.0, 300.0)
 
 
 def operator_namespace() -> str:
@@ -144,6 +150,15 @@ class GatedPods:
 
 
 @dataclass
+class _Refusal:
+    """A Job whose last pod create the API server forbade: retried at ``until`` (clock seconds)."""
+
+    until: float
+    attempts: int
+    message: str
+
+
+@dataclass
 class _Release:
     at: float
     job: jobs.JobKey | None  # None: a plain pod's gate was removed
@@ -170,6 +185,7 @@ class OperatorRuntime:
         pass_delay_s: float = dispatch.PASS_DELAY_S,
         status_interval_s: float = 5.0,
         state_interval_s: float = 30.0,
+        pass_stale_after_s: float = PASS_STALE_AFTER_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -207,10 +223,17 @@ class OperatorRuntime:
         self.passes = 0
         self.last_error: str | None = None
         self.last_numbers: list[QueueNumbers] = []
-        self._bad_pods: set[str] = set()  # plain pods whose labels cannot be read (logged once)
+        self._bad_pods: set[str] = set()  # uids of plain pods that cannot be read (logged, counted, an Event: once)
         self.pod_holds = holds.PodHolds(client, clock=clock)
         self._job_notes = holds.HoldNotes()
         self._job_held: dict[jobs.JobKey, tuple[str, str]] = {}  # the last pass's Held condition per Job
+        self._refused: dict[jobs.JobKey, _Refusal] = {}  # Jobs whose pod create was forbidden, backing off
+        self.pass_stale_after_s = pass_stale_after_s
+        self._completed_at: float | None = None  # time.monotonic() when the last pass completed
+        self._stage = PASS_STAGES[0]  # where the running pass is (what a failure is counted as)
+        self._acting_now = acting is None  # whether the last pass found this replica acting
+        self._acted = False  # whether this replica ever acted: only then is its learned state worth saving
+        self.metrics.last_pass_age.set_function(self.last_pass_age)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -256,11 +279,31 @@ class OperatorRuntime:
             informer.stop()
         self.utilization.stop()
         self.pod_holds.stop()
-        if not self.dry_run:
+        # Only the replica that acts last saves: a standby's state is older than what the leader wrote.
+        if not self.dry_run and self._acted and self._acting_now:
             self.save_state(force=True)
 
     def synced(self) -> bool:
         return bool(self._informers) and all(i.synced.is_set() for i in self._informers)
+
+    def last_pass_age(self) -> float:
+        """Seconds since the last pass completed (a standby's idle pass counts); +inf before the first."""
+        return math.inf if self._completed_at is None else time.monotonic() - self._completed_at
+
+    def readiness(self) -> tuple[bool, str]:
+        """``/readyz``: the informers have synced and a pass completed within ``pass_stale_after_s``; the text says
+        what is wrong (and the last error) so ``kubectl describe pod`` shows it."""
+        problems = [f"informer {i.name} not synced" for i in self._informers if not i.synced.is_set()]
+        if not self._informers:
+            problems.append("informers not started")
+        age = self.last_pass_age()
+        if not problems and age > self.pass_stale_after_s:
+            what = "no pass completed yet" if math.isinf(age) else f"last complete pass {age:.0f}s ago"
+            problems.append(f"{what} (limit {self.pass_stale_after_s:.0f}s)"
+                            + (f"; last error: {self.last_error}" if self.last_error else ""))
+        if problems:
+            return False, "not ready: " + "; ".join(problems) + "\n"
+        return True, f"ready: last complete pass {age:.1f}s ago\n"
 
     def poke(self) -> None:
         """Something changed: run a pass soon (throttled: a burst of events shares one pass)."""
@@ -306,39 +349,103 @@ class OperatorRuntime:
                 self.pass_once()
                 self.last_error = None
             except Exception as exc:  # the loop must survive anything; the next pass starts from the caches
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("dispatch pass failed; the next one starts again from the caches")
+                self.last_error = f"{self._stage}: {type(exc).__name__}: {exc}"
+                self.metrics.pass_errors.labels(self._stage).inc()
+                log.exception("dispatch pass failed at %s; the next one starts again from the caches", self._stage)
 
     def pass_once(self) -> list[Any]:
         """One pass (see the module docstring); returns the releases applied."""
+        self._stage = "plan"
         if not self.synced():
             return []
-        if self.acting is not None and not self.acting():
+        acting = self.acting is None or self.acting()
+        if acting and not self._acting_now:
+            self._resume()
+        self._acting_now = acting
+        if not acting:
+            self._completed_at = time.monotonic()  # a standby has nothing to do: its pass is complete
             return []
+        self._acted = True
         now = self.clock()
         self._expire_releases(now)
         mean = self._mean_capacity()
         plans = self.jobs.plans(self._in_flight_for, mean, self._blocked_for())
+        self._stage = "apply"
         held = self.job_estimates()
         for key, plan in plans.items():
-            if not self.dry_run:
-                self.jobs.apply(key, plan, held.get(key), self._job_held.get(key))
-            self.learn(key, plan, mean)
+            try:  # one Job's failure fails that Job (at the next plan), never the pass
+                if not self.dry_run:
+                    self.jobs.apply(key, plan, held.get(key), self._held_for(key, now))
+                self.learn(key, plan, mean)
+            except Exception as exc:
+                self.jobs.break_job(key, exc)
         self._ungate_released_task_pods()
+        self._stage = "view"
         view = self.build_view(plans, now)
+        self._stage = "decide"
         releases = self.dispatcher.decide(view)
+        self._stage = "release"
         taken: dict[str, int] = {}  # group key → tasks of its plan used by this pass's earlier releases
-        applied = [r for r in releases if self._apply_release(r, plans, taken)]
+        applied = [r for r in releases if self._apply_release_isolated(r, plans, taken)]
+        self._stage = "publish"
         self._publish_holds(view, releases, now)
-        self.passes += 1
         if now - self._last_status >= self.status_interval_s:
             self._last_status = now
             self._publish_queues(view, plans)
+        self._stage = "state"
         if now - self._last_state >= self.state_interval_s:
             self._last_state = now
             if not self.dry_run:
                 self.save_state()
+        self.passes += 1
+        self._completed_at = time.monotonic()
         return applied
+
+    def _resume(self) -> None:
+        """This replica acts again after standing by (Kopf paused: no events came). What the leader learned meanwhile
+        is in the ConfigMap, and Jobs and Queues deleted meanwhile never reached the books: read both again."""
+        self.load_state()
+        before_jobs, before_queues = self.jobs.job_uids(), self.queues.names()
+        try:
+            listed_jobs, _ = self.client.list(crd.JOB.path())
+            listed_queues, _ = self.client.list(crd.QUEUE.path())
+        except (api.ApiError, OSError) as exc:
+            log.warning("acting again, but Jobs and Queues could not be listed (%s): deletions made while this "
+                        "operator stood by show at the next resume or restart", exc)
+            return
+        self.jobs.forget_missing(before_jobs, listed_jobs)
+        self.queues.forget_missing(before_queues, listed_queues)
+
+    def _held_for(self, key: jobs.JobKey, now: float) -> tuple[str, str] | None:
+        """The Job's ``Held`` condition: a forbidden pod create while it backs off, else the dispatcher's hold."""
+        refusal = self._refused.get(key)
+        if refusal is not None:
+            if self.jobs.job(key) is None:
+                del self._refused[key]
+            else:
+                wait = max(refusal.until - now, 0.0)
+                return ("PodCreateForbidden", f"the API server refused to create its pods: {refusal.message}; next "
+                        f"try in {wait:.0f}s (meanwhile the Jobs behind it in its queue go first)")
+        return self._job_held.get(key)
+
+    def _refuse(self, key: jobs.JobKey, job: Mapping[str, Any], message: str) -> None:
+        """A pod create of the Job was forbidden (403): back off (doubling), say why on the Job (condition and a
+        Warning Event per refusal, so at most one per backoff), and let its queue's other work go first."""
+        now = self.clock()
+        old = self._refused.get(key)
+        attempts = old.attempts + 1 if old is not None else 1
+        base, cap = REFUSAL_BACKOFF_S
+        wait = min(cap, base * 2 ** (attempts - 1))
+        self._refused[key] = _Refusal(now + wait, attempts, message)
+        self.jobs.mark_dirty(key)  # the condition is written at the next pass
+        log.warning("job %s/%s: pod create forbidden (%s); next try in %.0fs", *key, message, wait)
+        if not self.dry_run:
+            jobs.post_event(self.client, job, "Warning", "PodCreateForbidden",
+                            f"the API server refused to create a task pod: {message}; next try in {wait:.0f}s", now)
+
+    def _backing_off(self, now: float) -> set[jobs.JobKey]:
+        """Jobs whose pod creates were forbidden and whose backoff has not run out: left out of the view."""
+        return {k for k, r in self._refused.items() if r.until > now}
 
     # --- estimates: learned from finished tasks, shown in the Jobs' status ---------------------------
 
@@ -407,8 +514,10 @@ class OperatorRuntime:
         """This pass's :class:`DispatchView`: nodes (+ fresh utilization), bound pods, queues, pending groups
         (running tasks' elapsed time at ``now``, the runtime's clock if None)."""
         now = self.clock() if now is None else now
+        waiting = self._backing_off(now)
+        fresh = {k: p for k, p in plans.items() if k not in waiting} if waiting else plans
         return DispatchView(nodes=self._nodes(), running=self._running(), queues=self._queue_records(),
-                            groups=[*self.jobs.pending_groups(plans, now), *self._plain_groups()])
+                            groups=[*self.jobs.pending_groups(fresh, now), *self._plain_groups()])
 
     def _nodes(self) -> list[NodeRecord]:
         names = self.cluster.node_names()
@@ -447,10 +556,18 @@ class OperatorRuntime:
         try:
             intent = labels.pod_intent(pod)
             demand = (intent.demand if intent.is_opportunistic and intent.demand is not None else pod_demand(pod))
-        except InvalidInput as exc:
-            if key not in self._bad_pods:
-                self._bad_pods.add(key)
-                log.warning("pod %s stays gated: %s (fix the label and create it again)", key, exc)
+        except Exception as exc:  # whatever one pod holds keeps that pod gated, never the pass
+            uid = str(meta.get("uid"))
+            if uid not in self._bad_pods:
+                self._bad_pods.add(uid)
+                self.metrics.bad_objects.labels("pod").inc()
+                what = str(exc) if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
+                log.warning("pod %s stays gated: %s (fix it and create the pod again)", key, what)
+                if not self.dry_run:
+                    jobs.post_event(self.client, {**pod, "apiVersion": "v1", "kind": "Pod"}, "Warning",
+                                    "InvalidStowageLabels",
+                                    f"Stowage cannot read this pod, so it stays gated: {what}; fix it and create "
+                                    "the pod again", self.clock())
             return None
         arrival = parse_timestamp(meta.get("creationTimestamp"))
         return PendingGroup(
@@ -465,7 +582,10 @@ class OperatorRuntime:
         with self._lock:
             released = {k: r for k, r in self._released.items() if r.job is None and r.group is not None}
         out: dict[str, PendingGroup] = {}
-        for pod in self.gated.pods():
+        gated = self.gated.pods()
+        if self._bad_pods:  # only pods still gated: the set stays as small as what is wrong now
+            self._bad_pods &= {str((p.get("metadata") or {}).get("uid")) for p in gated}
+        for pod in gated:
             if _task_pod(pod):
                 continue  # a Job's task: released when its pod was created (see _ungate_released_task_pods)
             group = self._plain_group(pod)
@@ -566,6 +686,20 @@ class OperatorRuntime:
 
     # --- releases --------------------------------------------------------------------------------
 
+    def _apply_release_isolated(self, release: Release, plans: Mapping[jobs.JobKey, tasks.JobPlan],
+                                taken: dict[str, int]) -> bool:
+        """:meth:`_apply_release`; what one release raises fails its Job (or leaves its pod), not the pass."""
+        try:
+            return self._apply_release(release, plans, taken)
+        except Exception as exc:
+            parts = release.group_key.split("/")
+            if len(parts) == 3:
+                self.jobs.break_job((parts[0], parts[1]), exc)
+            else:
+                self.metrics.bad_objects.labels("pod").inc()
+                log.exception("pod %s not released", release.group_key)
+            return False
+
     def _apply_release(self, release: Release, plans: Mapping[jobs.JobKey, tasks.JobPlan],
                        taken: dict[str, int]) -> bool:
         """Create the released tasks' pods, or remove a plain pod's gate; True when anything was released.
@@ -624,11 +758,16 @@ class OperatorRuntime:
             self.client.create(f"/api/v1/namespaces/{key[0]}/pods", pod)
         except api.ApiError as exc:
             if exc.status == 409:
-                # Made before (by an operator before a restart, or a release the cache has not shown yet).
+                # Made before (by an operator before a restart, or a release the cache has not shown yet), or a pod of
+                # a deleted Job of the same name that the garbage collector has not removed yet: the task is planned
+                # again (the pod is not this Job's, jobs.owned_by) once the cache shows it, until the name is free.
                 log.info("task pod %s/%s exists already: not created again", key[0], name)
                 created = False
             elif exc.status in (400, 422):
                 self.jobs.fail(key, f"the API server refused the pod of task {name}: {exc.message}")
+                return False
+            elif exc.status == 403:
+                self._refuse(key, job, exc.message)
                 return False
             else:
                 log.warning("task pod %s/%s not created (%s); the next pass decides again", key[0], name, exc)
@@ -636,6 +775,8 @@ class OperatorRuntime:
         except OSError as exc:
             log.warning("task pod %s/%s not created (%s); the next pass decides again", key[0], name, exc)
             return False
+        if self._refused.pop(key, None) is not None:
+            self.jobs.mark_dirty(key)  # its Held condition turns False at the next pass
         with self._lock:
             self._released[(key[0], name)] = _Release(now, key)
             if created:

@@ -61,6 +61,7 @@ __all__ = [
     "attempt_recorded",
     "estimate_status",
     "format_indexes",
+    "group_specs",
     "owner_reference",
     "parse_indexes",
     "parse_pod_name",
@@ -167,8 +168,32 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
+def group_specs(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``spec.tasks`` of a Job, each checked for the shape the planner reads (an object with a name, and a template
+    whose metadata and spec are objects); raises :class:`InvalidInput` naming the first field that is not.
+
+    The CRD's schema and the validating webhook refuse these shapes; this is for a Job stored without them (an
+    older chart, a webhook that was down): it fails alone instead of stopping every pass."""
+    spec = job.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InvalidInput("spec", spec, "an object")
+    groups = spec.get("tasks") or []
+    if not isinstance(groups, list):
+        raise InvalidInput("spec.tasks", groups, "a list of task groups")
+    for i, group in enumerate(groups):
+        if not isinstance(group, Mapping) or not isinstance(group.get("name"), str):
+            raise InvalidInput(f"spec.tasks[{i}]", group, "a task group: an object with a string name")
+        template = group.get("template") or {}
+        if not isinstance(template, Mapping):
+            raise InvalidInput(f"spec.tasks[{i}].template", template, "a pod template: an object")
+        for part in ("metadata", "spec"):
+            if not isinstance(template.get(part) or {}, Mapping):
+                raise InvalidInput(f"spec.tasks[{i}].template.{part}", template.get(part), "an object")
+    return groups
+
+
 def _group_spec(job: Mapping[str, Any], group: str) -> Mapping[str, Any]:
-    for spec in (job.get("spec") or {}).get("tasks") or []:
+    for spec in group_specs(job):
         if spec.get("name") == group:
             return spec
     raise InvalidInput("spec.tasks[].name", group, "the name of one of the Job's task groups")
@@ -469,10 +494,9 @@ def plan_job(
     Raises :class:`InvalidInput` when the spec cannot be planned (the caller fails the Job with it).
     """
     meta = job.get("metadata") or {}
-    spec = job.get("spec") or {}
     old = job.get("status") or {}
     name = str(meta.get("name"))
-    groups_spec = list(spec.get("tasks") or [])
+    groups_spec = group_specs(job)
     if not groups_spec:
         raise InvalidInput("spec.tasks", groups_spec, "at least one task group")
     old_groups = old.get("groups") if isinstance(old.get("groups"), Mapping) else {}
@@ -562,7 +586,7 @@ def plan_job(
 
     done = {p.name for p in plans if p.done}
     failed_groups = [p for p in plans if p.exhausted]
-    suspended = bool(spec.get("suspend"))
+    suspended = bool((job.get("spec") or {}).get("suspend"))
     all_done = len(done) == len(plans)
     old_phase = old.get("phase")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from stowage.operator import jobs, tasks
 from stowage.operator.metrics import OperatorMetrics
 from stowage.operator.tasks import Phase, TaskRef
@@ -113,3 +115,97 @@ def test_a_failed_plan_written_meanwhile_takes_no_eviction_as_written() -> None:
     book.fail(key, "the API server refused a pod")
     book.apply(key, book.plans(lambda _: set(), None)[key])
     assert client.patches[-1][1]["status"]["groups"]["map"]["evicted"] == 1
+
+
+# --- one bad Job costs only itself (issue #31) ---------------------------------------------------------
+
+
+def _malformed(template: Any = None, **group_fields: Any) -> dict[str, Any]:
+    g = group("map", 1)
+    if template is not None:
+        g["template"] = template
+    g.update(group_fields)
+    return g
+
+
+@pytest.mark.parametrize(("bad_group", "field"), [
+    pytest.param(_malformed({"spec": {"containers": [1]}}), "containers", id="containers-of-numbers"),
+    pytest.param(_malformed({"spec": {"containers": "abc"}}), "containers", id="containers-a-string"),
+    pytest.param(_malformed({"spec": {"containers": [{"name": "c", "resources": 5}]}}), "resources",
+                 id="resources-a-number"),
+    pytest.param(_malformed({"metadata": 5, "spec": {"containers": []}}), "template.metadata", id="metadata-5"),
+    pytest.param(_malformed({"metadata": {"annotations": {labels.ANN_DISK_BANDWIDTH: "1e9999999"}},
+                             "spec": {"containers": []}}), labels.ANN_DISK_BANDWIDTH, id="bandwidth-overflow"),
+    pytest.param("not a group", "spec.tasks[0]", id="group-a-string"),
+])
+def test_a_job_that_cannot_be_read_fails_alone_naming_the_field(bad_group: Any, field: str) -> None:
+    """Each of these was admitted by an older webhook and raised out of every pass: no Job got a phase again."""
+    client = StubClient()
+    metrics = OperatorMetrics()
+    book = jobs.JobBook(client, metrics, clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    bad = job(bad_group, name="poison")
+    bad["metadata"]["uid"] = "poison-uid"
+    good = job(group("map", 1), name="fine")
+    book.upsert_job(bad)
+    book.upsert_job(good)
+    blocked = lambda j: book.blocked_groups(j, {"research"}, [{"cpu": 8.0, "memory": 32e9}])  # noqa: E731
+    plans = book.plans(lambda _: set(), None, blocked)
+    assert plans[("ns", "poison")].phase is Phase.FAILED
+    message = plans[("ns", "poison")].status["conditions"][0]["message"]
+    assert field in message and message.startswith("the Job cannot be planned"), message
+    assert plans[("ns", "fine")].phase is Phase.PENDING and plans[("ns", "fine")].releasable
+    assert [g.job for g in book.pending_groups(plans, 1_735_689_610.0)] == ["ns/fine"]
+    assert metrics.bad_objects.labels("job")._value.get() == 1
+    book.plans(lambda _: set(), None, blocked)  # planned again: counted once
+    assert metrics.bad_objects.labels("job")._value.get() == 1
+
+
+def test_a_job_a_later_step_cannot_handle_fails_at_the_next_plan_and_a_new_spec_starts_afresh() -> None:
+    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    j = job(group("map", 1))
+    key = ("ns", "train")
+    book.upsert_job(j)
+    assert book.plans(lambda _: set(), None)[key].phase is Phase.PENDING
+    book.break_job(key, OverflowError("int too large to convert to float"))
+    failed = book.plans(lambda _: set(), None)[key]
+    assert failed.phase is Phase.FAILED
+    assert "OverflowError: int too large" in failed.status["conditions"][0]["message"]
+    fixed = job(group("map", 2))
+    fixed["metadata"]["generation"] = 2
+    book.upsert_job(fixed)
+    assert book.plans(lambda _: set(), None)[key].phase is Phase.PENDING
+
+
+def test_a_job_recreated_under_its_name_plans_with_its_own_pods_not_its_predecessors() -> None:
+    """``kubectl delete sjob train; kubectl apply -f train.yaml`` before the old pods are collected: the new Job
+    runs its tasks; the old pods (owned by the old uid) are not its own."""
+    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    key = ("ns", "train")
+    old = job(group("map", 2))
+    book.upsert_job(old)
+    for i in range(2):
+        book.apply_pod_event("MODIFIED", _owned(pod("train", "map", i, phase="Succeeded"), old))
+    assert book.plans(lambda _: set(), None)[key].phase is Phase.SUCCEEDED
+    book.remove_job(key)
+    new = job(group("map", 2))
+    new["metadata"]["uid"] = "new-uid"
+    book.upsert_job(new)
+    plan = book.plans(lambda _: set(), None)[key]
+    assert plan.phase is Phase.PENDING
+    assert plan.releasable == [TaskRef("map", 0, 0), TaskRef("map", 1, 0)]
+
+
+def test_jobs_deleted_while_standing_by_are_forgotten_and_newer_ones_kept() -> None:
+    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    kept, deleted, recreated = job(group("a"), name="kept"), job(group("a"), name="deleted"), job(group("a"), name="re")
+    for j in (kept, deleted, recreated):
+        book.upsert_job(j)
+    before = book.job_uids()
+    newer = job(group("a"), name="newer")  # its event came after the snapshot, and after the list was read
+    book.upsert_job(newer)
+    again = job(group("a"), name="re")
+    again["metadata"]["uid"] = "second-uid"  # deleted and created again: the book has the new one
+    book.upsert_job(again)
+    gone = book.forget_missing(before, [kept])
+    assert gone == [("ns", "deleted")]
+    assert sorted(book.job_keys()) == [("ns", "kept"), ("ns", "newer"), ("ns", "re")]
