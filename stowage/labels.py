@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stowage.errors import IntentError, QuantityError
-from stowage.resources import DISK, NETWORK, ResourceVector, parse_quantity
+from stowage.resources import DISK, NETWORK, ResourceVector, expect_object, parse_quantity, shown
 
 __all__ = [
     "ANN_DATA_NODES",
@@ -137,7 +137,7 @@ class METRICS:
     PASS_ERRORS_TOTAL = "stowage_pass_errors_total"
     #: Gauge: seconds since the last dispatch pass completed (a standby's idle pass counts: it has nothing to do).
     LAST_PASS_AGE = "stowage_last_pass_age_seconds"
-    #: Counter of objects left out or failed because they could not be read, label ``kind`` (job, pod).
+    #: Counter of objects left out or failed because they could not be read, label ``kind`` (job, pod, node).
     BAD_OBJECTS_TOTAL = "stowage_bad_objects_total"
 
 
@@ -153,9 +153,9 @@ class Opportunistic(enum.StrEnum):
         if isinstance(value, bool):
             value = "true" if value else "false"
         try:
-            return cls(str(value).strip().lower())
+            return cls(value.strip().lower()) if isinstance(value, str) else cls(None)
         except ValueError:
-            raise IntentError(field, value, "one of 'true', 'auto', 'false'") from None
+            raise IntentError(field, shown(value), "one of 'true', 'auto', 'false'") from None
 
 
 class PodClass(enum.StrEnum):
@@ -175,15 +175,16 @@ def pod_class(pod_labels: Mapping[str, str], where: str = "metadata.labels") -> 
     contradiction and raises :class:`IntentError` (the extender then places it nowhere and the node
     monitor never evicts it: no component acts on a guess).
     """
+    pod_labels = expect_object(pod_labels, where, IntentError)
     raw = pod_labels.get(LABEL_CLASS)
     if raw is None:
         return PodClass.REGULAR
     try:
-        given = PodClass(str(raw).strip().lower())
+        given = PodClass(raw.strip().lower()) if isinstance(raw, str) else PodClass(None)
     except ValueError:
-        raise IntentError(f"{where}[{LABEL_CLASS!r}]", raw, "'regular' or 'opportunistic'") from None
+        raise IntentError(f"{where}[{LABEL_CLASS!r}]", shown(raw), "'regular' or 'opportunistic'") from None
     intent = pod_labels.get(LABEL_OPPORTUNISTIC)
-    if given is PodClass.OPPORTUNISTIC and intent is not None and str(intent).strip().lower() == Opportunistic.FALSE:
+    if given is PodClass.OPPORTUNISTIC and isinstance(intent, str | bool) and str(intent).strip().lower() == "false":
         raise IntentError(
             f"{where}[{LABEL_OPPORTUNISTIC!r}]",
             intent,
@@ -210,13 +211,20 @@ class PodIntent:
         return self.pod_class is PodClass.OPPORTUNISTIC
 
 
-def _meta(pod: Mapping[str, Any]) -> tuple[Mapping[str, str], Mapping[str, str]]:
-    meta = pod.get("metadata") or {}
-    return meta.get("labels") or {}, meta.get("annotations") or {}
+def _meta(pod: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    meta = expect_object(expect_object(pod, "pod", IntentError).get("metadata"), "metadata", IntentError)
+    return (
+        expect_object(meta.get("labels"), "metadata.labels", IntentError),
+        expect_object(meta.get("annotations"), "metadata.annotations", IntentError),
+    )
 
 
 def bandwidth_demand(annotations: Mapping[str, str], where: str = "metadata.annotations") -> ResourceVector:
-    """Disk and network bandwidth declared by ``stowage.io/*-bandwidth`` annotations (bytes/s)."""
+    """Disk and network bandwidth declared by ``stowage.io/*-bandwidth`` annotations (bytes/s).
+
+    Raises only :class:`IntentError`, naming the annotation.
+    """
+    annotations = expect_object(annotations, where, IntentError)
     out: dict[str, float] = {}
     for key, resource in ((ANN_DISK_BANDWIDTH, DISK), (ANN_NETWORK_BANDWIDTH, NETWORK)):
         if key in annotations:
@@ -236,24 +244,38 @@ def harvest_enabled(node_labels: Mapping[str, str]) -> bool:
     return str(node_labels.get(LABEL_HARVEST, "true")).strip().lower() != "false"
 
 
-def _parse_duration(value: str, field: str) -> float:
+#: Longer annotation values are refused unread (``MAX_QUANTITY_CHARS`` bounds each quantity inside the demand).
+_MAX_DURATION_CHARS = 64
+MAX_DEMAND_CHARS = 4096
+
+
+def _parse_duration(value: Any, field: str) -> float:
+    allowed = "a duration in seconds such as '45' or '45s'"
+    if not isinstance(value, str) or len(value) > _MAX_DURATION_CHARS:  # annotation values are strings
+        raise IntentError(field, shown(value), allowed)
     try:
-        seconds = float(str(value).strip().removesuffix("s"))
+        seconds = float(value.strip().removesuffix("s"))
     except ValueError:
-        raise IntentError(field, value, "a duration in seconds such as '45' or '45s'") from None
+        raise IntentError(field, shown(value), allowed) from None
     if not math.isfinite(seconds) or seconds < 0:
         raise IntentError(field, value, "a finite, non-negative number of seconds")
     return seconds
 
 
 def parse_demand(value: str, field: str) -> ResourceVector:
-    """The ``stowage.io/demand`` annotation's JSON map of quantities; raise :class:`IntentError` on a bad one."""
+    """The ``stowage.io/demand`` annotation's JSON map of quantities.
+
+    Total: for any ``value`` the only exception is :class:`IntentError` naming ``field``.
+    """
+    allowed = 'a JSON map of quantities such as {"cpu": "2", "memory": "4Gi"}'
+    if not isinstance(value, str) or len(value) > MAX_DEMAND_CHARS:
+        raise IntentError(field, shown(value), f"{allowed}, at most {MAX_DEMAND_CHARS} characters")
     try:
         raw = json.loads(value)
-    except (TypeError, json.JSONDecodeError):
-        raise IntentError(field, value, 'a JSON map of quantities such as {"cpu": "2", "memory": "4Gi"}') from None
+    except (ValueError, RecursionError):  # not JSON; an integer past Python's digit limit; nesting past the stack
+        raise IntentError(field, shown(value), allowed) from None
     if not isinstance(raw, dict):
-        raise IntentError(field, value, "a JSON object mapping resource names to quantities")
+        raise IntentError(field, shown(value), "a JSON object mapping resource names to quantities")
     try:
         return ResourceVector.parse(raw, field)
     except QuantityError as exc:
@@ -261,7 +283,7 @@ def parse_demand(value: str, field: str) -> ResourceVector:
 
 
 def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FALSE) -> PodIntent:
-    """Parse a pod's Stowage labels and annotations; raise :class:`IntentError` on a bad value.
+    """Parse a pod's Stowage labels and annotations; raise :class:`IntentError` (only) on a bad value or shape.
 
     ``default`` applies when the pod has no ``stowage.io/opportunistic`` label:
     ``false`` for plain pods (opt-out), ``auto`` for pods of Stowage Jobs.
@@ -281,6 +303,9 @@ def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FA
         else None
     )
     data_nodes = frozenset(n.strip() for n in str(annotations.get(ANN_DATA_NODES, "")).split(",") if n.strip())
+    queue = labels.get(LABEL_QUEUE)
+    if queue is not None and not isinstance(queue, str):
+        raise IntentError(f"{where_l}[{LABEL_QUEUE!r}]", shown(queue), "a Queue's name")
     return PodIntent(
         opportunistic=opp,
         pod_class=pod_class_,
@@ -288,5 +313,5 @@ def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FA
         bandwidth=bandwidth_demand(annotations, where_a),
         data_nodes=data_nodes,
         expected_duration_s=duration,
-        queue=labels.get(LABEL_QUEUE),
+        queue=queue,
     )

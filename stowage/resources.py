@@ -19,23 +19,29 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 
-from stowage.errors import QuantityError
+from stowage.errors import InvalidInput, QuantityError
 
 __all__ = [
     "CORE_RESOURCES",
     "CPU",
     "DISK",
+    "MAX_QUANTITY",
+    "MAX_QUANTITY_CHARS",
     "MEMORY",
     "NETWORK",
     "ResourceVector",
+    "containers_of",
+    "expect_list",
+    "expect_object",
     "format_quantity",
     "parse_quantity",
     "pod_demand",
+    "shown",
 ]
 
 CPU = "cpu"
@@ -58,47 +64,89 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
-# signed number (digits, optional fraction, or fraction alone), then suffix or exponent.
+# signed number (digits, optional fraction, or fraction alone), then suffix or exponent; ASCII digits only, as
+# the API's grammar (``\d`` alone would also take other scripts' digits).
 _QUANTITY = re.compile(
-    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))$"
+    r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
+    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))",
+    re.ASCII,
 )
 _ALLOWED = "a Kubernetes quantity such as 500m, 2, 1.5Gi, 128Mi, 1e3 (suffixes n u m k M G T P E, Ki..Ei)"
+#: Longer text is refused before it is parsed: no real quantity comes close, and the bound keeps the exponent's
+#: ``int()`` and the Decimal arithmetic below far from Python's digit and Decimal context limits.
+MAX_QUANTITY_CHARS = 64
+#: Beyond this exponent a quantity of at most 64 characters is either 0, or above ``MAX_QUANTITY`` (positive), or
+#: below 1e-36 (negative), which reads as 0; Decimal never sees it, so no Decimal context limit is reached.
+_MAX_EXPONENT = 100
+#: The API's bound on a quantity's magnitude (``resource.Quantity``: 2^63-1). It also keeps every sum of
+#: quantities the cluster model adds up far from float overflow.
+MAX_QUANTITY = float(2**63)
+_SHOWN_CHARS = 200
+
+
+def shown(value: Any) -> Any:
+    """``value`` as an error (``InvalidInput.value``, and its message's ``repr``) may carry it.
+
+    Scalars and short strings as they are; a long string by its start and length; a container or
+    a huge integer by its type and size: their ``repr`` may be megabytes, and for a deep list or an
+    integer past Python's digit limit it raises.
+    """
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 64 else f"<an integer of {value.bit_length()} bits>"
+    if isinstance(value, str):
+        return value if len(value) <= _SHOWN_CHARS else f"{value[:40]}... ({len(value)} characters)"
+    if isinstance(value, Mapping | list | tuple):
+        return f"<a {type(value).__name__} of {len(value)} items>"
+    return f"<a {type(value).__name__}>"
+
+
+def _parse_text(value: str, field: str) -> float:
+    text = value.strip()
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityError(field, shown(text), f"at most {MAX_QUANTITY_CHARS} characters: {_ALLOWED}")
+    match = _QUANTITY.fullmatch(text)
+    if match is None:
+        raise QuantityError(field, shown(value), _ALLOWED)
+    mantissa = Decimal(match["num"])  # the regex admits only plain decimals: Decimal() cannot fail
+    if match["bin"]:
+        return float(mantissa * _BINARY[match["bin"]])
+    if match["exp"]:
+        exponent = int(match["exp"][1:])
+        if mantissa == 0 or exponent < -_MAX_EXPONENT:
+            return 0.0
+        if exponent > _MAX_EXPONENT:
+            return math.copysign(math.inf, mantissa)  # refused below, as any magnitude above MAX_QUANTITY
+        return float(mantissa.scaleb(exponent))
+    return float(mantissa * _DECIMAL[match["dec"] or ""])
 
 
 def parse_quantity(value: str | int | float, field: str = "quantity", *, allow_negative: bool = False) -> float:
     """Parse a Kubernetes quantity into a float in base units (cores, bytes, ...).
 
-    Raises :class:`QuantityError` naming ``field`` for anything the API would reject,
-    for NaN/infinite numbers, and for negative values unless ``allow_negative``.
+    Total: whatever ``value`` is, the only exception is :class:`QuantityError` naming ``field``, for
+    anything the API would reject, for text longer than ``MAX_QUANTITY_CHARS``, for NaN/infinite numbers,
+    for magnitudes above 2^63-1 (the API's own limit) and for negative values unless ``allow_negative``.
     """
     if isinstance(value, bool):
         raise QuantityError(field, value, _ALLOWED)
-    if isinstance(value, int | float):
+    if isinstance(value, int):
+        if abs(value) > MAX_QUANTITY:  # compared as int: float() of a huge int raises OverflowError
+            raise QuantityError(field, shown(value), "a quantity of at most 2^63-1 in magnitude")
         number = float(value)
+    elif isinstance(value, float):
+        number = value
         if not math.isfinite(number):
             raise QuantityError(field, value, "a finite number")
     elif isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
-        if match is None:
-            raise QuantityError(field, value, _ALLOWED)
-        try:
-            mantissa = Decimal(match["num"])
-        except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
-            raise QuantityError(field, value, _ALLOWED) from exc
-        if match["bin"]:
-            scaled = mantissa * _BINARY[match["bin"]]
-        elif match["exp"]:
-            scaled = mantissa.scaleb(int(match["exp"][1:]))
-        else:
-            scaled = mantissa * _DECIMAL[match["dec"] or ""]
-        number = float(scaled)
-        if not math.isfinite(number):
-            raise QuantityError(field, value, "a quantity small enough to represent")
+        number = _parse_text(value, field)
     else:
-        raise QuantityError(field, value, _ALLOWED)
+        raise QuantityError(field, shown(value), _ALLOWED)
+    if abs(number) > MAX_QUANTITY:
+        raise QuantityError(field, shown(value), "a quantity of at most 2^63-1 in magnitude")
     if number < 0 and not allow_negative:
-        raise QuantityError(field, value, "a non-negative quantity")
+        raise QuantityError(field, shown(value), "a non-negative quantity")
     return number
 
 
@@ -147,7 +195,7 @@ class ResourceVector(Mapping[str, float]):
         if not quantities:
             return cls()
         if not isinstance(quantities, Mapping):
-            raise QuantityError(field, quantities, "a map of resource name to quantity")
+            raise QuantityError(field, shown(quantities), "a map of resource name to quantity")
         return cls({name: parse_quantity(q, f"{field}.{name}") for name, q in quantities.items()})
 
     def __getitem__(self, key: str) -> float:
@@ -211,12 +259,37 @@ class ResourceVector(Mapping[str, float]):
         return {k: format_quantity(v, k) for k, v in sorted(self._d.items())}
 
 
+def expect_object(value: Any, field: str, error: type[InvalidInput] = InvalidInput) -> Mapping[str, Any]:
+    """``value`` as a JSON object (absent reads as empty); ``error`` naming ``field`` when it is something else."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise error(field, shown(value), "an object")
+    return value
+
+
+def expect_list(value: Any, field: str, error: type[InvalidInput] = InvalidInput) -> list[Any]:
+    """``value`` as a JSON list (absent reads as empty); ``error`` naming ``field`` when it is something else."""
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise error(field, shown(value), "a list")
+    return list(value)
+
+
+def containers_of(spec: Mapping[str, Any], kind: str = "containers") -> list[tuple[str, Mapping[str, Any]]]:
+    """``spec.<kind>`` as ``(field path, container)`` pairs; :class:`InvalidInput` unless a list of objects."""
+    where = f"spec.{kind}"
+    items = expect_list(spec.get(kind), where)
+    return [(f"{where}[{i}]", expect_object(c, f"{where}[{i}]")) for i, c in enumerate(items)]
+
+
 def _container_requests(container: Mapping[str, Any], field: str) -> ResourceVector:
     """A container's requests, each missing key defaulted from its limit (``SetDefaults_Pod``)."""
-    resources = container.get("resources") or {}
+    resources = expect_object(container.get("resources"), f"{field}.resources")
     limits = ResourceVector.parse(resources.get("limits"), f"{field}.resources.limits")
     requests = ResourceVector.parse(resources.get("requests"), f"{field}.resources.requests")
-    explicit = set((resources.get("requests") or {}).keys())
+    explicit = set((resources.get("requests") or {}).keys())  # a mapping, or empty: parse() checked it
     merged = requests.as_dict()
     for name, amount in limits.items():
         if name not in explicit:
@@ -224,12 +297,25 @@ def _container_requests(container: Mapping[str, Any], field: str) -> ResourceVec
     return ResourceVector(merged)
 
 
-def _resized(requests: ResourceVector, status: Mapping[str, Any] | None, field: str) -> ResourceVector:
+_Status = tuple[str, Mapping[str, Any]]  # (field path, container status)
+
+
+def _statuses(status: Mapping[str, Any], key: str) -> dict[str, _Status]:
+    """Container statuses by name; entries without a usable name are skipped (they match no container)."""
+    entries = expect_list(status.get(key), f"status.{key}")
+    return {s["name"]: (f"status.{key}[{i}]", s) for i, s in enumerate(entries)
+            if isinstance(s, Mapping) and isinstance(s.get("name"), str)}
+
+
+def _resized(requests: ResourceVector, found: _Status | None) -> ResourceVector:
     """In-place resize: a running container counts at max(spec, allocated, actual)."""
-    if not status:
+    if found is None:
         return requests
+    field, status = found
     allocated = ResourceVector.parse(status.get("allocatedResources"), f"{field}.allocatedResources")
-    actual = ResourceVector.parse((status.get("resources") or {}).get("requests"), f"{field}.resources.requests")
+    actual = ResourceVector.parse(
+        expect_object(status.get("resources"), f"{field}.resources").get("requests"), f"{field}.resources.requests"
+    )
     return requests.max(allocated).max(actual)
 
 
@@ -244,22 +330,28 @@ def pod_demand(pod: Mapping[str, Any]) -> ResourceVector:
     ``max(spec, allocated, actual)``. Disk and network bandwidth are not
     Kubernetes resources: they come from the Stowage annotations (see
     :func:`stowage.labels.bandwidth_demand`) and are not added here.
+
+    Total over any JSON ``pod``: a bad quantity or a field of the wrong shape raises
+    :class:`InvalidInput` (:class:`QuantityError` for a quantity) naming the field, nothing else.
     """
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    statuses = {s.get("name"): s for s in status.get("containerStatuses") or [] if isinstance(s, Mapping)}
-    init_statuses = {s.get("name"): s for s in status.get("initContainerStatuses") or [] if isinstance(s, Mapping)}
+    pod = expect_object(pod, "pod")
+    spec = expect_object(pod.get("spec"), "spec")
+    status = expect_object(pod.get("status"), "status")
+    statuses = _statuses(status, "containerStatuses")
+    init_statuses = _statuses(status, "initContainerStatuses")
+
+    def name_of(c: Mapping[str, Any]) -> str | None:
+        name = c.get("name")
+        return name if isinstance(name, str) else None
 
     total = ResourceVector()
-    for i, c in enumerate(spec.get("containers") or []):
-        field = f"spec.containers[{i}]"
-        total = total + _resized(_container_requests(c, field), statuses.get(c.get("name")), field)
+    for field, c in containers_of(spec):
+        total = total + _resized(_container_requests(c, field), statuses.get(name_of(c)))
 
     sidecars = ResourceVector()
     init_peak = ResourceVector()
-    for i, c in enumerate(spec.get("initContainers") or []):
-        field = f"spec.initContainers[{i}]"
-        req = _resized(_container_requests(c, field), init_statuses.get(c.get("name")), field)
+    for field, c in containers_of(spec, "initContainers"):
+        req = _resized(_container_requests(c, field), init_statuses.get(name_of(c)))
         if c.get("restartPolicy") == "Always":
             # A sidecar keeps running: it adds to the main containers and to later init containers.
             total = total + req
@@ -270,7 +362,7 @@ def pod_demand(pod: Mapping[str, Any]) -> ResourceVector:
         init_peak = init_peak.max(current)
     total = total.max(init_peak)
 
-    pod_level = (spec.get("resources") or {}).get("requests")
+    pod_level = expect_object(spec.get("resources"), "spec.resources").get("requests")
     if pod_level:
         override = ResourceVector.parse(pod_level, "spec.resources.requests")
         total = ResourceVector({**total.as_dict(), **override.as_dict()})

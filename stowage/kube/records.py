@@ -4,7 +4,9 @@ A record holds only what the policy needs (capacity, allocatable, requests, clas
 queue, times); the API object is dropped afterwards, so a 5,000-node cluster costs
 a few megabytes. Parsing never raises for a bad value on somebody else's object:
 the problem is kept in ``problem`` and the value reads as zero, so one malformed
-annotation cannot stop the informer.
+annotation cannot stop the informer. Only an object that is not shaped like a Pod or
+a Node at all (``spec: 5``) raises, and only :class:`InvalidInput`: the cluster model
+leaves it out (``ClusterModel.bad_objects``).
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from typing import Any
 
 from stowage import labels
 from stowage.errors import InvalidInput
-from stowage.resources import ResourceVector, pod_demand
+from stowage.resources import ResourceVector, containers_of, expect_list, expect_object, pod_demand, shown
 
 __all__ = [
     "NodeRecord",
     "PodRecord",
     "container_limits",
     "node_record",
+    "object_name",
     "parse_timestamp",
     "pod_key",
     "pod_record",
@@ -32,7 +35,7 @@ __all__ = [
 #: Resources kube-scheduler accounts for itself and Stowage leaves alone (and the marker resource
 #: opportunistic pods request to be routed to the extender: it is not demand).
 _IGNORED = frozenset({"pods", "ephemeral-storage", labels.HARVEST_RESOURCE})
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_TERMINAL_PHASES = ("Succeeded", "Failed")  # a tuple: ``in`` compares, so an unhashable phase cannot raise
 
 
 def tracked(vector: ResourceVector) -> ResourceVector:
@@ -86,10 +89,16 @@ class PodRecord:
 
 
 def node_record(node: Mapping[str, Any]) -> NodeRecord:
-    """Parse a Node's JSON; disk/network capacity come from the ``stowage.io/*-bandwidth`` annotations."""
-    meta = node.get("metadata") or {}
-    status = node.get("status") or {}
-    name = str(meta.get("name") or "")
+    """Parse a Node's JSON; disk/network capacity come from the ``stowage.io/*-bandwidth`` annotations.
+
+    A bad quantity or annotation is kept in ``problem`` (and reads as zero); raises :class:`InvalidInput` only
+    when the object is not shaped like a Node (no name, ``metadata`` or ``status`` not an object).
+    """
+    meta = expect_object(expect_object(node, "node").get("metadata"), "metadata")
+    status = expect_object(node.get("status"), "status")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("metadata.name", shown(name), "a node name")
     problems: list[str] = []
 
     def parse(value: Any, where: str) -> ResourceVector:
@@ -102,7 +111,7 @@ def node_record(node: Mapping[str, Any]) -> NodeRecord:
     capacity = parse(status.get("capacity"), "status.capacity")
     allocatable = parse(status.get("allocatable"), "status.allocatable")
     try:
-        bandwidth = labels.node_bandwidth_capacity(meta.get("annotations") or {})
+        bandwidth = labels.node_bandwidth_capacity(meta.get("annotations"))
     except InvalidInput as exc:
         problems.append(str(exc))
         bandwidth = ResourceVector()
@@ -110,7 +119,7 @@ def node_record(node: Mapping[str, Any]) -> NodeRecord:
         name=name,
         capacity=capacity + bandwidth,
         allocatable=allocatable + bandwidth,
-        harvest_enabled=labels.harvest_enabled(meta.get("labels") or {}),
+        harvest_enabled=labels.harvest_enabled(expect_object(meta.get("labels"), "metadata.labels")),
         problem="; ".join(problems) or None,
     )
 
@@ -123,21 +132,40 @@ def container_limits(pod: Mapping[str, Any]) -> ResourceVector:
     honest statement of what it will use.
     """
     total = ResourceVector()
-    for i, c in enumerate((pod.get("spec") or {}).get("containers") or []):
-        limits = ((c or {}).get("resources") or {}).get("limits")
-        total = total + ResourceVector.parse(limits, f"spec.containers[{i}].resources.limits")
+    for where, c in containers_of(expect_object(expect_object(pod, "pod").get("spec"), "spec")):
+        limits = expect_object(c.get("resources"), f"{where}.resources").get("limits")
+        total = total + ResourceVector.parse(limits, f"{where}.resources.limits")
     return total
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    """The UID, or ``namespace/name`` when the object has none (the emulator in tests does not set UIDs)."""
-    meta = pod.get("metadata") or {}
-    return str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+    """The UID, or ``namespace/name`` when the object has none (the emulator in tests does not set UIDs).
+
+    Never raises: a key is needed even for an object too malformed to record.
+    """
+    meta = _metadata(pod)
+    return _text(meta.get("uid")) or f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
 
 
-def _bound_at(pod: Mapping[str, Any], seen_at_s: float) -> float:
-    status = pod.get("status") or {}
-    for cond in status.get("conditions") or []:
+def object_name(obj: Any) -> str:
+    """``namespace/name`` of a namespaced object, ``name`` of a Node, for logs; never raises."""
+    meta = _metadata(obj)
+    namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _metadata(obj: Any) -> Mapping[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    """A string field of an API object; anything else (absent, or malformed) reads as empty."""
+    return value if isinstance(value, str) else ""
+
+
+def _bound_at(status: Mapping[str, Any], seen_at_s: float) -> float:
+    for cond in expect_list(status.get("conditions"), "status.conditions"):
         if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
             ts = parse_timestamp(cond.get("lastTransitionTime"))
             if ts is not None:
@@ -150,16 +178,20 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
     """Parse a Pod's JSON; None for pods that occupy no node (pending, succeeded, failed).
 
     ``seen_at_s`` (Unix seconds) stands in for the binding time when the pod carries
-    no ``PodScheduled`` condition or start time.
+    no ``PodScheduled`` condition or start time. A bad label, annotation or quantity is kept
+    in ``problem`` (the pod counts as regular, the value as zero); raises :class:`InvalidInput`
+    only when the object is not shaped like a Pod (``spec: 5``, ``nodeName: [1]``, ...).
     """
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    meta = expect_object(expect_object(pod, "pod").get("metadata"), "metadata")
+    spec = expect_object(pod.get("spec"), "spec")
+    status = expect_object(pod.get("status"), "status")
     node = spec.get("nodeName")
+    if not isinstance(node, str | None):
+        raise InvalidInput("spec.nodeName", shown(node), "a node name")
     if not node or status.get("phase") in _TERMINAL_PHASES:
         return None
     problems: list[str] = []
-    pod_labels = meta.get("labels") or {}
+    pod_labels = expect_object(meta.get("labels"), "metadata.labels")
     try:
         intent = labels.pod_intent(pod)
         opportunistic, queue = intent.is_opportunistic, intent.queue
@@ -168,7 +200,9 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
         # Unparseable or contradictory labels: counted as regular, as the node monitor protects it.
         problems.append(str(exc))
         opportunistic = False
-        queue, bandwidth, declared = pod_labels.get(labels.LABEL_QUEUE), ResourceVector(), None
+        queue = pod_labels.get(labels.LABEL_QUEUE)
+        queue = queue if isinstance(queue, str) else None
+        bandwidth, declared = ResourceVector(), None
     try:
         requests = pod_demand(pod)
     except InvalidInput as exc:
@@ -182,16 +216,16 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
             problems.append(str(exc))
     return PodRecord(
         key=pod_key(pod),
-        uid=str(meta.get("uid") or ""),
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        node=str(node),
+        uid=_text(meta.get("uid")),
+        namespace=_text(meta.get("namespace")),
+        name=_text(meta.get("name")),
+        node=node,
         opportunistic=opportunistic,
         queue=queue,
         demand=tracked(demand) + bandwidth,
-        bound_at_s=_bound_at(pod, seen_at_s),
+        bound_at_s=_bound_at(status, seen_at_s),
         start_time_s=parse_timestamp(status.get("startTime")),
-        scheduler_name=str(spec.get("schedulerName") or ""),
+        scheduler_name=_text(spec.get("schedulerName")),
         problem="; ".join(problems) or None,
-        labels=dict(pod_labels),
+        labels={k: v for k, v in pod_labels.items() if isinstance(v, str)},
     )
