@@ -28,18 +28,24 @@ with all new features is submitted, i.e., no historical information can be
 referred … we opt to conservatively classify the task as a *long* one" — so a
 task none of whose hierarchy features has ever been observed (and every task
 before the first observation) is long, with ``probability_short = 0``.
+
+Bounded (ours): each level keeps at most ``max_values`` values (:data:`MAX_VALUES`), the least recently
+observed forgotten first. A forgotten value's counts stay in ``n_C`` and ``n`` (those tasks were observed) and
+are tallied per level as *forgotten*, so every level still adds up to the class totals.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from stowage.config import ClassifierSettings
 
 __all__ = [
     "DEFAULT_LEVELS",
+    "MAX_VALUES",
     "ShortLongClassifier",
     "bucket_demand",
     "bucket_progress",
@@ -53,6 +59,11 @@ DEFAULT_LEVELS: tuple[tuple[str, ...], ...] = (
     ("framework", "app", "stage", "progress", "demand"),
 )
 
+#: Values kept per level. The operator saves every row in one ConfigMap (1 MiB, shared with the estimates); saved, a
+#: row takes ~25 bytes at the coarsest level to ~100 at the finest for typical names, so 500 per level is ~125 KiB.
+#: That still holds hundreds of recurring apps at the (framework, app) level, which judges a task unseen at finer ones.
+MAX_VALUES: Final = 500
+
 _SHORT, _LONG = 0, 1
 _STATE_VERSION = 1
 
@@ -65,8 +76,9 @@ class ShortLongClassifier:
     hierarchy, each level a tuple of property names looked up in the features
     mapping (a missing property is the empty string). ``smoothing``: Laplace ``a``.
     ``min_evidence_level``: evidence is required at this level or a finer one
-    (0 = the paper's rule: any level seen before).
-    Deterministic: state is counts only.
+    (0 = the paper's rule: any level seen before). ``max_values``: values kept per level, the least recently
+    observed forgotten first (module docstring).
+    Deterministic: state is counts and the order values were last observed in.
     """
 
     def __init__(
@@ -76,6 +88,7 @@ class ShortLongClassifier:
         levels: Sequence[Sequence[str]] = DEFAULT_LEVELS,
         smoothing: float = 1.0,
         min_evidence_level: int = 0,
+        max_values: int = MAX_VALUES,
     ) -> None:
         threshold = float(threshold_s)
         self.threshold_s = (
@@ -85,8 +98,11 @@ class ShortLongClassifier:
         a = float(smoothing)
         self.smoothing = a if math.isfinite(a) and a > 0 else 1.0
         self.min_evidence_level = min(max(int(min_evidence_level), 0), len(self.levels) - 1)
+        self.max_values = max(int(max_values), 1)
         self._class_counts = [0, 0]
-        self._counts: list[dict[tuple[str, ...], list[int]]] = [{} for _ in self.levels]
+        # Per level: value → [short, long], least recently observed first; and the counts of values forgotten.
+        self._counts: list[OrderedDict[tuple[str, ...], list[int]]] = [OrderedDict() for _ in self.levels]
+        self._forgotten = [[0, 0] for _ in self.levels]
 
     # --- learning ---
 
@@ -111,9 +127,19 @@ class ShortLongClassifier:
             self._class_counts[_LONG] += long_
             for table, value in zip(self._counts, self._values(features), strict=True):
                 row = table.setdefault(value, [0, 0])
+                table.move_to_end(value)
                 row[_SHORT] += short
                 row[_LONG] += long_
+            self._forget_oldest()
         return short, long_
+
+    def _forget_oldest(self) -> None:
+        """Drop the least recently observed values past ``max_values``; their counts move to the level's forgotten."""
+        for table, forgotten in zip(self._counts, self._forgotten, strict=True):
+            while len(table) > self.max_values:
+                _, n = table.popitem(last=False)
+                forgotten[_SHORT] += n[_SHORT]
+                forgotten[_LONG] += n[_LONG]
 
     def observe(self, features: Mapping[str, object], duration_s: float) -> bool | None:
         """Learn from one finished task (``observe_many``); returns whether it counted as short (None: ignored)."""
@@ -168,8 +194,9 @@ class ShortLongClassifier:
         """Everything the classifier knows, JSON-serialisable: its parameters and its counts.
 
         ``{"version": 1, "threshold_s", "levels", "smoothing", "min_evidence_level", "class_counts": [short,
-        long], "counts": [[[*value, short, long], ...] per level]}``, rows sorted, so equal classifiers give
-        equal dicts. Its size is the number of distinct feature values seen, not of tasks observed.
+        long], "counts": [[[*value, short, long], ...] per level], "forgotten": [[short, long] per level]}``, each
+        level's rows least recently observed first (the order forgetting follows). Its size is at most
+        ``max_values`` rows per level, whatever the number of tasks observed.
         """
         return {
             "version": _STATE_VERSION,
@@ -178,26 +205,36 @@ class ShortLongClassifier:
             "smoothing": self.smoothing,
             "min_evidence_level": self.min_evidence_level,
             "class_counts": list(self._class_counts),
-            "counts": [[[*value, n[_SHORT], n[_LONG]] for value, n in sorted(table.items())]
-                       for table in self._counts],
+            "counts": [[[*value, n[_SHORT], n[_LONG]] for value, n in table.items()] for table in self._counts],
+            "forgotten": [list(f) for f in self._forgotten],
         }
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> ShortLongClassifier:
+    def from_state(cls, state: Mapping[str, Any], *, max_values: int = MAX_VALUES) -> ShortLongClassifier:
         """The classifier ``state_dict()`` describes, predicting exactly as the original did.
 
+        A state without ``forgotten`` (saved before the bound) has forgotten nothing, and its rows, sorted, are
+        taken as the order they were observed in. Past ``max_values`` rows in a level the first ones are forgotten.
+
         Raises ``ValueError`` (wrong version, a row of the wrong length, negative counts, class totals that
-        disagree with a level's), ``KeyError`` or ``TypeError`` when ``state`` is malformed.
+        disagree with a level's rows and forgotten counts), ``KeyError`` or ``TypeError`` when ``state`` is
+        malformed.
         """
         if int(state["version"]) != _STATE_VERSION:
             raise ValueError(f"version: this reads classifier state version {_STATE_VERSION}, got {state['version']!r}")
         out = cls(float(state["threshold_s"]), levels=[[str(n) for n in level] for level in state["levels"]],
-                  smoothing=float(state["smoothing"]), min_evidence_level=int(state["min_evidence_level"]))
+                  smoothing=float(state["smoothing"]), min_evidence_level=int(state["min_evidence_level"]),
+                  max_values=max_values)
         short, long_ = (int(x) for x in state["class_counts"])
         rows = list(state["counts"])
         if len(rows) != len(out.levels):
             raise ValueError(f"counts: {len(rows)} levels, the classifier has {len(out.levels)}")
-        for level, table, level_rows in zip(out.levels, out._counts, rows, strict=True):
+        forgotten = [[int(x) for x in f] for f in state.get("forgotten") or [[0, 0] for _ in rows]]
+        if len(forgotten) != len(rows) or any(len(f) != 2 for f in forgotten):
+            raise ValueError(f"forgotten: must hold [short, long] for each of the {len(out.levels)} levels")
+        if min(min(f) for f in forgotten) < 0:
+            raise ValueError("forgotten: negative count")
+        for level, table, level_rows, gone in zip(out.levels, out._counts, rows, forgotten, strict=True):
             for row in level_rows:
                 if len(row) != len(level) + 2:
                     raise ValueError(f"counts: row {row!r} must hold {len(level)} values and two counts")
@@ -205,11 +242,14 @@ class ShortLongClassifier:
                 if min(n) < 0:
                     raise ValueError(f"counts: negative count in {row!r}")
                 table[tuple(str(v) for v in row[:-2])] = n
-            if level_rows and [sum(n[c] for n in table.values()) for c in (_SHORT, _LONG)] != [short, long_]:
-                raise ValueError("counts: a level's counts do not add up to class_counts")
+            totals = [sum(n[c] for n in table.values()) + gone[c] for c in (_SHORT, _LONG)]
+            if (level_rows or any(gone)) and totals != [short, long_]:
+                raise ValueError("counts: a level's counts and forgotten counts do not add up to class_counts")
         if min(short, long_) < 0:
             raise ValueError("class_counts: negative count")
         out._class_counts = [short, long_]
+        out._forgotten = forgotten
+        out._forget_oldest()
         return out
 
 
