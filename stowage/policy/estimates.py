@@ -20,8 +20,9 @@ result is always finite and at least ``min_duration_s``. The margins (``prior_ma
 over- rather than under-estimate: a job taken for shorter than it is would jump the queue and stay.
 
 :class:`DurationPriors` and :class:`RecurringHistory` are the state learned from finished tasks; both are
-deterministic, bounded, and round-trip through ``state_dict`` / ``from_state`` (the operator saves them
-across restarts). :func:`recurring_key` names the runs of one recurring job.
+deterministic, bounded (at most :data:`MAX_KEYS` keys each, the least recently observed forgotten first), and
+round-trip through ``state_dict`` / ``from_state`` (the operator saves them across restarts).
+:func:`recurring_key` names the runs of one recurring job.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,6 +44,7 @@ from stowage.errors import InvalidInput
 from stowage.labels import LABEL_RECURRING
 
 __all__ = [
+    "MAX_KEYS",
     "SOURCE_NAMES",
     "DurationPriors",
     "Estimates",
@@ -53,6 +55,12 @@ __all__ = [
     "estimate_one",
     "recurring_key",
 ]
+
+#: Keys each learned table keeps: queues in DurationPriors, (recurring key, group) pairs in RecurringHistory (where
+#: ``estimates.history_max_entries`` may lower it). The operator saves both in one ConfigMap (1 MiB, shared with the
+#: classifier); saved, a history row takes ~65 bytes and a queue's prior ~50 for typical names, so 1000 of each stay
+#: under ~115 KiB together, while covering hundreds of recurring jobs and more queues than a cluster has.
+MAX_KEYS: Final = 1000
 
 _STATE_VERSION = 1
 _FLOAT_MAX = sys.float_info.max
@@ -198,22 +206,28 @@ class DurationPriors:
     (over- rather than under-estimate).
 
     The prior is at least ``settings.min_duration_s`` (a queue of zero-length tasks still has a positive
-    prior) and finite. The state is a count and a running mean per queue; the margin is applied when asked,
+    prior) and finite. The state is a count and a running mean per queue, for at most :data:`MAX_KEYS` queues
+    (the least recently observed forgotten: it has the default prior again); the margin is applied when asked,
     so a changed setting takes effect on restored state.
     """
 
     def __init__(self, settings: EstimateSettings) -> None:
         self.settings = settings
-        self._queues: dict[str, tuple[int, float]] = {}
+        self._queues: OrderedDict[str, tuple[int, float]] = OrderedDict()  # least recently observed first
+
+    def __len__(self) -> int:
+        return len(self._queues)
 
     def observe(self, queue: str, duration_s: float) -> None:
         """Learn from one finished task of ``queue``; a non-finite or negative duration is ignored."""
         duration_s = float(duration_s)
         if not _usable(duration_s):
             return
-        count, mean = self._queues.get(queue, (0, 0.0))
+        count, mean = self._queues.pop(queue, (0, 0.0))
         count += 1
         self._queues[queue] = (count, mean + (duration_s - mean) / count)  # running mean: no overflowing sum
+        while len(self._queues) > MAX_KEYS:
+            self._queues.popitem(last=False)
 
     def prior(self, queue: str) -> float:
         """Seconds: the queue's prior (class docstring)."""
@@ -228,26 +242,38 @@ class DurationPriors:
         return np.array([known[q] for q in queues], dtype=np.float64)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"version": 1, "queues": {queue: [count, mean_s]}}``, JSON-serialisable, keys sorted."""
-        return {"version": _STATE_VERSION, "queues": {q: list(self._queues[q]) for q in sorted(self._queues)}}
+        """``{"version": 1, "queues": {queue: [count, mean_s]}, "recent": [queue, ...]}``, JSON-serialisable, keys
+        sorted; ``recent`` names the queues least recently observed first (a mapping's order does not survive
+        ``json.dumps(sort_keys=True)``)."""
+        return {"version": _STATE_VERSION, "queues": {q: list(self._queues[q]) for q in sorted(self._queues)},
+                "recent": list(self._queues)}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], settings: EstimateSettings) -> DurationPriors:
-        """The priors ``state_dict()`` describes. ValueError, KeyError or TypeError when ``state`` is malformed."""
+        """The priors ``state_dict()`` describes; without ``recent`` (saved before the bound), the queues in sorted
+        order; past :data:`MAX_KEYS` the least recently observed are dropped.
+        ValueError, KeyError or TypeError when ``state`` is malformed."""
         _check_version(state, "duration priors")
         queues = state["queues"]
         if not isinstance(queues, Mapping):
             raise TypeError(f"queues: must map queue names to [count, mean_s], got {queues!r}")
+        recent = state.get("recent")
+        if recent is None:
+            recent = sorted(queues)
+        elif not isinstance(recent, list) or sorted(recent) != sorted(queues):
+            raise ValueError(f"recent: must name each queue of queues once, got {recent!r}")
         out = cls(settings)
-        for queue, row in queues.items():
-            out._queues[str(queue)] = _mean_entry(row, f"queues[{queue!r}]")
+        for queue in recent:
+            out._queues[str(queue)] = _mean_entry(queues[queue], f"queues[{queue!r}]")
+        while len(out._queues) > MAX_KEYS:
+            out._queues.popitem(last=False)
         return out
 
 
 class RecurringHistory:
     """Per (recurring key, group name): the mean duration of one task over earlier runs, the count capped at
-    settings.history_weight_cap so newer runs move it; at most settings.history_max_entries keys (least
-    recently updated dropped).
+    settings.history_weight_cap so newer runs move it; at most :attr:`max_entries` keys (least recently updated
+    dropped).
 
     Past the cap the mean moves by ``(d − mean)/cap`` per finished task, an exponential average, so a
     recurring job that got slower is followed. Entries are (key, group) pairs.
@@ -255,6 +281,7 @@ class RecurringHistory:
 
     def __init__(self, settings: EstimateSettings) -> None:
         self.settings = settings
+        self.max_entries = min(settings.history_max_entries, MAX_KEYS)
         self._entries: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()  # oldest update first
 
     def __len__(self) -> int:
@@ -268,7 +295,7 @@ class RecurringHistory:
         count, mean = self._entries.pop((key, group), (0, 0.0))
         count = min(count + 1, self.settings.history_weight_cap)
         self._entries[(key, group)] = (count, mean + (duration_s - mean) / count)
-        while len(self._entries) > self.settings.history_max_entries:
+        while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
     def get(self, key: str, group: str) -> float:
@@ -283,7 +310,7 @@ class RecurringHistory:
     @classmethod
     def from_state(cls, state: Mapping[str, Any], settings: EstimateSettings) -> RecurringHistory:
         """The history ``state_dict()`` describes, under ``settings``' bounds (counts above the cap are
-        capped; past ``history_max_entries`` the least recently updated are dropped).
+        capped; past :attr:`max_entries` the least recently updated are dropped).
         ValueError, KeyError or TypeError when ``state`` is malformed."""
         _check_version(state, "recurring history")
         out = cls(settings)
@@ -297,7 +324,7 @@ class RecurringHistory:
                 raise ValueError(f"entries[{i}]: ({key!r}, {group!r}) appears twice")
             count, mean = _mean_entry(row[2:], f"entries[{i}]")
             out._entries[(key, group)] = (min(count, settings.history_weight_cap), mean)
-        while len(out._entries) > settings.history_max_entries:
+        while len(out._entries) > out.max_entries:
             out._entries.popitem(last=False)
         return out
 

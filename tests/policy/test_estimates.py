@@ -15,6 +15,7 @@ from stowage.config import EstimateSettings
 from stowage.errors import InvalidInput
 from stowage.labels import LABEL_RECURRING
 from stowage.policy.estimates import (
+    MAX_KEYS,
     SOURCE_NAMES,
     DurationPriors,
     Evidence,
@@ -228,9 +229,46 @@ def test_priors_survive_a_restart() -> None:
     assert DurationPriors.from_state(state, EstimateSettings(prior_margin=2.0)).prior("a") == 23.0
 
 
+def test_priors_keep_at_most_max_keys_queues_forgetting_the_least_recently_observed() -> None:
+    priors = DurationPriors(S)
+    for i in range(MAX_KEYS):
+        priors.observe(f"q{i}", 10.0)
+    priors.observe("q0", 20.0)  # q0 is now newer than q1
+    priors.observe("new", 40.0)
+    assert len(priors) == MAX_KEYS
+    assert priors.prior("q1") == S.default_prior_s, "forgotten: the default prior again"
+    assert (priors.prior("q0"), priors.prior("q2"), priors.prior("new")) == (22.5, 15.0, 60.0)
+    assert priors.state_dict()["recent"][:2] == ["q2", "q3"] and priors.state_dict()["recent"][-2:] == ["q0", "new"]
+
+
+def test_priors_recency_survives_the_operators_sorted_json() -> None:
+    """The operator saves with ``sort_keys``, which loses a mapping's order: ``recent`` keeps it, so the restored
+    priors forget the same queue next."""
+    priors = DurationPriors(S)
+    for q in (f"q{i:04d}" for i in range(MAX_KEYS - 1, -1, -1)):  # observed in reverse of sorted order
+        priors.observe(q, 10.0)
+    restored = DurationPriors.from_state(json.loads(json.dumps(priors.state_dict(), sort_keys=True)), S)
+    assert restored.state_dict() == priors.state_dict()
+    for x in (priors, restored):
+        x.observe("new", 5.0)
+    assert restored.state_dict() == priors.state_dict()
+    assert restored.prior(f"q{MAX_KEYS - 1:04d}") == S.default_prior_s and restored.prior("q0000") == 15.0
+
+
+def test_priors_saved_before_the_bound_load_in_sorted_order() -> None:
+    old = {"version": 1, "queues": {f"q{i:04d}": [1, 10.0] for i in range(MAX_KEYS + 2)}}  # no "recent"
+    priors = DurationPriors.from_state(old, S)
+    assert len(priors) == MAX_KEYS
+    assert priors.prior("q0000") == priors.prior("q0001") == S.default_prior_s  # the first two, cut to the bound
+    assert priors.prior("q0002") == priors.prior(f"q{MAX_KEYS + 1:04d}") == 15.0
+
+
 @pytest.mark.parametrize(
     ("state", "error"),
     [
+        pytest.param({"version": 1, "queues": {"a": [1, 2.0]}, "recent": ["b"]}, ValueError, id="recent-unknown"),
+        pytest.param({"version": 1, "queues": {"a": [1, 2.0]}, "recent": ["a", "a"]}, ValueError, id="recent-twice"),
+        pytest.param({"version": 1, "queues": {"a": [1, 2.0]}, "recent": "a"}, ValueError, id="recent-a-string"),
         pytest.param({"version": 2, "queues": {}}, ValueError, id="version"),
         pytest.param({"queues": {}}, KeyError, id="no-version"),
         pytest.param({"version": 1}, KeyError, id="no-queues"),
@@ -303,6 +341,17 @@ def test_history_survives_a_restart() -> None:
     # Tighter settings after the restart: counts capped, the least recently updated dropped.
     tight = RecurringHistory.from_state(state, EstimateSettings(history_weight_cap=1, history_max_entries=2))
     assert tight.state_dict()["entries"] == [["ns/ml", "train", 1, 3600.0], ["ns/etl", "reduce", 1, 61.5]]
+
+
+def test_history_keeps_at_most_max_keys_whatever_the_setting() -> None:
+    """``history_max_entries`` may lower the bound, not raise it: the history is saved in one ConfigMap."""
+    h = RecurringHistory(EstimateSettings(history_max_entries=10 * MAX_KEYS))
+    for i in range(MAX_KEYS + 5):
+        h.observe(f"ns/job-{i}", "map", 10.0)
+    assert len(h) == MAX_KEYS
+    assert math.isnan(h.get("ns/job-4", "map")) and h.get("ns/job-5", "map") == 10.0
+    restored = RecurringHistory.from_state(h.state_dict(), EstimateSettings(history_max_entries=10 * MAX_KEYS))
+    assert restored.state_dict() == h.state_dict()
 
 
 @pytest.mark.parametrize(
