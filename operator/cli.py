@@ -293,6 +293,16 @@ class Peering:
         return acting
 
 
+def _listening(host: str, port: int) -> bool:
+    """Whether something accepts connections on ``host:port`` (a wildcard host: this machine's loopback)."""
+    target = "localhost" if host in ("", "0.0.0.0", "::") else host
+    try:
+        with socket.create_connection((target, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 class _UrlServer:
     """Wraps a Kopf webhook server: logs where it serves, and reports ``url`` (if given) as its client config."""
 
@@ -322,8 +332,17 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
     client = api.KubeClient(config, timeout_s=30.0, user_agent="stowage-operator")
     metrics = OperatorMetrics()
     runtime_: runtime.OperatorRuntime | None = None  # made below; readiness says "starting" until then
-    metrics_server = serve(metrics, options.metrics_host, options.metrics_port,
-                           ready=lambda: runtime_.readiness() if runtime_ is not None else (False, "starting\n"))
+    webhook_port = options.webhook_port if options.webhook_cert else None
+
+    def readiness() -> tuple[bool, str]:
+        if runtime_ is None:
+            return False, "not ready: starting\n"
+        ok, text = runtime_.readiness()
+        if ok and webhook_port and not _listening(options.webhook_host, webhook_port):
+            return False, f"not ready: the webhook server does not listen on port {webhook_port} yet\n"
+        return ok, text
+
+    metrics_server = serve(metrics, options.metrics_host, options.metrics_port, ready=readiness)
     shown = f"[{options.metrics_host}]" if ":" in options.metrics_host else options.metrics_host
     log.info("metrics on http://%s:%d/metrics (probes /healthz, /readyz)", shown, metrics_server.port)
 

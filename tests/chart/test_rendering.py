@@ -48,7 +48,8 @@ INSTALL_DOC = REPO / "docs" / "install.md"
 #: Objects of CRDs no Kubernetes schema describes: validated against their CRD's schema when the CRD
 #: file is in the chart (Queue, from files/crds/), else only for apiVersion/kind/metadata.
 CRD_KINDS = {("stowage.io/v1alpha1", "Queue"), ("monitoring.coreos.com/v1", "ServiceMonitor"),
-             ("monitoring.coreos.com/v1", "PodMonitor"), ("cert-manager.io/v1", "Certificate"),
+             ("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
+             ("cert-manager.io/v1", "Certificate"),
              ("cert-manager.io/v1", "Issuer")}
 
 VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {

@@ -48,11 +48,12 @@ def prometheus_binary() -> str:
 @contextlib.contextmanager
 def prometheus_server(
     workdir: Path, targets: list[str], scrape_interval_s: float = 1.0, startup_timeout_s: float = 60.0,
-    extra_scrape_configs: list[dict[str, Any]] | None = None,
+    extra_scrape_configs: list[dict[str, Any]] | None = None, rule_files: list[Path] | None = None,
 ) -> Iterator[str]:
     """Run Prometheus scraping ``targets`` (``host:port``) and yield its base URL; stop it afterwards.
 
-    ``extra_scrape_configs``: more Prometheus ``scrape_configs`` entries (other jobs, paths, https targets).
+    ``extra_scrape_configs``: more Prometheus ``scrape_configs`` entries (other jobs, paths, https targets);
+    ``rule_files``: recording and alerting rule files it evaluates at the scrape interval.
     """
     binary = prometheus_binary()
     workdir = Path(workdir) / "prometheus"
@@ -62,6 +63,7 @@ def prometheus_server(
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "scrape_configs": [{"job_name": "stowage-test", "static_configs": [{"targets": list(targets)}]},
                            *(extra_scrape_configs or [])],
+        "rule_files": [str(f) for f in rule_files or ()],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     log_path = workdir / "prometheus.log"
