@@ -345,13 +345,20 @@ class OperatorRuntime:
             self._stop.wait(max(0.0, self._last_pass + self.pass_delay_s - time.monotonic()))
             self._wake.clear()
             self._last_pass = time.monotonic()
-            try:
-                self.pass_once()
-                self.last_error = None
-            except Exception as exc:  # the loop must survive anything; the next pass starts from the caches
-                self.last_error = f"{self._stage}: {type(exc).__name__}: {exc}"
-                self.metrics.pass_errors.labels(self._stage).inc()
-                log.exception("dispatch pass failed at %s; the next one starts again from the caches", self._stage)
+            self.run_pass()
+
+    def run_pass(self) -> bool:
+        """:meth:`pass_once`, surviving anything: a failure is counted by the stage it stopped at
+        (``stowage_pass_errors_total{stage}``) and kept in ``last_error``; True when the pass completed."""
+        try:
+            self.pass_once()
+        except Exception as exc:  # the loop must survive anything; the next pass starts from the caches
+            self.last_error = f"{self._stage}: {type(exc).__name__}: {exc}"
+            self.metrics.pass_errors.labels(self._stage).inc()
+            log.exception("dispatch pass failed at %s; the next one starts again from the caches", self._stage)
+            return False
+        self.last_error = None
+        return True
 
     def pass_once(self) -> list[Any]:
         """One pass (see the module docstring); returns the releases applied."""

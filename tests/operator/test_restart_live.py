@@ -4,14 +4,17 @@ is checked first, without a cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stowage.operator import cli, jobs, runtime
+from kubernetes import client
+from stowage.operator import cli, crd, jobs, runtime
 
+from stowage import labels
 from tests.operator.support import OPERATOR_NAMESPACE, OperatorStack, PodLedger, job_body, wait_for
 from tests.scheduler.stack import Proc
 
@@ -196,3 +199,57 @@ def test_with_peering_only_the_newest_operator_acts(operator_stack: OperatorStac
         for proc in (older, newer):
             if proc is not None:
                 proc.stop()
+
+
+def _observed(stack: OperatorStack) -> int:
+    """How many finished tasks the classifier saved in the ConfigMap has learned from (0 without one)."""
+    try:
+        return int(sum(_state(stack)["classifier"]["class_counts"]))
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return 0
+        raise
+
+
+def test_a_standby_never_overwrites_the_leaders_state_and_a_resumed_one_forgets_deleted_jobs(
+        operator_stack: OperatorStack, ns: str) -> None:
+    """Issue #31, defects 8 and 10, with three peered operators (the newest acts):
+
+    - A standby that never acted stops gracefully: the ConfigMap keeps what the leader learned (it used to write its
+      start-time classifier over it on the way out).
+    - A Job deleted while an operator stood by (Kopf paused: no DELETED event reached it) is not released again
+      when that operator acts again (it used to create the deleted Job's pods on every pass)."""
+    stack = operator_stack
+    with contextlib.suppress(client.ApiException):
+        stack.core.delete_namespaced_config_map(runtime.STATE_CONFIGMAP, OPERATOR_NAMESPACE)
+    procs: list[Proc] = []
+    try:
+        first = stack.start_operator(webhooks=False, peering="stowage-handoff")
+        procs.append(first)
+        second = stack.start_operator(webhooks=False, peering="stowage-handoff")
+        procs.append(second)
+        wait_for(lambda: "pausing the dispatcher: outranked by" in first.tail(200_000), 60, "the first standing by")
+        stack.create_job(ns, job_body("gone", [{"name": "a", "replicas": 1, "run_s": 900}], stack_id=stack.id))
+        stack.create_job(ns, job_body("learn", [{"name": "s", "replicas": 3, "run_s": 1}], stack_id=stack.id))
+        stack.wait_job_phase(ns, "learn", "Succeeded")
+        wait_for(lambda: stack.pods(ns, f"{labels.LABEL_JOB}=gone"), 60, "the long Job's pod")
+        wait_for(lambda: _observed(stack) >= 3, 90, "the leader saving what it learned (every 30 s)")
+        third = stack.start_operator(webhooks=False, peering="stowage-handoff")
+        procs.append(third)
+        wait_for(lambda: "pausing the dispatcher: outranked by" in second.tail(200_000), 60, "the second standing by")
+
+        learned = _observed(stack)
+        first.stop()  # SIGTERM: a standby since it started, it never acted
+        assert _observed(stack) >= learned, "the standby wrote its start-time state over the leader's"
+
+        stack.objects.delete_namespaced_custom_object(crd.GROUP, crd.VERSION, ns, crd.JOB.plural, "gone")
+        wait_for(lambda: not stack.pods(ns, f"{labels.LABEL_JOB}=gone"), 120, "the deleted Job's pods collected")
+        third.kill()  # the leader dies: the second acts again once its peering record expires
+        wait_for(lambda: re.search(r"acting again", second.tail(200_000)), 120, "the second acting again")
+        stack.create_job(ns, job_body("after", [{"name": "a", "replicas": 1, "run_s": 1}], stack_id=stack.id))
+        stack.wait_job_phase(ns, "after", "Succeeded", timeout_s=120)
+        assert not stack.pods(ns, f"{labels.LABEL_JOB}=gone"), "a Job deleted during the standby was released again"
+        assert "released 1 task(s) of " + f"{ns}/gone" not in second.tail(200_000).split("acting again", 1)[-1]
+    finally:
+        for proc in procs:
+            proc.stop()
