@@ -350,8 +350,10 @@ class Dispatcher:
         column = {r: k for k, r in enumerate(a.resources)}
         demand = {r: float(v) / float(mean_cap[column[r]]) if mean_cap[column[r]] > 0 else float(v)
                   for r, v in group.demand.items()}
-        job_name = group.job.rsplit("/", 1)[-1] if group.job is not None else group.key.rsplit("/", 1)[-1]
-        return dispatch.task_features(group.queue, job_name, group.group, demand, group.job_progress)
+        app = group.recurring_key  # None (a plain gated pod): its job's or its own name, by the same rule
+        if app is None:
+            app = estimates.recurring_key(group.namespace, (group.job or group.key).rsplit("/", 1)[-1])
+        return dispatch.task_features(group.queue, app, group.group, demand, group.job_progress)
 
 
 def _regular_slot(a: ViewArrays, planned: int, demand: NDArray[np.float64]) -> int:

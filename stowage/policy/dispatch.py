@@ -53,7 +53,6 @@ __all__ = [
     "PassInput",
     "PassResult",
     "Placement",
-    "app_name",
     "job_ranks",
     "pack",
     "task_features",
@@ -439,23 +438,19 @@ def job_ranks(
     return rank
 
 
-def app_name(job_name: str) -> str:
-    """A job's application: its name without trailing numbers (``sort-0042`` → ``sort``)."""
-    stem = job_name.rstrip("0123456789-_.")
-    return stem or job_name
-
-
 def task_features(
-    queue: str, job_name: str, group: str, demand: Mapping[str, float], job_progress: float | None = None
+    queue: str, app: str, group: str, demand: Mapping[str, float], job_progress: float | None = None
 ) -> dict[str, str]:
     """OPERA Eq. 1 properties of a task, for ``classifier.ShortLongClassifier``.
 
-    framework = the queue, app = ``app_name(job_name)``, stage = the group, demand =
+    framework = the queue, app = ``app`` as given: pass the job's ``estimates.recurring_key``, which runs of one
+    job share (generateName'd ``etl-x7k2p`` and ``etl-q9z4m``, numbered ``etl-41`` and ``etl-42``), so the
+    classifier learns one app per recurring job, not one per run; stage = the group, demand =
     ``classifier.bucket_demand(demand)`` (pass it divided by the mean node capacity, so the buckets are
     fractions of a node), progress = ``classifier.bucket_progress(job_progress)`` (finished / total tasks
     of the job; None leaves it out, for the parts that never change).
     """
-    out = {"framework": queue, "app": app_name(job_name), "stage": group, "demand": classifier.bucket_demand(demand)}
+    out = {"framework": queue, "app": app, "stage": group, "demand": classifier.bucket_demand(demand)}
     if job_progress is not None:
         out["progress"] = classifier.bucket_progress(job_progress)
     return out

@@ -90,7 +90,7 @@ class PackingPreset(Preset):
             spec = self.view.spec
             static = self._static_features[g] = dispatch.task_features(
                 spec.queue_names[spec.g_queue[g]],
-                spec.j_name[int(spec.g_job[g])],
+                self._job_key[int(spec.g_job[g])],  # the app, as the operator's: the recurring key
                 spec.g_name[g],
                 dict(zip(spec.resources, (spec.g_demand[g] / self._cap_norm).tolist(), strict=True)),
             )
