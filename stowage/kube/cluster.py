@@ -10,12 +10,18 @@ small side table, together with *provisional* placements the extender makes
 between its answer and the binding it later sees: both feed the assumed set ``S``
 of ``A_opp = T_alloc·C − U − B − S``.
 
+One bad object costs only itself: an object that cannot be read at all is left out, one
+with an unreadable value is kept with that value as zero (``PodRecord.problem``); either
+way it is logged once (not on every relist) and counted (:meth:`ClusterModel.bad_objects`,
+``bad_objects_total``: ``stowage_bad_objects_total{kind}``).
+
 Thread-safety: one lock; informer threads write, request handlers read copies.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,13 +30,67 @@ from typing import Any
 
 import numpy as np
 
+from stowage.errors import InvalidInput
 from stowage.kube.recent import RecentSlots
-from stowage.kube.records import NodeRecord, PodRecord, node_record, pod_key, pod_record
+from stowage.kube.records import NodeRecord, PodRecord, node_record, object_name, pod_key, pod_record
 from stowage.resources import CORE_RESOURCES, ResourceVector
 
-__all__ = ["ClusterModel", "ModelTable", "NodeView"]
+__all__ = ["BAD_OBJECT_KINDS", "NODE", "POD", "ClusterModel", "ModelTable", "NodeView"]
+
+log = logging.getLogger(__name__)
+
+#: The kinds of object the model records: label ``kind`` of ``stowage_bad_objects_total``.
+POD, NODE = "pod", "node"
+BAD_OBJECT_KINDS: tuple[str, ...] = (POD, NODE)
 
 _INITIAL_ROWS = 64
+
+
+def _guarded(parse: Callable[[], Any]) -> tuple[Any, Exception | None]:
+    """``(parse(), None)``, or ``(None, the exception)``: one object's failure must not reach the loop over all."""
+    try:
+        return parse(), None
+    except Exception as exc:  # InvalidInput for a malformed object; anything else is a parsing bug, logged as one
+        return None, exc
+
+
+class _BadObjects:
+    """The objects recorded in part or left out, now (kind → key → problem), and how many ever were, per kind.
+
+    An object is logged when it turns bad or its problem changes, and counted when it turns bad: a relist
+    that sees it again does neither.
+    """
+
+    def __init__(self) -> None:
+        self.now: dict[str, dict[str, str]] = {kind: {} for kind in BAD_OBJECT_KINDS}
+        self.total: dict[str, int] = dict.fromkeys(BAD_OBJECT_KINDS, 0)
+
+    def note(self, kind: str, key: str, name: str, problem: str | None, error: Exception | None) -> None:
+        """Object ``key`` (``name`` in the log) was just recorded with ``problem``, or left out for ``error``."""
+        unexpected = error is not None and not isinstance(error, InvalidInput)
+        if error is not None:
+            problem = f"left out: {error!r}" if unexpected else f"left out: {error}"
+        elif problem is not None:
+            problem = f"recorded without the values it cannot read: {problem}"
+        current = self.now[kind]
+        if problem is None:
+            current.pop(key, None)
+            return
+        if current.get(key) == problem:
+            return
+        if key not in current:
+            self.total[kind] += 1
+        current[key] = problem
+        log.warning("%s %s: %s", kind, name, problem, exc_info=error if unexpected else None)
+
+    def keep_only(self, kind: str, keys: set[str]) -> None:
+        """After a relist: forget the objects that are gone."""
+        current = self.now[kind]
+        for key in [k for k in current if k not in keys]:
+            del current[key]
+
+    def forget(self, kind: str, key: str) -> None:
+        self.now[kind].pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +164,7 @@ class ClusterModel:
         self.version = 0  # bumped on every node or pod change (not on assume: recent pods are read per request)
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
+        self._bad = _BadObjects()
 
     # --- shape management ----------------------------------------------------------------------
 
@@ -176,24 +237,35 @@ class ClusterModel:
         self._free.append(row)
         self.index_version += 1
 
+    def _note_node(self, name: str, record: NodeRecord | None, error: Exception | None) -> None:
+        self._bad.note(NODE, name, name, record.problem if record is not None else None, error)
+
     def replace_nodes(self, items: Iterable[Mapping[str, Any]]) -> None:
-        """A fresh list: the model's nodes become exactly these (after a (re)list)."""
-        records = [node_record(item) for item in items]
+        """A fresh list: the model's nodes become exactly these (after a (re)list); unreadable ones are left out."""
+        parsed = [(object_name(item), *_guarded(lambda item=item: node_record(item))) for item in items]
         with self._lock:
-            keep = {r.name for r in records}
+            keep = {record.name for _, record, _ in parsed if record is not None}
             for name in [n for n in self._index if n not in keep]:
                 self._drop_node(name)
-            for record in records:
-                self._put_node(record)
+            self._bad.keep_only(NODE, {name for name, _, _ in parsed})
+            for name, record, error in parsed:
+                self._note_node(name, record, error)
+                if record is not None:
+                    self._put_node(record)
             self.version += 1
         self.nodes_synced.set()
 
     def apply_node_event(self, event_type: str, node: Mapping[str, Any]) -> None:
-        """ADDED / MODIFIED / DELETED from a watch."""
-        record = node_record(node)
+        """ADDED / MODIFIED / DELETED from a watch; a node that cannot be read is dropped until it can."""
+        name = object_name(node)
+        record, error = (None, None) if event_type == "DELETED" else _guarded(lambda: node_record(node))
         with self._lock:
             if event_type == "DELETED":
-                self._drop_node(record.name)
+                self._bad.forget(NODE, name)
+            else:
+                self._note_node(name, record, error)
+            if record is None:
+                self._drop_node(name)
             else:
                 self._put_node(record)
             self.version += 1
@@ -224,9 +296,10 @@ class ClusterModel:
 
     def _put_pod(self, pod: Mapping[str, Any], now: float) -> None:
         key = pod_key(pod)
-        record = pod_record(pod, now)
+        record, error = _guarded(lambda: pod_record(pod, now))
         self._remove_pod(key)
-        if record is None:
+        self._bad.note(POD, key, object_name(pod), record.problem if record is not None else None, error)
+        if record is None:  # occupies no node, or cannot be read: left out
             return
         self._ensure_columns((record.demand,))
         self._pods[key] = record
@@ -252,6 +325,7 @@ class ClusterModel:
             keep = {pod_key(p) for p in items}
             for key in [k for k in self._pods if k not in keep]:
                 self._remove_pod(key)
+            self._bad.keep_only(POD, keep)
             for pod in items:
                 self._put_pod(pod, now)
             self.version += 1
@@ -265,6 +339,7 @@ class ClusterModel:
                 key = pod_key(pod)
                 self._remove_pod(key)
                 self._recent.remove(key)
+                self._bad.forget(POD, key)
             else:
                 self._put_pod(pod, now)
             self.version += 1
@@ -302,6 +377,17 @@ class ClusterModel:
     def now(self) -> float:
         """The model's clock (Unix seconds), the one binding times are measured on."""
         return self._clock()
+
+    def bad_objects(self) -> dict[str, dict[str, str]]:
+        """The objects the model holds in part or leaves out now: kind (``POD``, ``NODE``) → key → problem."""
+        with self._lock:
+            return {kind: dict(found) for kind, found in self._bad.now.items()}
+
+    @property
+    def bad_objects_total(self) -> dict[str, int]:
+        """How many objects turned bad since start, per kind (each once, however often it is relisted)."""
+        with self._lock:
+            return dict(self._bad.total)
 
     @property
     def synced(self) -> bool:

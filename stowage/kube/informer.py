@@ -11,6 +11,11 @@ Life cycle::
       └──── backoff (exponential, capped, jittered) ◄── any other API or network error
 
 ``stop()`` ends the loop promptly: it interrupts the open watch stream.
+
+One object never stops the loop: a callback that raises on one watch event is logged (once per
+object) and counted (``callback_errors``), and the watch goes on. A failing list or watch is retried
+forever; :meth:`Informer.healthy` says when it has been failing for longer than ``stale_after_s``, so
+readiness can tell a cache that follows the cluster from one that stopped following it.
 """
 
 from __future__ import annotations
@@ -18,17 +23,27 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from stowage.kube import api
+from stowage.kube.records import pod_key
 
-__all__ = ["BOUND_PODS", "Backoff", "Informer", "cluster_informers"]
+__all__ = ["BOUND_PODS", "STALE_AFTER_S", "Backoff", "CallbackFailed", "Informer", "cluster_informers"]
 
 log = logging.getLogger(__name__)
 
 #: Pods that hold node resources: bound to a node and not finished.
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+#: How long an informer may fail to list or watch before it is unhealthy: two retries at the backoff's cap.
+STALE_AFTER_S = 60.0
+#: Objects whose callback failure was logged at WARNING; later failures of the same one go to DEBUG.
+_LOGGED_FAILURES = 1024
+
+
+class CallbackFailed(RuntimeError):
+    """``on_replace`` raised: the consumer did not take the list; retried (relisted) like a failed list."""
 
 
 class Backoff:
@@ -61,6 +76,12 @@ class Informer:
     ``on_error(exc)``, if given, sees every failure the loop backs off from (not a routine 410).
     When it returns True the consumer has reported the failure itself (an optional resource:
     one warning, not one per retry) and the retry is logged at DEBUG instead of WARNING.
+
+    ``on_event`` raising is that object's problem, not the stream's: logged (once per object at
+    WARNING), counted in ``callback_errors``, and the watch continues. ``on_replace`` raising fails
+    the list (:class:`CallbackFailed`), which is retried. Health (:meth:`healthy`, :meth:`unhealthy`)
+    is measured on ``clock`` (monotonic seconds): the loop is failing from its first failure until a
+    list completes or a watch delivers an event or ends normally.
     """
 
     def __init__(
@@ -78,6 +99,8 @@ class Informer:
         request_timeout_s: float = 30.0,
         backoff: Backoff | None = None,
         page_size: int = api.DEFAULT_PAGE_SIZE,
+        stale_after_s: float = STALE_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self._client = client
@@ -97,6 +120,11 @@ class Informer:
         self.synced = threading.Event()
         self.relists = 0  # how many times the loop listed (1 + recoveries); for tests and logs
         self.last_error: str | None = None
+        self.stale_after_s = float(stale_after_s)
+        self._clock = clock
+        self._failing_since: float | None = None  # clock() of the first failure since the loop last made progress
+        self.callback_errors = 0  # watch events whose on_event raised
+        self._failed_objects: set[str] = set()  # objects whose on_event failure was logged at WARNING
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -120,6 +148,35 @@ class Informer:
     def is_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    # --- health --------------------------------------------------------------------------------
+
+    def failing_for_s(self, now: float | None = None) -> float:
+        """Seconds the loop has been failing to list or watch (0 while it makes progress)."""
+        since = self._failing_since
+        return 0.0 if since is None else max(0.0, (self._clock() if now is None else now) - since)
+
+    def unhealthy(self, now: float | None = None) -> str | None:
+        """Why the consumer's copy cannot be trusted to follow the cluster now, or None when it can.
+
+        Not synced yet; failing to list or watch for longer than ``stale_after_s`` (the copy is as old as
+        that); or the loop's thread ended without ``stop()``.
+        """
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return "its thread ended"
+        failing = self.failing_for_s(now)
+        if failing > self.stale_after_s:
+            return f"failing to list or watch for {failing:.0f}s (limit {self.stale_after_s:g}s): {self.last_error}"
+        if not self.synced.is_set():
+            return "not synced yet" + (f" (last error: {self.last_error})" if failing > 0 else "")
+        return None
+
+    def healthy(self, now: float | None = None) -> bool:
+        """Synced, and not failing to list or watch for longer than ``stale_after_s``."""
+        return self.unhealthy(now) is None
+
+    def _progress(self) -> None:
+        self._failing_since = None
+
     # --- the loop ------------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -138,6 +195,8 @@ class Informer:
                     log.info("informer %s: %s; relisting", self.name, exc)
                     continue
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                if self._failing_since is None:
+                    self._failing_since = self._clock()
                 delay = self._backoff.next_delay()
                 if isinstance(exc, api.ApiError) and exc.retry_after_s is not None:
                     delay = max(delay, exc.retry_after_s)  # the server said how long it needs
@@ -167,9 +226,14 @@ class Informer:
         self._resync()
         items, version = self._client.list(self._path, self._params, page_size=self._page_size,
                                            timeout_s=self._request_timeout_s)
-        self._on_replace(items)
+        try:
+            self._on_replace(items)
+        except Exception as exc:  # the consumer's bug: fail this list (retried), with the traceback logged
+            log.debug("informer %s: on_replace failed", self.name, exc_info=True)
+            raise CallbackFailed(f"on_replace failed: {type(exc).__name__}: {exc}") from exc
         self.relists += 1
         self.synced.set()
+        self._progress()
         return version
 
     def _watch(self, version: str | None) -> str | None:
@@ -182,14 +246,34 @@ class Informer:
             for event in stream:
                 if self._stop.is_set():
                     break
-                kind, obj = event.get("type"), event.get("object") or {}
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                self._progress()
+                kind, obj = event.get("type"), event.get("object")
+                obj = obj if isinstance(obj, dict) else {}
+                meta = obj.get("metadata")
+                version = (meta.get("resourceVersion") if isinstance(meta, dict) else None) or version
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._on_event(kind, obj)
+                    self._deliver(kind, obj)
         finally:
             self._stream = None
             stream.close()
+        if not self._stop.is_set():
+            self._progress()  # the server ended the stream at its timeout: the watch worked
         return version
+
+    def _deliver(self, kind: str, obj: dict[str, Any]) -> None:
+        """``on_event``; its failure costs this object only (logged once per object, counted)."""
+        try:
+            self._on_event(kind, obj)
+        except Exception:
+            self.callback_errors += 1
+            key = pod_key(obj)  # uid, or namespace/name: any object's
+            first = key not in self._failed_objects
+            if first:
+                if len(self._failed_objects) >= _LOGGED_FAILURES:
+                    self._failed_objects.clear()
+                self._failed_objects.add(key)
+            log.log(logging.WARNING if first else logging.DEBUG, "informer %s: %s event of %s not applied",
+                    self.name, kind, key, exc_info=True)
 
 
 def cluster_informers(client: api.KubeClient, model: Any, **informer_kwargs: Any) -> list[Informer]:
