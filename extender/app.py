@@ -25,7 +25,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ from stowage import __version__
 from stowage.config import StowageSettings
 from stowage.errors import InvalidInput
 from stowage.kube.cluster import ClusterModel
+from stowage.kube.informer import Informer
 from stowage.labels import LABEL_CLASS, LABEL_QUEUE, SCHEDULER_NAME, PodClass, pod_class
 from stowage.prom import Utilization
 
@@ -393,8 +394,12 @@ def create_app(
     metrics: ExtenderMetrics | None = None,
     queue_weights: QueueWeights | None = None,
     events: PodEvents | None = None,
+    informers: Sequence[Informer] = (),
 ) -> FastAPI:
     """Build the extender app over a cluster model and a utilization feed (both owned by the caller).
+
+    ``informers``: the ones feeding ``model`` (owned by the caller); ``/readyz`` fails while one of them
+    is unhealthy (:meth:`Informer.unhealthy`: failing to list or watch for longer than its limit).
 
     ``queue_weights``: the live Queue weights preempt uses (fed by the caller's Queue informer); without
     it every queue weighs 1 and ``/readyz`` says the Queues were never read.
@@ -406,7 +411,7 @@ def create_app(
         snap = ext.snapshots.take(names)
         return names, snap.resources, snap.harvestable
 
-    metrics = metrics or ExtenderMetrics(harvestable)
+    metrics = metrics or ExtenderMetrics(harvestable, bad_objects=lambda: model.bad_objects_total)
     weights = queue_weights if queue_weights is not None else QueueWeights()
     ext = _Extender(settings, model, utilization, metrics, weights, events)
     app = _ExtenderAPI(
@@ -484,18 +489,23 @@ def create_app(
     async def healthz() -> Response:
         return _json({"status": "ok"})
 
-    @app.get("/readyz", summary="Readiness: node and pod caches have synced")
+    @app.get("/readyz", summary="Readiness: node and pod caches have synced and still follow the cluster")
     async def readyz() -> Response:
         # Utilization and Queue weights degrade answers (nothing harvests; every queue weighs 1) but never
-        # readiness: they are reported, not waited for.
+        # readiness: they are reported, not waited for. Objects the caches cannot read cost only themselves:
+        # counted here, never a reason to be unready.
         waiting = [n for n, ev in (("nodes", model.nodes_synced), ("pods", model.pods_synced)) if not ev.is_set()]
+        unhealthy = {i.name: why for i in informers if (why := i.unhealthy()) is not None}
+        ready = not waiting and not unhealthy
         body = {
-            "status": "ready" if not waiting else "not ready",
+            "status": "ready" if ready else "not ready",
             "waiting_for": waiting,
+            "unhealthy": unhealthy,
+            "bad_objects": {kind: len(found) for kind, found in model.bad_objects().items()},
             "utilization_error": utilization.current.error,
             "queue_weights_error": weights.error,
         }
-        return _json(body, 200 if not waiting else 503)
+        return _json(body, 200 if ready else 503)
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def prometheus_metrics() -> Response:

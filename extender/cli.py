@@ -69,7 +69,7 @@ def extender(
     extender protocol defines them (configure it as manifests/scheduler-config.yaml does:
     only opportunistic pods routed to filter/prioritize, ignorable: false, so they wait
     whenever it cannot answer), plus GET /healthz,
-    /readyz (ready once the node and pod caches have synced), /metrics and
+    /readyz (ready while the node and pod caches are synced and following the cluster), /metrics and
     /docs (OpenAPI). Pods of other scheduler names pass through unchanged.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

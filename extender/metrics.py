@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from stowage.extender.messages import REASONS
 
@@ -38,13 +38,32 @@ class _HarvestableCollector(Collector):
         yield family
 
 
+class _BadObjectsCollector(Collector):
+    """``stowage_bad_objects_total{kind}``, read at scrape time from the cluster model's count."""
+
+    def __init__(self, totals: Callable[[], Mapping[str, int]]) -> None:
+        self._totals = totals
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            METRICS.BAD_OBJECTS_TOTAL,
+            "Objects the extender's cache could not read in full (each counted once when it turns bad): "
+            "left out, or kept with zero for what it cannot read; by kind (pod, node)",
+            labels=["kind"],
+        )
+        for kind, count in self._totals().items():
+            family.add_metric([kind], float(count))
+        yield family
+
+
 class ExtenderMetrics:
-    """Request latency per verb, rejections per reason, harvestable capacity per node."""
+    """Request latency per verb, rejections per reason, harvestable capacity per node, unreadable objects."""
 
     def __init__(
         self,
         harvestable: Callable[[], tuple[list[str], tuple[str, ...], np.ndarray]] | None = None,
         registry: CollectorRegistry | None = None,
+        bad_objects: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self.request_seconds = Histogram(
@@ -70,3 +89,5 @@ class ExtenderMetrics:
             self.rejections.labels(reason)
         if harvestable is not None:
             self.registry.register(_HarvestableCollector(harvestable))
+        if bad_objects is not None:
+            self.registry.register(_BadObjectsCollector(bad_objects))

@@ -25,7 +25,7 @@ from stowage.extender.queues import QueueWeights
 from stowage.config import StowageSettings
 from stowage.kube.api import KubeClient
 from stowage.kube.cluster import ClusterModel
-from stowage.kube.informer import cluster_informers
+from stowage.kube.informer import STALE_AFTER_S, cluster_informers
 from stowage.prom import PrometheusReader, Utilization
 
 __all__ = ["LISTENING", "ExtenderRuntime", "listen_socket", "serving"]
@@ -57,8 +57,9 @@ def listen_socket(host: str, port: int) -> socket.socket:
 class ExtenderRuntime:
     """Start informers (nodes, pods, Queues) and the utilization feed, build the app; ``close()`` stops everything.
 
-    Readiness waits for the node and pod informers only: Queues the extender may not read leave
-    every queue at weight 1 (``stowage.extender.queues``), reported by ``/readyz``.
+    Readiness waits for the node and pod informers only, and fails again while one of them has failed to
+    list or watch for longer than ``informer_stale_after_s``: Queues the extender may not read leave every
+    queue at weight 1 (``stowage.extender.queues``), reported by ``/readyz``.
     """
 
     def __init__(
@@ -69,14 +70,14 @@ class ExtenderRuntime:
         prometheus_url: str | None,
         prometheus_interval_s: float = 5.0,
         watch_timeout_s: int = 300,
+        informer_stale_after_s: float = STALE_AFTER_S,
     ) -> None:
         self.settings = settings
         self.model = ClusterModel(recent_window_s=settings.harvest.ramp_up_s)
         self.queue_weights = QueueWeights()
-        self.informers = [
-            *cluster_informers(api, self.model, watch_timeout_s=watch_timeout_s),
-            self.queue_weights.informer(api, watch_timeout_s=watch_timeout_s),
-        ]
+        caches = cluster_informers(api, self.model, watch_timeout_s=watch_timeout_s,
+                                   stale_after_s=informer_stale_after_s)
+        self.informers = [*caches, self.queue_weights.informer(api, watch_timeout_s=watch_timeout_s)]
         reader = (
             PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s) if prometheus_url else None
         )
@@ -84,7 +85,8 @@ class ExtenderRuntime:
         # Events about pods placed nowhere: posted off the request path, counted in the app's metrics.
         self.events = PodEvents(api.create_event, on_outcome=lambda outcome: self._count_event(outcome))
         self.app: FastAPI = create_app(
-            settings, self.model, self.utilization, queue_weights=self.queue_weights, events=self.events
+            settings, self.model, self.utilization, queue_weights=self.queue_weights, events=self.events,
+            informers=caches,
         )
 
     def _count_event(self, outcome: str) -> None:
