@@ -42,7 +42,7 @@ from stowage.operator.dispatcher import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic
 from stowage.model import JobOrder, Pool
-from stowage.policy import dispatch
+from stowage.policy import dispatch, estimates
 from stowage.resources import ResourceVector
 
 __all__ = ["BenchResult", "Scenario", "bench_dispatcher", "run"]
@@ -136,8 +136,8 @@ class Scenario:
             frac = self.done[key] / self.tasks[key]
             self.groups[key] = dataclasses.replace(g, remaining_tasks=g.remaining_tasks - 1, finished_fraction=frac,
                                                    job_progress=frac)
-            job_name = key.split("/")[1]
-            features = dispatch.task_features(g.queue, job_name, g.group, {"cpu": g.demand["cpu"] / 32.0}, frac)
+            job = estimates.recurring_key(g.namespace, key.split("/")[1])  # as the dispatcher asks
+            features = dispatch.task_features(g.queue, job, g.group, {"cpu": g.demand["cpu"] / 32.0}, frac)
             dispatcher.observe_finished(features, (g.expected_duration_s,), queue=g.queue, group_key=key, group=g.group)
         self.running = [x for i, x in enumerate(self.running) if i not in gone]
 

@@ -350,10 +350,10 @@ class Dispatcher:
         column = {r: k for k, r in enumerate(a.resources)}
         demand = {r: float(v) / float(mean_cap[column[r]]) if mean_cap[column[r]] > 0 else float(v)
                   for r, v in group.demand.items()}
-        app = group.recurring_key  # None (a plain gated pod): its job's or its own name, by the same rule
-        if app is None:
-            app = estimates.recurring_key(group.namespace, (group.job or group.key).rsplit("/", 1)[-1])
-        return dispatch.task_features(group.queue, app, group.group, demand, group.job_progress)
+        job = group.recurring_key  # None (a plain gated pod): its job's or its own name, by the same rule
+        if job is None:
+            job = estimates.recurring_key(group.namespace, (group.job or group.key).rsplit("/", 1)[-1])
+        return dispatch.task_features(group.queue, job, group.group, demand, group.job_progress)
 
 
 def _regular_slot(a: ViewArrays, planned: int, demand: NDArray[np.float64]) -> int:

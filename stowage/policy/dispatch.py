@@ -53,6 +53,7 @@ __all__ = [
     "PassInput",
     "PassResult",
     "Placement",
+    "app_name",
     "job_ranks",
     "pack",
     "task_features",
@@ -438,19 +439,26 @@ def job_ranks(
     return rank
 
 
+def app_name(key: str) -> str:
+    """An application: ``key`` without trailing numbers (``ns/sort-0042`` → ``ns/sort``)."""
+    stem = key.rstrip("0123456789-_.")
+    return stem or key
+
+
 def task_features(
-    queue: str, app: str, group: str, demand: Mapping[str, float], job_progress: float | None = None
+    queue: str, job_key: str, group: str, demand: Mapping[str, float], job_progress: float | None = None
 ) -> dict[str, str]:
     """OPERA Eq. 1 properties of a task, for ``classifier.ShortLongClassifier``.
 
-    framework = the queue, app = ``app`` as given: pass the job's ``estimates.recurring_key``, which runs of one
-    job share (generateName'd ``etl-x7k2p`` and ``etl-q9z4m``, numbered ``etl-41`` and ``etl-42``), so the
-    classifier learns one app per recurring job, not one per run; stage = the group, demand =
+    framework = the queue, app = ``app_name(job_key)``: pass the job's ``estimates.recurring_key``, which runs of
+    one job share (generateName'd ``etl-x7k2p`` and ``etl-q9z4m`` → ``ns/etl``), and without trailing numbers
+    (``sort-0041``, ``sort-0042`` → ``ns/sort``), so the classifier learns one app per application, not one per
+    run, and its tables stay bounded by the applications; stage = the group, demand =
     ``classifier.bucket_demand(demand)`` (pass it divided by the mean node capacity, so the buckets are
     fractions of a node), progress = ``classifier.bucket_progress(job_progress)`` (finished / total tasks
     of the job; None leaves it out, for the parts that never change).
     """
-    out = {"framework": queue, "app": app, "stage": group, "demand": classifier.bucket_demand(demand)}
+    out = {"framework": queue, "app": app_name(job_key), "stage": group, "demand": classifier.bucket_demand(demand)}
     if job_progress is not None:
         out["progress"] = classifier.bucket_progress(job_progress)
     return out

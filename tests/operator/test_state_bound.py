@@ -72,7 +72,7 @@ def test_100000_generated_jobs_fit_a_quarter_of_a_configmap_and_the_recent_ones_
     restarted.load_state(saved)
     apps = {tuple(row[:2]) for row in saved["classifier"]["counts"][1]}
     for features, key, stage, queue in recent:
-        assert (features["framework"], key) in apps
+        assert (features["framework"], features["app"]) in apps
         assert restarted.classifier.probability_short(features) == dispatcher.classifier.probability_short(features)
         assert not math.isnan(restarted.decider.history.get(key, stage))
         assert restarted.decider.priors.prior(queue) != settings.estimates.default_prior_s
