@@ -29,11 +29,12 @@ import copy
 import json
 import math
 import re
+import reprlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from stowage.operator import crd
+from stowage.operator import crd, tasks
 
 from stowage import labels
 from stowage.errors import IntentError, InvalidInput, QuantityError
@@ -58,6 +59,7 @@ __all__ = [
     "validate_queue",
 ]
 
+_T = TypeVar("_T")
 QueueExists = Callable[[str], bool]
 #: The namespace's ``stowage.io/queue`` label (the default queue of its pods), or None.
 NamespaceQueue = Callable[[str], str | None]
@@ -75,6 +77,8 @@ _RESOURCE_NAME = re.compile(
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 _QUEUE_ALLOWED = "the name of an existing Queue (kubectl get sq)"
+_DEMAND_ALLOWED = 'a JSON map of quantities such as {"cpu": "2", "memory": "4Gi"}'
+_QUANTITIES_ALLOWED = "quantities small enough to represent"
 _NO_DEMAND = (
     "an opportunistic pod must state what it will use: set resources.requests or resources.limits "
     "(cpu, memory) on its containers, e.g. requests: {cpu: 500m, memory: 1Gi}; with neither it would fit "
@@ -82,14 +86,180 @@ _NO_DEMAND = (
 )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _is_finite_number(value: Any) -> bool:
+    """An int (never a bool) or a finite float; an int is never converted (one past 1e308 has no float)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# --- values as refusals name them, and the core's parsers as checks --------------------------------
+
+#: A value longer than this is named by its start and size: a refusal never echoes a megabyte back.
+_SHOWN_CHARS = 80
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 40, 40, 6, 6
+
+
+def _shown(value: Any) -> Any:
+    """``value`` as a refusal names it: itself when short, else a bounded description (never a deep ``repr``)."""
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 64 else f"(an integer of {value.bit_length()} bits)"
+    if isinstance(value, str):
+        return value if len(value) <= _SHOWN_CHARS else f"{value[:40]}... ({len(value)} characters)"
+    text = _SHORT.repr(value)
+    return value if "..." not in text and len(text) <= _SHOWN_CHARS else text
+
+
+def _trimmed(problem: InvalidInput) -> InvalidInput:
+    """``problem`` with its value shortened for the message (same class, field and allowed)."""
+    value = _shown(problem.value)
+    return problem if value is problem.value else type(problem)(problem.field, value, problem.allowed)
+
+
+#: What the core's parsers raise on a value past what they can hold: an exponent beyond Decimal's range, an
+#: integer too large for a float, JSON nested past the recursion limit or with more digits than Python converts.
+_PARSE_FAILURES = (ArithmeticError, RecursionError, ValueError)
+
+
+def _parse(parse: Callable[[], _T], field: str, value: Any, allowed: str,
+           error: type[InvalidInput] = InvalidInput) -> _T:
+    """``parse()``, whose only failure is an :class:`InvalidInput` naming ``field`` (``error`` when the core's
+    parser raised something else)."""
+    try:
+        return parse()
+    except InvalidInput as exc:
+        raise _trimmed(exc) from None
+    except _PARSE_FAILURES:
+        raise error(field, _shown(value), allowed) from None
+
+
+def _quantity_problem(value: Any, field: str) -> InvalidInput | None:
+    try:
+        _parse(lambda: parse_quantity(value, field), field, value, "a quantity small enough to represent",
+               QuantityError)
+    except InvalidInput as exc:
+        return exc
+    return None
+
+
+_STRING_MAP = "a map of string to string (quote numbers and booleans)"
+_QUANTITY_MAP = "a map of resource name to quantity"
+
+
+def _object_problem(value: Any, field: str, allowed: str) -> InvalidInput | None:
+    """A problem unless ``value`` is absent (None) or a JSON object."""
+    return None if value is None or isinstance(value, Mapping) else InvalidInput(field, _shown(value), allowed)
+
+
+def _string_map_problem(value: Any, field: str) -> InvalidInput | None:
+    if value is None or (isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())):
+        return None
+    return InvalidInput(field, _shown(value), _STRING_MAP)
+
+
+def _quantities_problems(values: Any, field: str) -> list[InvalidInput]:
+    """Every problem of a ``{resource: quantity}`` map (``requests``, ``limits``, ``overhead``); absent is fine."""
+    if values is None:
+        return []
+    if not isinstance(values, Mapping):
+        return [InvalidInput(field, _shown(values), _QUANTITY_MAP)]
+    return [p for name, value in values.items() if (p := _quantity_problem(value, f"{field}.{name}")) is not None]
+
+
+def _resources_problems(resources: Any, field: str) -> list[InvalidInput]:
+    if (problem := _object_problem(resources, field, "an object with requests and limits")) is not None:
+        return [problem]
+    return [p for part in ("requests", "limits")
+            for p in _quantities_problems((resources or {}).get(part), f"{field}.{part}")]
+
+
+def _pod_spec_problems(spec: Any, where: str) -> list[InvalidInput]:
+    """Every shape and quantity problem of a pod spec (a pod's or a task template's) Stowage reads.
+
+    The API server checks a pod's spec this way before any webhook; a Job's template it keeps as written, so
+    only these checks stand between a bad template and the operator's planning.
+    """
+    if (problem := _object_problem(spec, where, "a pod spec: an object with containers")) is not None:
+        return [problem]
+    spec = spec or {}
+    problems: list[InvalidInput] = []
+    for kind in ("initContainers", "containers"):
+        containers = spec.get(kind)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            problems.append(InvalidInput(f"{where}.{kind}", _shown(containers),
+                                         "a list of containers (objects with name, image, resources)"))
+            continue
+        for j, container in enumerate(containers):
+            field = f"{where}.{kind}[{j}]"
+            if not isinstance(container, Mapping):
+                problems.append(InvalidInput(field, _shown(container), "a container: an object with name, image, "
+                                                                       "resources"))
+            else:
+                problems += _resources_problems(container.get("resources"), f"{field}.resources")
+    problems += _resources_problems(spec.get("resources"), f"{where}.resources")
+    problems += _quantities_problems(spec.get("overhead"), f"{where}.overhead")
+    for key in ("schedulerName", "nodeName"):
+        if spec.get(key) is not None and not isinstance(spec[key], str):
+            problems.append(InvalidInput(f"{where}.{key}", _shown(spec[key]), "a string"))
+    gates = spec.get("schedulingGates")
+    if gates is not None and not (isinstance(gates, list) and all(isinstance(g, Mapping) for g in gates)):
+        problems.append(InvalidInput(f"{where}.schedulingGates", _shown(gates), "a list of objects with a name"))
+    return problems
+
+
+def _metadata_problems(meta: Any, where: str) -> list[InvalidInput]:
+    if (problem := _object_problem(meta, where, "an object (labels, annotations)")) is not None:
+        return [problem]
+    return [p for part in ("labels", "annotations")
+            if (p := _string_map_problem((meta or {}).get(part), f"{where}.{part}")) is not None]
+
+
+def _duration_problem(seconds: Any, field: str, shown: Any = None) -> InvalidInput | None:
+    """A problem unless ``seconds`` is a finite number in [0, ``crd.MAX_EXPECTED_DURATION_S``]."""
+    if _is_finite_number(seconds) and 0 <= seconds <= crd.MAX_EXPECTED_DURATION_S:
+        return None
+    return InvalidInput(field, _shown(seconds if shown is None else shown),
+                        f"a number of seconds from 0 to {crd.MAX_EXPECTED_DURATION_S} (30 days; one task's "
+                        "expected run time)")
+
+
+#: The Stowage annotations the operator and the extender parse on every pod, with what each allows.
+_PARSED_ANNOTATIONS: dict[str, str] = {
+    labels.ANN_DEMAND: _DEMAND_ALLOWED,
+    labels.ANN_DISK_BANDWIDTH: "a quantity of bytes per second such as 80Mi, small enough to represent",
+    labels.ANN_NETWORK_BANDWIDTH: "a quantity of bytes per second such as 80Mi, small enough to represent",
+    labels.ANN_EXPECTED_DURATION: f"a number of seconds from 0 to {crd.MAX_EXPECTED_DURATION_S} (30 days)",
+}
+
+
+def _annotations_problem(annotations: Mapping[str, str], where: str) -> InvalidInput | None:
+    """The first of ``annotations``' Stowage annotations that does not parse as ``labels.pod_intent`` reads it
+    (or states more than ``crd.MAX_EXPECTED_DURATION_S``), named ``<where>[key]``; None when all do. Admitted,
+    they must never fail a later read."""
+    for key, allowed in _PARSED_ANNOTATIONS.items():
+        if key not in annotations:
+            continue
+        field, value = f"{where}[{key!r}]", annotations[key]
+        try:
+            intent = _parse(lambda key=key, value=value: labels.pod_intent({"metadata": {"annotations": {key: value}}}),
+                            field, value, allowed, IntentError)
+        except InvalidInput as exc:  # named as pod_intent names it: under metadata.annotations
+            inner = exc.field.removeprefix("metadata.annotations") if exc.field.startswith("metadata.") else ""
+            return IntentError(f"{where}{inner}" if inner else field, _shown(exc.value), exc.allowed)
+        if intent.expected_duration_s is not None and intent.expected_duration_s > crd.MAX_EXPECTED_DURATION_S:
+            return IntentError(field, _shown(value), allowed)
+    return None
 
 
 # --- Queue ---------------------------------------------------------------------------------------
 
 
-def validate_queue(spec: Mapping[str, Any] | None, old_spec: Mapping[str, Any] | None = None) -> list[InvalidInput]:
+def validate_queue(spec: Any, old_spec: Mapping[str, Any] | None = None) -> list[InvalidInput]:
     """Every problem of a Queue's ``spec``; empty when it may be stored.
 
     ``weight`` a finite number > 0; ``quota`` a map of resource name → non-negative quantity;
@@ -97,56 +267,62 @@ def validate_queue(spec: Mapping[str, Any] | None, old_spec: Mapping[str, Any] |
     ``old_spec`` is the stored spec on an update: an update that leaves the spec as it is (labels,
     finalizers) always passes, so no rule added later can pin an object that is already stored.
     """
+    if (problem := _object_problem(spec, "spec", "an object (weight, quota, opportunistic, jobOrder)")) is not None:
+        return [problem]
     spec = spec or {}
     if old_spec is not None and old_spec == spec:
         return []
     problems: list[InvalidInput] = []
     if "weight" in spec:
         weight = spec["weight"]
-        if not _is_number(weight) or not math.isfinite(weight) or weight <= 0:
-            problems.append(InvalidInput("spec.weight", weight, "a number > 0 (the queue's weight in weighted DRF)"))
+        if not _is_finite_number(weight) or weight <= 0:
+            problems.append(InvalidInput("spec.weight", _shown(weight),
+                                         "a number > 0 (the queue's weight in weighted DRF)"))
     quota = spec.get("quota")
     if quota is not None:
         if not isinstance(quota, Mapping):
-            problems.append(InvalidInput("spec.quota", quota, "a map of resource name to quantity"))
+            problems.append(InvalidInput("spec.quota", _shown(quota), _QUANTITY_MAP))
         else:
             for name, value in quota.items():
-                if not isinstance(name, str) or not _RESOURCE_NAME.match(name):
+                if not isinstance(name, str) or not _RESOURCE_NAME.fullmatch(name):
                     problems.append(InvalidInput(
-                        "spec.quota", name, "resource names such as cpu, memory, nvidia.com/gpu as keys"))
-                    continue
-                try:
-                    parse_quantity(value, f"spec.quota.{name}")
-                except QuantityError as exc:
-                    problems.append(exc)
+                        "spec.quota", _shown(name), "resource names such as cpu, memory, nvidia.com/gpu as keys"))
+                elif (problem := _quantity_problem(value, f"spec.quota.{name}")) is not None:
+                    problems.append(problem)
     for key, allowed in (("opportunistic", crd.QUEUE_OPPORTUNISTIC), ("jobOrder", crd.JOB_ORDERS)):
-        if key in spec and spec[key] not in allowed:
-            problems.append(InvalidInput(f"spec.{key}", spec[key], f"one of {', '.join(allowed)}"))
+        if key in spec and not (isinstance(spec[key], str) and spec[key] in allowed):
+            problems.append(InvalidInput(f"spec.{key}", _shown(spec[key]), f"one of {', '.join(allowed)}"))
     return problems
 
 
 # --- Job -----------------------------------------------------------------------------------------
 
 
-def _template_quantities(template: Any, where: str) -> list[InvalidInput]:
-    """Bad quantities in a pod template's containers' and init containers' requests and limits."""
-    spec = (template or {}).get("spec") if isinstance(template, Mapping) else None
-    if not isinstance(spec, Mapping):
-        return []
-    problems: list[InvalidInput] = []
-    for kind in ("initContainers", "containers"):
-        for j, container in enumerate(spec.get(kind) or []):
-            resources = (container or {}).get("resources") if isinstance(container, Mapping) else None
-            for part in ("requests", "limits"):
-                values = (resources or {}).get(part) if isinstance(resources, Mapping) else None
-                if not isinstance(values, Mapping):
-                    continue
-                for name, value in values.items():
-                    try:
-                        parse_quantity(value, f"{where}.spec.{kind}[{j}].resources.{part}.{name}")
-                    except QuantityError as exc:
-                        problems.append(exc)
-    return problems
+def _template_problems(template: Mapping[str, Any], where: str) -> list[InvalidInput]:
+    """Every problem of a task's pod template: shapes, quantities, the Stowage annotations."""
+    meta = template.get("metadata")
+    problems = _metadata_problems(meta, f"{where}.metadata")
+    if not problems:
+        annotations = (meta or {}).get("annotations") or {}
+        if (problem := _annotations_problem(annotations, f"{where}.metadata.annotations")) is not None:
+            problems.append(problem)
+    return problems + _pod_spec_problems(template.get("spec"), f"{where}.spec")
+
+
+def _plannable(task: Mapping[str, Any], where: str) -> list[InvalidInput]:
+    """The operator's own steps on one well-shaped task (its demand, its pod), run here: what they cannot take is
+    refused now, not met by every later pass."""
+    name = task["name"]
+    job = {"metadata": {"name": "job"}, "spec": {"tasks": [task]}}
+    try:
+        tasks.task_demand(job, name)
+        tasks.render_pod(job, tasks.TaskRef(name, 0), labels.PodClass.REGULAR)
+    except InvalidInput as exc:
+        return [_trimmed(exc)]
+    except (*_PARSE_FAILURES, LookupError, TypeError, AttributeError) as exc:  # a shape the checks above missed
+        return [InvalidInput(f"{where}.template", _shown(f"{type(exc).__name__}: {exc}"),
+                             "a pod template the operator can plan (metadata and spec as a pod's)")]
+    return []
 
 
 def _find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
@@ -176,95 +352,107 @@ def _find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
     return None
 
 
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
 def _validate_task(task: Any, i: int, names: set[str]) -> list[InvalidInput]:
     where = f"spec.tasks[{i}]"
     if not isinstance(task, Mapping):
-        return [InvalidInput(where, task, "an object with name, replicas, template")]
+        return [InvalidInput(where, _shown(task), "an object with name, replicas, template")]
     problems: list[InvalidInput] = []
     name = task.get("name")
-    if not isinstance(name, str) or not _DNS_LABEL.match(name) or len(name) > 63:
-        problems.append(InvalidInput(f"{where}.name", name, "a DNS label: lower-case letters, digits and '-', "
-                                                            "at most 63"))
+    if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or len(name) > 63:
+        problems.append(InvalidInput(f"{where}.name", _shown(name), "a DNS label: lower-case letters, digits and "
+                                                                    "'-', at most 63"))
     replicas = task.get("replicas", 1)
-    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-        problems.append(InvalidInput(f"{where}.replicas", replicas, "an integer >= 1"))
+    if not _is_int(replicas, 1, crd.MAX_REPLICAS):
+        problems.append(InvalidInput(f"{where}.replicas", _shown(replicas), f"an integer from 1 to {crd.MAX_REPLICAS}"))
     retries = task.get("maxRetries", crd.DEFAULT_MAX_RETRIES)
-    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= crd.MAX_RETRIES_LIMIT:
-        problems.append(InvalidInput(f"{where}.maxRetries", retries, f"an integer in [0, {crd.MAX_RETRIES_LIMIT}]"))
-    if "expectedDuration" in task:
-        duration = task["expectedDuration"]
-        if not _is_number(duration) or not math.isfinite(duration) or duration < 0:
-            problems.append(InvalidInput(f"{where}.expectedDuration", duration,
-                                         "a finite number of seconds >= 0 (one task's expected run time)"))
+    if not _is_int(retries, 0, crd.MAX_RETRIES_LIMIT):
+        problems.append(InvalidInput(f"{where}.maxRetries", _shown(retries),
+                                     f"an integer in [0, {crd.MAX_RETRIES_LIMIT}]"))
+    if "expectedDuration" in task and (problem := _duration_problem(task["expectedDuration"],
+                                                                   f"{where}.expectedDuration")) is not None:
+        problems.append(problem)
     depends = task.get("dependsOn") or []
-    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
-        problems.append(InvalidInput(f"{where}.dependsOn", depends, "a list of task names"))
+    if not isinstance(depends, list) or len(depends) > crd.MAX_TASKS or not all(isinstance(d, str) for d in depends):
+        problems.append(InvalidInput(f"{where}.dependsOn", _shown(depends),
+                                     f"a list of at most {crd.MAX_TASKS} task names"))
     else:
         for k, dep in enumerate(depends):
             if dep == name:
                 problems.append(InvalidInput(f"{where}.dependsOn[{k}]", dep, "another task's name (not its own)"))
             elif dep not in names:
                 known = ", ".join(sorted(names)) or "none"
-                problems.append(InvalidInput(f"{where}.dependsOn[{k}]", dep, f"the name of a task of this Job "
-                                                                             f"({known})"))
+                problems.append(InvalidInput(f"{where}.dependsOn[{k}]", _shown(dep), f"the name of a task of this "
+                                                                                     f"Job ({known})"))
     template = task.get("template")
     if not isinstance(template, Mapping):
-        problems.append(InvalidInput(f"{where}.template", template, "a pod template (metadata and spec)"))
-    else:
-        problems += _template_quantities(template, f"{where}.template")
-    return problems
+        problems.append(InvalidInput(f"{where}.template", _shown(template), "a pod template (metadata and spec)"))
+        return problems
+    template_problems = _template_problems(template, f"{where}.template")
+    if template_problems or problems:
+        return problems + template_problems
+    return _plannable(task, where)
 
 
-def validate_job(spec: Mapping[str, Any] | None, queue_exists: QueueExists,
-                 old_spec: Mapping[str, Any] | None = None) -> list[InvalidInput]:
+def validate_job(spec: Any, queue_exists: QueueExists, old_spec: Mapping[str, Any] | None = None) -> list[InvalidInput]:
     """Every problem of a Job's ``spec``; empty when it may be stored.
 
     ``old_spec`` is the stored spec on an update: the queue is looked up only when it is new (a Job
     whose Queue was deleted later can still be suspended or finalised), and ``queue`` and ``tasks``
     must not change. An update that leaves the spec as it is (labels, finalizers, Kopf's annotations)
     always passes.
+
+    A Job with no problem can be planned: each task's template has the shapes of a pod's metadata and spec,
+    its quantities and Stowage annotations parse, and the operator's own demand and pod rendering run on it here.
     """
+    if (problem := _object_problem(spec, "spec", "an object with queue and tasks")) is not None:
+        return [problem]
     spec = spec or {}
     if old_spec is not None and old_spec == spec:
         return []
     problems: list[InvalidInput] = []
     queue = spec.get("queue", labels.DEFAULT_QUEUE)
     if old_spec is not None and old_spec.get("queue", labels.DEFAULT_QUEUE) != queue:
-        problems.append(InvalidInput("spec.queue", queue, f"unchanged ({old_spec.get('queue')!r}): the queue of a "
-                                                          "Job is immutable; create the Job again"))
-    elif old_spec is None and (not isinstance(queue, str) or not queue_exists(queue)):
-        problems.append(InvalidInput("spec.queue", queue, _QUEUE_ALLOWED))
-    if "opportunistic" in spec and spec["opportunistic"] not in tuple(labels.Opportunistic):
-        problems.append(InvalidInput("spec.opportunistic", spec["opportunistic"], "one of 'true', 'auto', 'false' "
-                                                                                 "(quoted: a string)"))
+        problems.append(InvalidInput("spec.queue", _shown(queue), f"unchanged ({old_spec.get('queue')!r}): the queue "
+                                                                  "of a Job is immutable; create the Job again"))
+    elif old_spec is None and not (crd.is_queue_name(queue) and queue_exists(queue)):
+        problems.append(InvalidInput("spec.queue", _shown(queue), _QUEUE_ALLOWED))
+    if "opportunistic" in spec and not (isinstance(spec["opportunistic"], str)
+                                        and spec["opportunistic"] in tuple(labels.Opportunistic)):
+        problems.append(InvalidInput("spec.opportunistic", _shown(spec["opportunistic"]),
+                                     "one of 'true', 'auto', 'false' (quoted: a string)"))
     if "suspend" in spec and not isinstance(spec["suspend"], bool):
-        problems.append(InvalidInput("spec.suspend", spec["suspend"], "true or false"))
+        problems.append(InvalidInput("spec.suspend", _shown(spec["suspend"]), "true or false"))
 
-    tasks = spec.get("tasks")
-    if not isinstance(tasks, list) or not tasks:
-        problems.append(InvalidInput("spec.tasks", tasks, "a list of at least one task group"))
+    tasks_ = spec.get("tasks")
+    if not isinstance(tasks_, list) or not tasks_:
+        problems.append(InvalidInput("spec.tasks", _shown(tasks_), "a list of at least one task group"))
         return problems
-    if len(tasks) > crd.MAX_TASKS:
-        problems.append(InvalidInput("spec.tasks", f"{len(tasks)} groups", f"at most {crd.MAX_TASKS} groups"))
-    names = [t.get("name") if isinstance(t, Mapping) else None for t in tasks]
+    if len(tasks_) > crd.MAX_TASKS:  # the groups themselves are not read: there may be any number of them
+        problems.append(InvalidInput("spec.tasks", f"{len(tasks_)} groups", f"at most {crd.MAX_TASKS} groups"))
+        return problems
+    names = [t.get("name") if isinstance(t, Mapping) else None for t in tasks_]
     known = {n for n in names if isinstance(n, str)}
     seen: set[str] = set()
     for i, name in enumerate(names):
         if isinstance(name, str) and name in seen:
-            problems.append(InvalidInput(f"spec.tasks[{i}].name", name, "a name no other task of this Job has"))
+            problems.append(InvalidInput(f"spec.tasks[{i}].name", _shown(name), "a name no other task of this Job has"))
         if isinstance(name, str):
             seen.add(name)
-    for i, task in enumerate(tasks):
+    for i, task in enumerate(tasks_):
         problems += _validate_task(task, i, known)
     # Self-dependencies are reported on the task itself; the graph search looks for longer cycles.
     edges = {n: [d for d in (t.get("dependsOn") or []) if isinstance(d, str) and d != n]
-             for n, t in zip(names, tasks, strict=True) if isinstance(n, str) and isinstance(t, Mapping)
+             for n, t in zip(names, tasks_, strict=True) if isinstance(n, str) and isinstance(t, Mapping)
              and isinstance(t.get("dependsOn") or [], list)}
     cycle = _find_cycle(edges)
     if cycle is not None:
-        problems.append(InvalidInput("spec.tasks[*].dependsOn", " -> ".join(cycle),
+        problems.append(InvalidInput("spec.tasks[*].dependsOn", _shown(" -> ".join(cycle)),
                                      "dependencies without a cycle (a barrier that waits on itself never opens)"))
-    if old_spec is not None and old_spec.get("tasks") != tasks:
+    if old_spec is not None and old_spec.get("tasks") != tasks_:
         problems.append(InvalidInput("spec.tasks", "(changed)", "unchanged: the tasks of a Job are immutable once it "
                                                                 "is created; create a new Job"))
     return problems
@@ -296,6 +484,14 @@ def json_patch(old: Any, new: Any, path: str = "") -> JSONPatch:
     if type(old) is not type(new) or old != new:
         return [{"op": "replace", "path": path, "value": new}]
     return []
+
+
+def _child(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]``, an object: one made when it is absent or null (``setdefault`` would hand back the null)."""
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        value = obj[key] = {}
+    return value
 
 
 def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -335,15 +531,19 @@ def _demand(pod: Mapping[str, Any]) -> ResourceVector:
     """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     where = f"metadata.annotations[{labels.ANN_DEMAND!r}]"
-    stated = (tracked(labels.parse_demand(annotations[labels.ANN_DEMAND], where))
+    raw = annotations.get(labels.ANN_DEMAND)
+    stated = (tracked(_parse(lambda: labels.parse_demand(raw, where), where, raw, _DEMAND_ALLOWED, IntentError))
               if labels.ANN_DEMAND in annotations else ResourceVector())
-    derived = {k: v for k, v in tracked(pod_demand(pod)).items() if v > 0}
+    resources = "spec.containers[*].resources"
+    derived = {k: v for k, v in tracked(_parse(lambda: pod_demand(pod), resources, "(its quantities)",
+                                               _QUANTITIES_ALLOWED, IntentError)).items() if v > 0}
     if not derived:
-        derived = {k: v for k, v in tracked(container_limits(pod)).items() if v > 0}
+        derived = {k: v for k, v in tracked(_parse(lambda: container_limits(pod), resources, "(its limits)",
+                                                   _QUANTITIES_ALLOWED, IntentError)).items() if v > 0}
     demand = ResourceVector({**derived, **stated.as_dict()})
     if not demand:
-        raise IntentError("spec.containers[*].resources", "no requests and no limits", _NO_DEMAND)
-    bounds = _limit_bounds(pod)
+        raise IntentError(resources, "no requests and no limits", _NO_DEMAND)
+    bounds = _parse(lambda: _limit_bounds(pod), resources, "(its limits)", _QUANTITIES_ALLOWED, IntentError)
     over = [f"{r}: demand {format_quantity(v, r)}, limit {format_quantity(bounds[r], r)}"
             for r, v in sorted(stated.items()) if r in bounds and v > bounds[r]]
     if over:
@@ -371,19 +571,19 @@ def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
     """
     out = copy.deepcopy(dict(pod))
     demand = _demand(out)
-    meta = out.setdefault("metadata", {})
-    meta.setdefault("labels", {})[labels.LABEL_CLASS] = labels.PodClass.OPPORTUNISTIC.value
-    meta.setdefault("annotations", {})[labels.ANN_DEMAND] = json.dumps(demand.as_quantities())
-    spec = out.setdefault("spec", {})
+    meta = _child(out, "metadata")
+    _child(meta, "labels")[labels.LABEL_CLASS] = labels.PodClass.OPPORTUNISTIC.value
+    _child(meta, "annotations")[labels.ANN_DEMAND] = json.dumps(demand.as_quantities())
+    spec = _child(out, "spec")
     for container in _containers(spec):
-        requests = container.setdefault("resources", {}).setdefault("requests", {})
+        requests = _child(_child(container, "resources"), "requests")
         requests[CPU] = "0"
         requests[MEMORY] = "0"
     first = (spec.get("containers") or [None])[0]
     if isinstance(first, dict):
-        resources = first.setdefault("resources", {})
-        resources.setdefault("requests", {})[labels.HARVEST_RESOURCE] = "1"
-        resources.setdefault("limits", {})[labels.HARVEST_RESOURCE] = "1"
+        resources = _child(first, "resources")
+        _child(resources, "requests")[labels.HARVEST_RESOURCE] = "1"
+        _child(resources, "limits")[labels.HARVEST_RESOURCE] = "1"
     spec["priorityClassName"] = labels.OPPORTUNISTIC_PRIORITY_CLASS
     spec.pop("priority", None)
     spec.pop("preemptionPolicy", None)
@@ -404,13 +604,13 @@ def _strip_harvest_resource(spec: dict[str, Any]) -> None:
 def _admitted(pod: Mapping[str, Any], queue: str, intent: labels.Opportunistic, warnings: list[str]) -> dict[str, Any]:
     """The pod as Stowage admits it into ``queue``: scheduler name, system labels, class, gate."""
     out = copy.deepcopy(dict(pod))
-    meta = out.setdefault("metadata", {})
+    meta = _child(out, "metadata")
     # System labels are the webhook's to set: whatever the user wrote goes.
     pod_labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in labels.SYSTEM_LABELS}
     pod_labels[labels.LABEL_QUEUE] = queue
     meta["labels"] = pod_labels
     annotations = dict(meta.get("annotations") or {})
-    spec = out.setdefault("spec", {})
+    spec = _child(out, "spec")
     spec["schedulerName"] = labels.SCHEDULER_NAME
     _strip_harvest_resource(spec)
     if intent is labels.Opportunistic.TRUE:
@@ -428,7 +628,7 @@ def _admitted(pod: Mapping[str, Any], queue: str, intent: labels.Opportunistic, 
 def _gate(pod: dict[str, Any]) -> dict[str, Any]:
     """``pod`` with the admission gate appended (once, after the user's own gates)."""
     if not _gated(pod):
-        spec = pod.setdefault("spec", {})
+        spec = _child(pod, "spec")
         spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": labels.GATE_ADMISSION}]
     return pod
 
@@ -548,6 +748,12 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     (the operator's ``--namespace``; empty: all), an opportunistic pod with no demand, a stated demand above
     the pod's limits.
     """
+    if not isinstance(pod, Mapping):
+        raise IntentError("(the pod)", _shown(pod), "a pod: an object with metadata and spec")
+    # The API server hands a webhook only well-formed pods; checked here too, the rules below stand alone.
+    shapes = [*_metadata_problems(pod.get("metadata"), "metadata"), *_pod_spec_problems(pod.get("spec"), "spec")]
+    if shapes:
+        raise IntentError(shapes[0].field, shapes[0].value, shapes[0].allowed)
     meta = pod.get("metadata") or {}
     pod_labels = meta.get("labels") or {}
     where = "metadata.labels"
@@ -559,7 +765,7 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     # A label asks for Stowage: a queue, or the wish for harvested capacity ("false" is the opt-out).
     asks = own_queue is not None or intent is not labels.Opportunistic.FALSE
     opted_out = pod_labels.get(labels.LABEL_WEBHOOK) == labels.WEBHOOK_IGNORE
-    namespace = str(meta.get("namespace") or "")
+    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else ""
     ns_queue = namespace_queue(namespace) if own_queue is None and namespace and not opted_out else None
     scheduler = (pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER
 
@@ -593,11 +799,11 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
                           "or add this namespace to the operator's --namespace (chart: operator.namespaces)")
     # A typo in a queue name must not land the pod in another queue: refused, naming where it came from.
     if own_queue is not None:
-        if not queue_exists(own_queue):
+        if not (crd.is_queue_name(own_queue) and queue_exists(own_queue)):
             raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", own_queue, _queue_allowed(own_queue, queue_names))
         queue = own_queue
     elif ns_queue is not None:
-        if not queue_exists(ns_queue):
+        if not (crd.is_queue_name(ns_queue) and queue_exists(ns_queue)):
             raise IntentError(f"namespace {namespace!r}: {where}[{labels.LABEL_QUEUE!r}]", ns_queue,
                               f"{_queue_allowed(ns_queue, queue_names)}; it is the default queue of the "
                               "namespace's pods")
@@ -609,6 +815,11 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
                               f"{labels.DEFAULT_QUEUE!r}, which does not exist")
         queue = labels.DEFAULT_QUEUE
 
+    # What stays of the Stowage annotations must parse: the operator and the extender read them on every pass.
+    kept = {k: v for k, v in (meta.get("annotations") or {}).items()
+            if k != labels.ANN_DEMAND or intent is labels.Opportunistic.TRUE}
+    if (problem := _annotations_problem(kept, "metadata.annotations")) is not None:
+        raise IntentError(problem.field, problem.value, problem.allowed)
     warnings: list[str] = []
     if opted_out and (asks or scheduler == labels.SCHEDULER_NAME):
         warnings.append(f"{labels.LABEL_WEBHOOK}={labels.WEBHOOK_IGNORE} on a pod only keeps it out of its "

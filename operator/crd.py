@@ -8,6 +8,7 @@ server. The constants below repeat what the admission rules need from it (enums,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,13 +29,18 @@ __all__ = [
     "JOB_ORDERS",
     "JOB_PHASES",
     "KINDS",
+    "MAX_EXPECTED_DURATION_S",
+    "MAX_REPLICAS",
     "MAX_RETRIES_LIMIT",
     "MAX_TASKS",
     "QUEUE",
+    "QUEUE_NAME",
+    "QUEUE_NAME_MAX",
     "QUEUE_OPPORTUNISTIC",
     "VERSION",
     "Kind",
     "crd_path",
+    "is_queue_name",
     "load_crds",
 ]
 
@@ -56,6 +62,22 @@ MAX_RETRIES_LIMIT = 100
 #: ``spec.tasks`` and each ``dependsOn`` hold at most this many entries: the bound that keeps the CEL rules
 #: (unique names, known dependencies) inside the API server's cost budget.
 MAX_TASKS = 64
+#: Tasks in one group (``replicas``).
+MAX_REPLICAS = 100_000
+#: The longest ``expectedDuration`` (and ``stowage.io/expected-duration``) a task may state: 30 days. A batch
+#: task that runs longer than a month is not left to a queue unwatched, so no real hint is refused; and the
+#: bound keeps a Job's remaining work (at most 64 groups x 100,000 tasks x 30 days, about 1.7e13 task-seconds)
+#: far from float overflow, where a stated 1e308 s would become an infinite amount of work.
+MAX_EXPECTED_DURATION_S = 30 * 24 * 3600
+#: A Queue's name as ``spec.queue`` must spell it (a DNS subdomain, as every cluster-scoped object's name).
+QUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+QUEUE_NAME_MAX = 253
+
+
+def is_queue_name(value: Any) -> bool:
+    """True for a name a Queue can have (a lookup of anything else would ask the API a different question)."""
+    return isinstance(value, str) and len(value) <= QUEUE_NAME_MAX and QUEUE_NAME.fullmatch(value) is not None
+
 
 #: Where the CRD YAML lives in a source checkout (the chart renders them from ``files/crds/``: templates/crds.yaml).
 CRD_DIR = Path(__file__).resolve().parents[1] / "charts" / "stowage" / "files" / "crds"

@@ -19,10 +19,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import logging
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+import aiohttp.web  # Kopf's own dependency: its webhook server
 import jsonpatch  # Kopf's own dependency: applies our RFC 6902 patch to the body Kopf diffs
 import kopf
 from stowage.operator import admission, crd
@@ -31,16 +34,19 @@ from stowage import labels
 from stowage.errors import InvalidInput
 
 __all__ = [
+    "APPLY_TIMEOUT_S",
     "CONFIGURATION_NAME",
     "EXEMPT_NAMESPACES",
     "FIELD_MANAGER",
     "HANDLER_IDS",
     "MUTATE_POD",
     "MUTATE_POD_IN_QUEUE_NAMESPACE",
+    "READ_TIMEOUT_S",
     "TIMEOUT_S",
     "VALIDATE_JOB",
     "VALIDATE_POD_UPDATE",
     "VALIDATE_QUEUE",
+    "ApiUnreadable",
     "ConfiguringServer",
     "configure",
     "kubernetes_applier",
@@ -73,6 +79,8 @@ _NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace 
 
 QueueExists = admission.QueueExists
 Applier = Callable[[list[dict[str, Any]]], None]
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 # --- handlers ------------------------------------------------------------------------------------
@@ -81,6 +89,41 @@ Applier = Callable[[list[dict[str, Any]]], None]
 def _refuse(problems: Sequence[InvalidInput]) -> None:
     if problems:
         raise kopf.AdmissionError("; ".join(str(p) for p in problems), code=422)
+
+
+class ApiUnreadable(Exception):
+    """A read the webhook needs (a Queue, the Queues, a namespace) failed: a timeout, a lost connection or an API
+    error. The request is refused with 503 (the API's "try again"), never admitted unchecked."""
+
+
+#: Characters of an unexpected error a refusal repeats.
+_ERROR_CHARS = 200
+
+
+def _answering(kind: str, handler: Callable[..., None]) -> Callable[..., None]:
+    """``handler`` whose every failure is a refusal the API server passes on: the rules' own (422, naming the
+    field), an unreadable API (503), and, as the last line of defence, anything else (422: the object could not
+    be checked, so it is not admitted; logged with its traceback). Kopf would answer such an exception with a
+    500 carrying a bare Python message."""
+
+    @functools.wraps(handler)
+    def answering(**kwargs: Any) -> None:
+        try:
+            handler(**kwargs)
+        except kopf.AdmissionError:
+            raise
+        except InvalidInput as exc:
+            raise kopf.AdmissionError(str(exc), code=422) from None
+        except ApiUnreadable as exc:
+            raise kopf.AdmissionError(f"{kind} not checked: {exc}; nothing was changed, try again", code=503) from None
+        except Exception as exc:
+            log.exception("%s: admission failed on an unexpected value; refused", kind)
+            detail = f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
+            raise kopf.AdmissionError(
+                f"{kind} not admitted: Stowage's admission check failed on a value it does not expect ({detail}); "
+                "check the object's fields against docs/operator.md", code=422) from None
+
+    return answering
 
 
 def _apply_patch(ops: admission.JSONPatch, body: dict[str, Any]) -> None:
@@ -106,31 +149,22 @@ def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
                                if v is not None}
     lookups["watched_namespaces"] = frozenset(namespaces)
 
-    @kopf.on.validate(crd.GROUP, crd.VERSION, crd.QUEUE.plural, id=VALIDATE_QUEUE,
-                      operations=["CREATE", "UPDATE"], **common)
     def validate_queue(spec: Mapping[str, Any], old: Mapping[str, Any] | None, **_: Any) -> None:
-        _refuse(admission.validate_queue(spec, old.get("spec") if old is not None else None))
+        _refuse(admission.validate_queue(spec, _spec_of(old)))
 
-    @kopf.on.validate(crd.GROUP, crd.VERSION, crd.JOB.plural, id=VALIDATE_JOB,
-                      operations=["CREATE", "UPDATE"], **common)
     def validate_job(spec: Mapping[str, Any], old: Mapping[str, Any] | None, **_: Any) -> None:
-        _refuse(admission.validate_job(spec, queue_lookup, old.get("spec") if old is not None else None))
+        _refuse(admission.validate_job(spec, queue_lookup, _spec_of(old)))
 
-    @kopf.on.mutate("v1", "pods", id=MUTATE_POD, operations=["CREATE"], **common)
     def mutate_pod(body: Mapping[str, Any], patch: kopf.Patch, userinfo: Mapping[str, Any],
                    warnings: list[str], **_: Any) -> None:
         # The operator's own pods (a Job's tasks) are made right by the operator; a user's are not trusted.
         if userinfo.get("username") in trusted:
             return
-        try:
-            decided = admission.admit_pod(body, queue_lookup, **lookups)
-        except InvalidInput as exc:
-            raise kopf.AdmissionError(str(exc), code=422) from None
+        decided = admission.admit_pod(body, queue_lookup, **lookups)
         if decided.patch:
             patch.fns.append(functools.partial(_apply_patch, decided.patch))
         warnings.extend(decided.warnings)
 
-    @kopf.on.validate("v1", "pods", id=VALIDATE_POD_UPDATE, operations=["UPDATE"], **common)
     def validate_pod_update(body: Mapping[str, Any], old: Mapping[str, Any] | None, userinfo: Mapping[str, Any],
                             subresource: str | None, **_: Any) -> None:
         # What admission decided stays decided: only Stowage changes a pod's class, queue, intent, demand, gate.
@@ -138,10 +172,48 @@ def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
             return
         _refuse(admission.review_pod_update(old, body))
 
-    del validate_queue, validate_job, mutate_pod, validate_pod_update  # registered; nothing calls them by name
+    kopf.on.validate(crd.GROUP, crd.VERSION, crd.QUEUE.plural, id=VALIDATE_QUEUE, operations=["CREATE", "UPDATE"],
+                     **common)(_answering("Queue", validate_queue))
+    kopf.on.validate(crd.GROUP, crd.VERSION, crd.JOB.plural, id=VALIDATE_JOB, operations=["CREATE", "UPDATE"],
+                     **common)(_answering("Job", validate_job))
+    kopf.on.mutate("v1", "pods", id=MUTATE_POD, operations=["CREATE"], **common)(_answering("Pod", mutate_pod))
+    kopf.on.validate("v1", "pods", id=VALIDATE_POD_UPDATE, operations=["UPDATE"],
+                     **common)(_answering("Pod update", validate_pod_update))
+
+
+def _spec_of(old: Mapping[str, Any] | None) -> Any:
+    return old.get("spec") if old is not None else None
 
 
 # --- server --------------------------------------------------------------------------------------
+
+
+#: The request's uid, the first field the API server writes into an AdmissionReview's ``request``.
+_REQUEST_UID = re.compile(r'"request"\s*:\s*\{\s*"uid"\s*:\s*"([^"\\]+)"')
+
+
+class _RefusingServer(kopf.WebhookServer):
+    """Kopf's server, refusing a request it cannot read instead of answering 500.
+
+    A Job's pod template is kept as written, so the API server passes on JSON nested thousands of levels deep;
+    Python's parser stops at its recursion limit (about a thousand). Such a request is refused (422), naming
+    the request by the uid the API server always writes first.
+    """
+
+    @staticmethod
+    async def _serve(fn: kopf.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        try:
+            return await kopf.WebhookServer._serve(fn, request)
+        except (RecursionError, ValueError):  # Kopf's own HTTP errors are not these: they pass
+            uid = _REQUEST_UID.search(await request.text())
+            if uid is None:
+                raise
+            log.warning("admission request %s refused: nested past the recursion limit", uid[1])
+            return aiohttp.web.json_response({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {"uid": uid[1], "allowed": False, "status": {"code": 422, "message": (
+                    "the object is nested deeper than Stowage's webhook reads (about 1,000 levels); a pod template "
+                    "has a few dozen: remove the deeply nested field")}}})
 
 
 def webhook_server(*, certfile: str, pkeyfile: str, addr: str = "0.0.0.0", port: int | None = 9443,
@@ -150,9 +222,10 @@ def webhook_server(*, certfile: str, pkeyfile: str, addr: str = "0.0.0.0", port:
 
     ``host`` is the name the API server uses in the URL (default: ``addr``, or 127.0.0.1 for
     0.0.0.0); ``cafile`` the CA bundle the API server verifies the certificate with (default: the
-    certificate file itself, right for a self-signed one or one that holds its chain).
+    certificate file itself, right for a self-signed one or one that holds its chain). A request nested too deep
+    to read is refused (:class:`_RefusingServer`).
     """
-    return kopf.WebhookServer(addr=addr, port=port, host=host, certfile=certfile, pkeyfile=pkeyfile, cafile=cafile)
+    return _RefusingServer(addr=addr, port=port, host=host, certfile=certfile, pkeyfile=pkeyfile, cafile=cafile)
 
 
 def service_client_config(namespace: str, name: str, port: int = 443,
@@ -325,6 +398,43 @@ def configure(settings: kopf.OperatorSettings, server: kopf.WebhookServerProtoco
 
 # --- the API, through the official client -------------------------------------------------------
 
+#: Seconds one API read of a webhook may take (connect and answer together). A pod create makes at most three
+#: reads (its namespace, its Queue, the Queues a refusal lists), and the first that fails ends it: with one
+#: retry each, the worst case stays near the API server's own ``TIMEOUT_S`` for calling the webhook, and no
+#: executor thread waits on a dead connection for the kernel's keep-alive (about 15 minutes).
+READ_TIMEOUT_S = 1.5
+#: Seconds the webhook configurations' server-side apply may take, at start and after a certificate renewal.
+APPLY_TIMEOUT_S = 30.0
+
+
+def _reading_client(api_client: Any) -> Any:
+    """An ``ApiClient`` for the webhooks' reads: ``api_client``'s server and credentials, one retry.
+
+    The client's default is three retries of a GET, each restarting the timeout: four times ``READ_TIMEOUT_S``
+    would outlast the API server's wait. One retry still replaces a pooled connection that died quietly.
+    """
+    from kubernetes import client
+    from urllib3.util.retry import Retry
+
+    configuration = copy.deepcopy(api_client.configuration)
+    configuration.retries = Retry(total=1, backoff_factor=0, raise_on_status=False)
+    return client.ApiClient(configuration)
+
+
+def _read(what: str, read: Callable[[], _T]) -> _T:
+    """``read()``, whose every failure is :class:`ApiUnreadable` saying what could not be read and why."""
+    from kubernetes import client
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return read()
+    except client.ApiException as exc:  # status 0: the client's own failure (TLS)
+        answer = f"answered {exc.status} {exc.reason}" if exc.status else f"could not be read ({exc.reason})"
+        raise ApiUnreadable(f"the API server {answer} reading {what}") from exc
+    except (HTTPError, OSError) as exc:
+        raise ApiUnreadable(f"the API server did not answer reading {what} within {READ_TIMEOUT_S:g} s "
+                            f"({type(exc).__name__})") from exc
+
 
 def kubernetes_applier(api_client: Any, field_manager: str = FIELD_MANAGER) -> Applier:
     """An ``apply`` for :class:`ConfiguringServer`: server-side apply with a ``kubernetes.client.ApiClient``."""
@@ -337,7 +447,7 @@ def kubernetes_applier(api_client: Any, field_manager: str = FIELD_MANAGER) -> A
             patch = (api.patch_validating_webhook_configuration if obj["kind"] == "ValidatingWebhookConfiguration"
                      else api.patch_mutating_webhook_configuration)
             patch(obj["metadata"]["name"], obj, field_manager=field_manager, force=True,
-                  _content_type="application/apply-patch+yaml")
+                  _content_type="application/apply-patch+yaml", _request_timeout=APPLY_TIMEOUT_S)
 
     return apply
 
@@ -346,20 +456,26 @@ def kubernetes_queue_lookup(api_client: Any) -> QueueExists:
     """``queue_lookup`` for :func:`register`: reads the Queue from the API (404 → does not exist).
 
     A read, not an informer's cache: a Queue created a moment before the Job that names it is found.
-    Any other API error propagates, and the webhook refuses (fails closed).
+    Any other answer, or none within ``READ_TIMEOUT_S``, raises :class:`ApiUnreadable`: the webhook refuses
+    (fails closed) with 503.
     """
     from kubernetes import client
 
-    objects = client.CustomObjectsApi(api_client)
+    objects = client.CustomObjectsApi(_reading_client(api_client))
 
-    def exists(name: str) -> bool:
+    def get(name: str) -> bool:
         try:
-            objects.get_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, name)
+            objects.get_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, name,
+                                              _request_timeout=READ_TIMEOUT_S)
         except client.ApiException as exc:
             if exc.status == 404:
                 return False
             raise
         return True
+
+    def exists(name: str) -> bool:
+        # A name no Queue can have is not looked up: "" would read the list of Queues, and find it.
+        return crd.is_queue_name(name) and _read(f"Queue {name!r}", lambda: get(name))
 
     return exists
 
@@ -368,10 +484,11 @@ def kubernetes_queue_names(api_client: Any) -> admission.QueueNames:
     """``queue_names`` for :func:`register`: the Queues that exist, listed when a refusal names them."""
     from kubernetes import client
 
-    objects = client.CustomObjectsApi(api_client)
+    objects = client.CustomObjectsApi(_reading_client(api_client))
 
     def names() -> list[str]:
-        listed = objects.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural)
+        listed = _read("the list of Queues", lambda: objects.list_cluster_custom_object(
+            crd.GROUP, crd.VERSION, crd.QUEUE.plural, _request_timeout=READ_TIMEOUT_S))
         return [q["metadata"]["name"] for q in listed.get("items") or []]
 
     return names
@@ -380,14 +497,16 @@ def kubernetes_queue_names(api_client: Any) -> admission.QueueNames:
 def kubernetes_namespace_queue(api_client: Any) -> admission.NamespaceQueue:
     """``namespace_queue`` for :func:`register`: the namespace's ``stowage.io/queue`` label, read from the API.
 
-    A read, like the queue lookup: a namespace labelled a moment ago defaults its next pod. Any API error
-    propagates, and the webhook refuses (fails closed).
+    A read, like the queue lookup: a namespace labelled a moment ago defaults its next pod. A failed read
+    raises :class:`ApiUnreadable`, and the webhook refuses (fails closed) with 503.
     """
     from kubernetes import client
 
-    core = client.CoreV1Api(api_client)
+    core = client.CoreV1Api(_reading_client(api_client))
 
     def queue(namespace: str) -> str | None:
-        return (core.read_namespace(namespace).metadata.labels or {}).get(labels.LABEL_QUEUE)
+        read = _read(f"namespace {namespace!r}",
+                     lambda: core.read_namespace(namespace, _request_timeout=READ_TIMEOUT_S))
+        return (read.metadata.labels or {}).get(labels.LABEL_QUEUE)
 
     return queue

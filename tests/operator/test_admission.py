@@ -9,12 +9,16 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from stowage.operator import admission
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from stowage.operator import admission, crd, tasks
 
 from stowage import labels
 from stowage.errors import IntentError, InvalidInput, QuantityError
 
 QUEUES = {"default", "batch"}
+NOW = "2024-05-01T10:00:00Z"
+MEAN_CAPACITY = {"cpu": 8.0, "memory": 32e9, "disk": 500e6, "network": 1.25e9}
 
 
 def exists(name: str) -> bool:
@@ -53,7 +57,7 @@ def test_a_good_queue_has_no_problems(spec: dict[str, Any] | None) -> None:
     pytest.param({"quota": {"memory": "lots"}}, "spec.quota.memory", "a Kubernetes quantity",
                  id="quota-not-a-quantity"),
     pytest.param({"quota": {"cpu": "-1"}}, "spec.quota.cpu", "a non-negative quantity", id="quota-negative"),
-    pytest.param({"quota": {"cpu": "1e400"}}, "spec.quota.cpu", "small enough to represent", id="quota-overflow"),
+    pytest.param({"quota": {"cpu": "1e400"}}, "spec.quota.cpu", "a quantity", id="quota-overflow"),
     pytest.param({"quota": {"GPU count": "4"}}, "spec.quota", "resource names such as cpu", id="quota-bad-key"),
     pytest.param({"quota": ["cpu"]}, "spec.quota", "a map of resource name to quantity", id="quota-a-list"),
     pytest.param({"opportunistic": "allow"}, "spec.opportunistic", "one of Allow, Deny", id="opportunistic-case"),
@@ -128,12 +132,13 @@ def test_a_good_job_has_no_problems(spec: dict[str, Any]) -> None:
                  "spec.tasks[0].template.spec.initContainers[0].resources.limits.memory", "a non-negative quantity",
                  "-1Gi", id="bad-init-container-limit"),
     pytest.param({"tasks": [_task("a", expectedDuration=-5)]}, "spec.tasks[0].expectedDuration",
-                 "a finite number of seconds >= 0", -5, id="negative-duration"),
+                 "a number of seconds from 0 to 2592000", -5, id="negative-duration"),
     pytest.param({"tasks": [_task("a", expectedDuration="10m")]}, "spec.tasks[0].expectedDuration",
-                 "a finite number of seconds", "10m", id="duration-a-string"),
+                 "a number of seconds from 0 to 2592000", "10m", id="duration-a-string"),
     pytest.param({"tasks": [_task("a", expectedDuration=math.inf)]}, "spec.tasks[0].expectedDuration",
-                 "a finite number of seconds", math.inf, id="infinite-duration"),
-    pytest.param({"tasks": [_task("a", replicas=0)]}, "spec.tasks[0].replicas", "an integer >= 1", 0,
+                 "a number of seconds from 0 to 2592000", math.inf,
+                 id="infinite-duration"),
+    pytest.param({"tasks": [_task("a", replicas=0)]}, "spec.tasks[0].replicas", "an integer from 1 to 100000", 0,
                  id="replicas-zero"),
     pytest.param({"tasks": [_task("a", maxRetries=101)]}, "spec.tasks[0].maxRetries", "an integer in [0, 100]", 101,
                  id="retries-above-100"),
@@ -151,6 +156,99 @@ def test_a_bad_job_is_refused_naming_field_value_and_allowed(spec: dict[str, Any
     assert problem.field == field
     assert phrase in problem.allowed
     assert problem.value == value or (value is None and problem.value is None)
+
+
+HUGE = "1e9999999"  # matches the quantity grammar; no float holds it
+ANN = "spec.tasks[0].template.metadata.annotations"
+CONTAINER = "spec.tasks[0].template.spec.containers[0]"
+
+
+def _template(**template: Any) -> dict[str, Any]:
+    return {"tasks": [{"name": "a", "template": template}]}
+
+
+def _containers(containers: Any, kind: str = "containers") -> dict[str, Any]:
+    return _template(spec={kind: containers})
+
+
+# Every shape the operator's planning could not take (issue #31: each was admitted, or answered 500, and then
+# stopped every pass). (spec, field, phrase in what is allowed).
+MALFORMED_JOBS = [
+    *(pytest.param(_containers(bad), "spec.tasks[0].template.spec.containers", "a list of containers",
+                   id=f"containers-{name}")
+      for name, bad in (("float", 1.5), ("int", 1), ("bool", True), ("string", "abc"), ("object", {"a": 1}))),
+    pytest.param(_containers(1.5, "initContainers"), "spec.tasks[0].template.spec.initContainers",
+                 "a list of containers", id="init-containers-float"),
+    pytest.param(_containers([1]), CONTAINER, "a container: an object", id="container-an-int"),
+    pytest.param(_containers([{"name": "m", "resources": 5}]), f"{CONTAINER}.resources",
+                 "an object with requests and limits", id="resources-an-int"),
+    pytest.param(_containers([{"name": "m", "resources": {"requests": ["cpu"]}}]), f"{CONTAINER}.resources.requests",
+                 "a map of resource name to quantity", id="requests-a-list"),
+    pytest.param(_containers([{"name": "m", "resources": {"requests": {"cpu": HUGE}}}]),
+                 f"{CONTAINER}.resources.requests.cpu", "a quantity", id="request-overflows"),
+    pytest.param(_containers([{"name": "m", "resources": {"limits": {"memory": 10**400}}}]),
+                 f"{CONTAINER}.resources.limits.memory", "a quantity", id="limit-a-huge-integer"),
+    pytest.param(_containers([{"name": "m", "resources": {"limits": {"cpu": {"amount": 1}}}}]),
+                 f"{CONTAINER}.resources.limits.cpu", "a Kubernetes quantity", id="limit-an-object"),
+    pytest.param(_template(spec={"containers": [], "resources": 5}), "spec.tasks[0].template.spec.resources",
+                 "an object with requests and limits", id="pod-resources-an-int"),
+    pytest.param(_template(spec={"containers": [], "overhead": {"cpu": HUGE}}),
+                 "spec.tasks[0].template.spec.overhead.cpu", "a quantity", id="overhead-overflows"),
+    pytest.param(_template(spec=5), "spec.tasks[0].template.spec", "a pod spec", id="spec-an-int"),
+    pytest.param(_template(metadata=5), "spec.tasks[0].template.metadata", "an object", id="metadata-an-int"),
+    pytest.param(_template(metadata={"labels": {"app": 1}}), "spec.tasks[0].template.metadata.labels",
+                 "a map of string to string", id="label-not-a-string"),
+    pytest.param(_template(metadata={"annotations": ["a"]}), ANN, "a map of string to string",
+                 id="annotations-a-list"),
+    pytest.param(_template(metadata={"annotations": {labels.ANN_DISK_BANDWIDTH: HUGE}}),
+                 f"{ANN}[{labels.ANN_DISK_BANDWIDTH!r}]", "a quantity", id="bandwidth-overflows"),
+    pytest.param(_template(metadata={"annotations": {labels.ANN_NETWORK_BANDWIDTH: "fast"}}),
+                 f"{ANN}[{labels.ANN_NETWORK_BANDWIDTH!r}]", "a Kubernetes quantity", id="bandwidth-not-a-quantity"),
+    pytest.param(_template(metadata={"annotations": {labels.ANN_EXPECTED_DURATION: "2592001"}}),
+                 f"{ANN}[{labels.ANN_EXPECTED_DURATION!r}]", "from 0 to 2592000", id="duration-annotation-too-long"),
+    pytest.param(_template(metadata={"annotations": {labels.ANN_EXPECTED_DURATION: "soon"}}),
+                 f"{ANN}[{labels.ANN_EXPECTED_DURATION!r}]", "seconds", id="duration-annotation-not-a-number"),
+    pytest.param(_template(metadata={"annotations": {labels.ANN_DEMAND: "[" * 100_000}}),
+                 f"{ANN}[{labels.ANN_DEMAND!r}]", "a JSON map of quantities", id="demand-nested-too-deep"),
+    pytest.param({"tasks": [_task("a", expectedDuration=1e308)]}, "spec.tasks[0].expectedDuration",
+                 "from 0 to 2592000 (30 days", id="duration-that-overflows-remaining-work"),
+    pytest.param({"tasks": [_task("a", expectedDuration=crd.MAX_EXPECTED_DURATION_S + 1)]},
+                 "spec.tasks[0].expectedDuration", "from 0 to 2592000", id="duration-a-second-too-long"),
+    pytest.param({"tasks": [_task("a", expectedDuration=10**400)]}, "spec.tasks[0].expectedDuration",
+                 "from 0 to 2592000", id="duration-a-huge-integer"),
+    pytest.param({"tasks": [_task("a", replicas=crd.MAX_REPLICAS + 1)]}, "spec.tasks[0].replicas",
+                 "an integer from 1 to 100000", id="replicas-above-the-maximum"),
+    pytest.param({"tasks": [_task("a", replicas=2.0)]}, "spec.tasks[0].replicas", "an integer", id="replicas-a-float"),
+    pytest.param({"tasks": [_task("a", dependsOn="b")]}, "spec.tasks[0].dependsOn", "a list of at most 64",
+                 id="depends-on-a-string"),
+    pytest.param({"queue": "", "tasks": [_task("a")]}, "spec.queue", "an existing Queue", id="queue-empty"),
+    pytest.param({"queue": ["default"], "tasks": [_task("a")]}, "spec.queue", "an existing Queue", id="queue-a-list"),
+    pytest.param([{"tasks": []}], "spec", "an object", id="spec-a-list"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field", "phrase"), MALFORMED_JOBS)
+def test_a_malformed_job_is_refused_naming_the_field_and_what_is_allowed(spec: Any, field: str, phrase: str) -> None:
+    asked: list[str] = []
+    (problem,) = admission.validate_job(spec, lambda name: asked.append(name) or name in QUEUES)
+    assert problem.field == field
+    assert phrase in problem.allowed
+    assert len(str(problem)) < 400  # the value is named, never echoed whole
+    assert all(admission.crd.is_queue_name(name) for name in asked)  # "" would have read the list of Queues
+
+
+def test_the_largest_job_the_limits_allow_is_admitted_and_planned() -> None:
+    template = {"metadata": {"annotations": {labels.ANN_EXPECTED_DURATION: str(crd.MAX_EXPECTED_DURATION_S),
+                                             labels.ANN_DISK_BANDWIDTH: "80Mi"}},
+                "spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": 0.5, "memory": "1Gi"}}}]}}
+    spec = {"tasks": [{"name": f"t{i}", "replicas": crd.MAX_REPLICAS if i == 0 else 1,
+                       "expectedDuration": crd.MAX_EXPECTED_DURATION_S, "template": template}
+                      for i in range(crd.MAX_TASKS)]}
+    assert admission.validate_job(spec, exists) == []
+    plan = tasks.plan_job({"metadata": {"name": "j", "namespace": "ns"}, "spec": spec}, [], now=NOW,
+                          mean_capacity=MEAN_CAPACITY)
+    work = plan.status["remainingWork"]
+    assert math.isfinite(work) and work > 0
 
 
 def test_a_job_without_a_queue_is_checked_against_the_default_queue() -> None:
@@ -284,6 +382,121 @@ def test_a_pod_is_refused_naming_what_to_change(pod: dict[str, Any], queue_exist
     assert isinstance(caught.value, IntentError)
     assert (caught.value.field, caught.value.value) == (field, value)
     assert phrase in caught.value.allowed
+
+
+DEMAND = f"metadata.annotations[{labels.ANN_DEMAND!r}]"
+LIMITED = [_container(limits={"cpu": "2", "memory": "2Gi"})]
+
+
+# What the API server passes on and no float, no JSON parser, no recursion limit holds: refused, naming it (each
+# answered 500 with a Python error). (pod, field the refusal starts with, phrase in what is allowed).
+MALFORMED_PODS = [
+    pytest.param(_pod(OPP, {labels.ANN_DEMAND: '{"cpu": 1' + "0" * 400 + "}"}, LIMITED), DEMAND, "quantit",
+                 id="demand-a-huge-integer"),
+    pytest.param(_pod(OPP, {labels.ANN_DEMAND: "[" * 100_000}, LIMITED), DEMAND, "a JSON map of quantities",
+                 id="demand-nested-past-the-recursion-limit"),
+    pytest.param(_pod(OPP, {labels.ANN_DEMAND: json.dumps({"cpu": HUGE})}, LIMITED), DEMAND, "quantit",
+                 id="demand-overflows"),
+    pytest.param(_pod(OPP, {labels.ANN_DEMAND: '{"cpu": 1' + "0" * 5000 + "}"}, LIMITED), DEMAND, "",
+                 id="demand-more-digits-than-python-converts"),
+    pytest.param(_pod({}, {labels.ANN_DISK_BANDWIDTH: HUGE}), f"metadata.annotations[{labels.ANN_DISK_BANDWIDTH!r}]",
+                 "quantity", id="bandwidth-overflows"),
+    pytest.param(_pod({}, {labels.ANN_EXPECTED_DURATION: "1e300"}),
+                 f"metadata.annotations[{labels.ANN_EXPECTED_DURATION!r}]", "from 0 to 2592000",
+                 id="duration-above-30-days"),
+    pytest.param(_pod({labels.LABEL_QUEUE: ""}), f"metadata.labels[{labels.LABEL_QUEUE!r}]", "an existing Queue",
+                 id="queue-label-empty"),
+    pytest.param(_pod(OPP, containers=[_container(limits={"cpu": HUGE})]), "spec.containers[0].resources.limits.cpu",
+                 "quantity", id="limit-overflows"),
+    pytest.param(_pod(containers=1.5), "spec.containers", "a list of containers", id="containers-a-float"),  # type: ignore[arg-type]
+    pytest.param({"metadata": {"labels": ["a"]}, "spec": {}}, "metadata.labels", "a map of string to string",
+                 id="labels-a-list"),
+    pytest.param([1], "(the pod)", "a pod", id="not-an-object"),
+]
+
+
+@pytest.mark.parametrize(("pod", "field", "phrase"), MALFORMED_PODS)
+def test_a_malformed_pod_is_refused_naming_the_field(pod: Any, field: str, phrase: str) -> None:
+    asked: list[str] = []
+    with pytest.raises(InvalidInput) as caught:
+        admission.admit_pod(pod, lambda name: asked.append(name) or name in QUEUES)
+    assert caught.value.field.startswith(field), caught.value
+    assert phrase in caught.value.allowed
+    assert len(str(caught.value)) < 400
+    assert all(admission.crd.is_queue_name(name) for name in asked)
+
+
+def test_a_regular_pods_malformed_demand_is_removed_not_refused() -> None:
+    pod = _pod({}, {labels.ANN_DEMAND: "[" * 100_000})
+    decided = admission.admit_pod(pod, exists)
+    assert "annotations" not in jsonpatch.apply_patch(pod, decided.patch)["metadata"] or labels.ANN_DEMAND not in (
+        jsonpatch.apply_patch(pod, decided.patch)["metadata"]["annotations"])
+    assert any(labels.ANN_DEMAND in w for w in decided.warnings)
+
+
+# --- any JSON: problems, never an exception ------------------------------------------------------
+
+#: Keys the rules read, so that random objects reach them; values include what overflowed or crashed before.
+_KEYS = st.sampled_from([
+    "tasks", "name", "replicas", "template", "metadata", "spec", "labels", "annotations", "containers",
+    "initContainers", "resources", "requests", "limits", "overhead", "cpu", "memory", "expectedDuration", "dependsOn",
+    "maxRetries", "queue", "opportunistic", "suspend", "weight", "quota", "jobOrder", "schedulerName", "nodeName",
+    "schedulingGates", "restartPolicy", labels.ANN_DEMAND, labels.ANN_DISK_BANDWIDTH, labels.ANN_EXPECTED_DURATION,
+    labels.LABEL_QUEUE, labels.LABEL_OPPORTUNISTIC, labels.LABEL_CLASS])
+_SCALARS = (st.none() | st.booleans() | st.integers() | st.sampled_from([10**400, 2**63, -1])
+            | st.floats(allow_nan=True, allow_infinity=True)
+            | st.sampled_from(["1", "500m", "1Gi", HUGE, "-1", "1e308", "", "abc", "true", "auto", "default",
+                               labels.SCHEDULER_NAME, '{"cpu": "1"}', '{"cpu": 1e999}', "[" * 2000, "2592001"])
+            | st.text(max_size=8))
+_JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(_KEYS | st.text(max_size=4), inner, max_size=5), max_leaves=25)
+_TASK = st.fixed_dictionaries({"name": st.sampled_from(["a", "b", 5]), "template": _JSON},
+                              optional={"replicas": _JSON, "expectedDuration": _JSON, "dependsOn": _JSON,
+                                        "maxRetries": _JSON})
+_JOB_SPEC = _JSON | st.fixed_dictionaries({"tasks": st.lists(_TASK, max_size=3)},
+                                          optional={"queue": _JSON, "opportunistic": _JSON, "suspend": _JSON})
+_POD = _JSON | st.fixed_dictionaries({"metadata": _JSON | st.fixed_dictionaries(
+    {"namespace": st.just("ns")}, optional={"labels": _JSON, "annotations": _JSON}), "spec": _JSON})
+_FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _planned(spec: Any) -> None:
+    """The operator's planning of an admitted Job: its demand, its pods, its plan and remaining work."""
+    job = {"metadata": {"name": "j", "namespace": "ns"}, "spec": spec}
+    for task in spec["tasks"]:
+        tasks.task_demand(job, task["name"])
+        tasks.render_pod(job, tasks.TaskRef(task["name"], 0), labels.PodClass.REGULAR)
+    plan = tasks.plan_job(job, [], now=NOW, mean_capacity=MEAN_CAPACITY)
+    assert math.isfinite(plan.status["remainingWork"])
+
+
+@_FUZZ
+@given(spec=_JOB_SPEC, old=st.none() | _JOB_SPEC)
+def test_validate_job_returns_problems_for_any_json_and_what_it_admits_can_be_planned(spec: Any, old: Any) -> None:
+    problems = admission.validate_job(spec, lambda name: name in QUEUES, old if isinstance(old, dict) else None)
+    assert all(isinstance(p, InvalidInput) and str(p) for p in problems)
+    if not problems and old is None:
+        _planned(spec)
+
+
+@_FUZZ
+@given(spec=_JSON, old=st.none() | _JSON)
+def test_validate_queue_returns_problems_for_any_json(spec: Any, old: Any) -> None:
+    problems = admission.validate_queue(spec, old if isinstance(old, dict) else None)
+    assert all(isinstance(p, InvalidInput) and str(p) for p in problems)
+
+
+@_FUZZ
+@given(pod=_POD, namespace_queue=st.none() | st.sampled_from(["batch", "", "nightly"]))
+def test_admit_pod_admits_or_refuses_any_json(pod: Any, namespace_queue: str | None) -> None:
+    try:
+        decided = admission.admit_pod(pod, lambda name: name in QUEUES, namespace_queue=lambda _: namespace_queue,
+                                      queue_names=lambda: sorted(QUEUES))
+    except InvalidInput as exc:
+        assert str(exc)
+        return
+    if decided.patch:
+        jsonpatch.apply_patch(pod, decided.patch)  # the patch applies to what it was made from
 
 
 def test_spoofed_system_labels_and_annotations_go() -> None:

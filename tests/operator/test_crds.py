@@ -34,6 +34,10 @@ def _task(name: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "template": template, **extra}
 
 
+def _template_task(**template: Any) -> dict[str, Any]:
+    return {"name": "a", "template": template}
+
+
 def _job(name: str, tasks: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": name},
             "spec": {"tasks": tasks if tasks is not None else [_task("a")], **spec}}
@@ -74,6 +78,9 @@ def test_crd_enums_and_defaults_match_the_operator_constants() -> None:
     assert task["maxRetries"]["default"] == crd.DEFAULT_MAX_RETRIES
     assert task["maxRetries"]["maximum"] == crd.MAX_RETRIES_LIMIT
     assert task["dependsOn"]["maxItems"] == crd.MAX_TASKS
+    assert task["replicas"]["maximum"] == crd.MAX_REPLICAS
+    assert task["expectedDuration"]["maximum"] == crd.MAX_EXPECTED_DURATION_S
+    assert spec["queue"]["pattern"] == crd.QUEUE_NAME.pattern and spec["queue"]["maxLength"] == crd.QUEUE_NAME_MAX
     assert tuple(j["status"]["properties"]["phase"]["enum"]) == crd.JOB_PHASES
 
 
@@ -191,6 +198,33 @@ JOB_REJECTIONS = [
     pytest.param(_job("j", [{"name": "a"}]), [("spec.tasks[0].template", "Required value")], id="template-missing"),
     pytest.param({"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": "j"}},
                  [("spec", "Required value")], id="spec-missing"),
+    pytest.param(_job("j", [_task("a", expectedDuration=crd.MAX_EXPECTED_DURATION_S + 1)]),
+                 [("spec.tasks[0].expectedDuration", "less than or equal to 2592000")], id="duration-above-30-days"),
+    pytest.param(_job("j", [_task("a", replicas=crd.MAX_REPLICAS + 1)]),
+                 [("spec.tasks[0].replicas", "less than or equal to 100000")], id="replicas-above-the-maximum"),
+    # Each of these was stored, and stopped every later planning pass of the operator (issue #31).
+    *(pytest.param(_job("j", [_template_task(spec={"containers": bad})]),
+                   [("spec.tasks[0].template.spec.containers", "must be of type array")], id=f"containers-{name}")
+      for name, bad in (("float", 1.5), ("int", 1), ("bool", True), ("string", "abc"))),
+    pytest.param(_job("j", [_template_task(spec={"initContainers": 1.5, "containers": []})]),
+                 [("spec.tasks[0].template.spec.initContainers", "must be of type array")], id="init-containers-float"),
+    pytest.param(_job("j", [_template_task(spec={"containers": [1]})]),
+                 [("spec.tasks[0].template.spec.containers[0]", "must be of type object")], id="container-an-int"),
+    pytest.param(_job("j", [_template_task(spec={"containers": [{"name": "m", "resources": 5}]})]),
+                 [("spec.tasks[0].template.spec.containers[0].resources", "must be of type object")],
+                 id="resources-an-int"),
+    pytest.param(_job("j", [_template_task(spec={"containers": [{"name": "m", "resources": {"requests": ["cpu"]}}]})]),
+                 [("spec.tasks[0].template.spec.containers[0].resources.requests", "must be of type object")],
+                 id="requests-a-list"),
+    pytest.param(_job("j", [_template_task(spec={"containers": [
+        {"name": "m", "resources": {"limits": {"memory": "lots"}}}]})]),
+                 [("spec.tasks[0].template.spec.containers[0].resources.limits.memory", "should match")],
+                 id="limit-not-a-quantity"),
+    pytest.param(_job("j", [_template_task(metadata=5)]),
+                 [("spec.tasks[0].template.metadata", "must be of type object")], id="metadata-an-int"),
+    pytest.param(_job("j", [_template_task(metadata={"annotations": {labels.ANN_DISK_BANDWIDTH: 80}})]),
+                 [(f"spec.tasks[0].template.metadata.annotations.{labels.ANN_DISK_BANDWIDTH}",
+                   "must be of type string")], id="annotation-not-a-string"),
 ]
 
 
@@ -201,6 +235,20 @@ def test_the_api_server_refuses_a_bad_job(kube: RawApi, ns: str, job: dict[str, 
     assert status == 422, answer
     for field, phrase in expected:
         assert field in answer["message"] and phrase in answer["message"], answer["message"]
+
+
+def test_a_template_keeps_every_quantity_form_a_pod_takes(kube: RawApi, ns: str) -> None:
+    # Quantities as strings, integers and plain decimals (YAML's cpu: 0.5), in containers, init containers, pod-level
+    # resources and overhead; fields the schema does not name are kept (preserved), not pruned.
+    resources = {"requests": {"cpu": 0.5, "memory": "1Gi", "nvidia.com/gpu": 1}, "limits": {"memory": "1.5e9"},
+                 "claims": [{"name": "gpu"}]}
+    template = {"metadata": {"labels": {"app": "x"}, "annotations": {labels.ANN_DISK_BANDWIDTH: "80Mi"}},
+                "spec": {"containers": [{"name": "m", "image": "busybox", "resources": resources}],
+                         "initContainers": [{"name": "i", "image": "busybox", "resources": {"limits": {"cpu": 2}}}],
+                         "resources": {"requests": {"cpu": "1"}}, "overhead": {"cpu": "100m"},
+                         "restartPolicy": "Never"}}
+    stored = kube.ok("POST", crd.JOB.path(namespace=ns), _job("j", [{"name": "a", "template": template}]))
+    assert stored["spec"]["tasks"][0]["template"] == template
 
 
 def test_a_jobs_queue_cannot_change(kube: RawApi, ns: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import secrets
@@ -23,6 +24,7 @@ from typing import Any
 
 import kopf
 import pytest
+from kubernetes import client
 from stowage.operator import admission, crd, webhooks
 
 from stowage import labels
@@ -33,6 +35,7 @@ PODS = "/api/v1/namespaces/{ns}/pods"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 TEST_QUEUE = "wh-batch"
+HUGE = "1e9999999"  # matches the quantity grammar; no float holds it
 #: The operator's identity: its pods (a Job's tasks) skip the pod webhook.
 OPERATOR_USER = "system:serviceaccount:stowage-system:stowage-operator"
 
@@ -46,8 +49,10 @@ def _free_port() -> int:
 class AdmissionOperator:
     """Kopf with Stowage's webhooks on a thread: :meth:`start` waits until the API server calls it."""
 
-    def __init__(self, plane: ControlPlane, kube: RawApi) -> None:
+    def __init__(self, plane: ControlPlane, kube: RawApi, reads: Any = None) -> None:
+        """``reads``: the ``ApiClient`` the webhooks read Queues and namespaces with (default: ``kube``'s)."""
         self.plane, self.kube = plane, kube
+        self.reads = reads if reads is not None else kube.api
         # The control plane's own serving certificate (openssl-made, for 127.0.0.1, signed by its CA) serves
         # here too: a loopback HTTPS endpoint the API server verifies with that CA.
         self.ca, self.cert, self.key = plane.ca_file, plane.pki / "apiserver.crt", plane.pki / "apiserver.key"
@@ -58,9 +63,9 @@ class AdmissionOperator:
 
     def _registry(self) -> kopf.OperatorRegistry:
         registry = kopf.OperatorRegistry()
-        webhooks.register(registry, webhooks.kubernetes_queue_lookup(self.kube.api), trusted_users=[OPERATOR_USER],
-                          namespace_queue=webhooks.kubernetes_namespace_queue(self.kube.api),
-                          queue_names=webhooks.kubernetes_queue_names(self.kube.api))
+        webhooks.register(registry, webhooks.kubernetes_queue_lookup(self.reads), trusted_users=[OPERATOR_USER],
+                          namespace_queue=webhooks.kubernetes_namespace_queue(self.reads),
+                          queue_names=webhooks.kubernetes_queue_names(self.reads))
 
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
@@ -190,7 +195,8 @@ def test_a_job_naming_an_unknown_queue_is_refused(kube: RawApi, ns: str) -> None
 
 
 def test_a_job_with_a_dependency_cycle_and_a_bad_quantity_is_refused_naming_both(kube: RawApi, ns: str) -> None:
-    bad = {"spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "2 cores"}}}]}}
+    # A quantity the schema's pattern takes and no float holds: only the webhook can refuse it.
+    bad = {"spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": HUGE}}}]}}
     job = {"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": "j"},
            "spec": {"queue": TEST_QUEUE, "tasks": [
                {"name": "a", "dependsOn": ["c"], "template": bad},
@@ -201,6 +207,81 @@ def test_a_job_with_a_dependency_cycle_and_a_bad_quantity_is_refused_naming_both
     assert "spec.tasks[*].dependsOn: dependencies without a cycle" in answer["message"]
     assert "got 'a -> c -> b -> a'" in answer["message"]
     assert "spec.tasks[0].template.spec.containers[0].resources.requests.cpu" in answer["message"]
+
+
+def _job(template: Any, **task: Any) -> dict[str, Any]:
+    return {"apiVersion": crd.API_VERSION, "kind": "Job", "metadata": {"name": f"j-{secrets.token_hex(3)}"},
+            "spec": {"queue": TEST_QUEUE, "tasks": [{"name": "a", "template": template, **task}]}}
+
+
+def _containers(containers: Any) -> dict[str, Any]:
+    return {"spec": {"containers": containers}}
+
+
+def _requests(cpu: Any) -> dict[str, Any]:
+    return _containers([{"name": "m", "image": "x", "resources": {"requests": {"cpu": cpu}}}])
+
+
+
+
+# Each was admitted (or answered 500 with a Python error) and then stopped the operator's every planning pass
+# (issue #31). Now each is refused with a 4xx naming the field: by the schema where it can say so, else by
+# the webhook. (field, phrase) pairs the message must contain.
+MALFORMED_JOBS = [
+    *(pytest.param(_job(_containers(bad)), "spec.tasks[0].template.spec.containers", "must be of type array",
+                   id=f"containers-{name}")
+      for name, bad in (("float", 1.5), ("int", 1), ("bool", True), ("string", "abc"))),
+    pytest.param(_job({"spec": {"containers": [], "initContainers": 1.5}}),
+                 "spec.tasks[0].template.spec.initContainers", "must be of type array", id="init-containers-float"),
+    pytest.param(_job(_containers([1])), "spec.tasks[0].template.spec.containers[0]", "must be of type object",
+                 id="container-an-int"),
+    pytest.param(_job(_containers([{"name": "m", "resources": 5}])),
+                 "spec.tasks[0].template.spec.containers[0].resources", "must be of type object",
+                 id="resources-an-int"),
+    pytest.param(_job({"metadata": 5, "spec": {"containers": []}}), "spec.tasks[0].template.metadata",
+                 "must be of type object", id="metadata-an-int"),
+    pytest.param(_job({"metadata": {"annotations": {labels.ANN_DISK_BANDWIDTH: HUGE}}}),
+                 f"spec.tasks[0].template.metadata.annotations[{labels.ANN_DISK_BANDWIDTH!r}]", HUGE,
+                 id="bandwidth-annotation-overflows"),
+    pytest.param(_job({"metadata": {"annotations": {labels.ANN_EXPECTED_DURATION: "1e300"}}}),
+                 f"spec.tasks[0].template.metadata.annotations[{labels.ANN_EXPECTED_DURATION!r}]",
+                 "a number of seconds from 0 to 2592000", id="duration-annotation-above-30-days"),
+    pytest.param(_job(_requests(HUGE)), "spec.tasks[0].template.spec.containers[0].resources.requests.cpu", HUGE,
+                 id="request-overflows"),
+    pytest.param(_job({"spec": {"containers": [{"name": "m", "resources": {"limits": {"memory": HUGE}}}]}}),
+                 "spec.tasks[0].template.spec.containers[0].resources.limits.memory", HUGE, id="limit-overflows"),
+    pytest.param(_job(_requests({"amount": 1})), "spec.tasks[0].template.spec.containers[0].resources.requests.cpu",
+                 "a Kubernetes quantity", id="request-an-object"),
+    pytest.param(_job({}, expectedDuration=1e308), "spec.tasks[0].expectedDuration", "should be less than or equal to",
+                 id="duration-jumps-the-srtf-queue"),
+]
+
+
+@pytest.mark.parametrize(("job", "field", "phrase"), MALFORMED_JOBS)
+def test_a_malformed_job_is_refused_naming_the_field(kube: RawApi, ns: str, job: dict[str, Any], field: str,
+                                                    phrase: str) -> None:
+    status, answer = kube.request("POST", crd.JOB.path(namespace=ns), job)
+    assert status == 422, answer
+    assert field in answer["message"] and phrase in answer["message"], answer["message"]
+
+
+def test_a_template_nested_deeper_than_the_webhook_reads_is_refused(kube: RawApi, ns: str) -> None:
+    # Written as text: no JSON encoder nests this deep. JSON is YAML, which the API server also takes.
+    deep = '{"a": ' * 3000 + "{}" + "}" * 3000
+    job = json.dumps(_job({"spec": {"containers": [], "x": "DEEP"}})).replace('"DEEP"', deep)
+    status, answer = kube.request("POST", crd.JOB.path(namespace=ns), job, content_type="application/yaml")
+    assert status == 422, str(answer)[:500]
+    assert f'admission webhook "{webhooks.VALIDATE_JOB}" denied the request' in answer["message"]
+    assert "nested deeper than Stowage's webhook reads" in answer["message"]
+
+
+def test_a_queue_whose_quota_overflows_is_refused_by_the_webhook(kube: RawApi, operator: AdmissionOperator) -> None:
+    body = {"apiVersion": crd.API_VERSION, "kind": "Queue", "metadata": {"name": f"q-{secrets.token_hex(3)}"},
+            "spec": {"quota": {"cpu": HUGE}}}
+    status, answer = kube.request("POST", crd.QUEUE.path(), body)
+    assert status == 422, answer
+    assert f'admission webhook "{webhooks.VALIDATE_QUEUE}" denied the request' in answer["message"]
+    assert "spec.quota.cpu" in answer["message"] and HUGE in answer["message"], answer["message"]
 
 
 def test_a_good_job_is_stored_and_its_status_and_metadata_stay_writable(kube: RawApi, ns: str) -> None:
@@ -269,6 +350,26 @@ def test_an_auto_pod_stays_regular_with_a_warning(kube: RawApi, ns: str) -> None
 ])
 def test_a_pod_is_refused_saying_what_to_change(kube: RawApi, ns: str, pod: dict[str, Any], field: str,
                                                 phrase: str) -> None:
+    status, answer = kube.request("POST", PODS.format(ns=ns), pod)
+    assert status == 422, answer
+    assert f'admission webhook "{webhooks.MUTATE_POD}" denied the request' in answer["message"]
+    assert field in answer["message"] and phrase in answer["message"], answer["message"]
+
+
+@pytest.mark.parametrize(("annotations", "field", "phrase"), [
+    pytest.param({labels.ANN_DEMAND: '{"cpu": 1' + "0" * 400 + "}"}, f"metadata.annotations[{labels.ANN_DEMAND!r}]",
+                 "cpu", id="demand-a-huge-integer"),
+    pytest.param({labels.ANN_DEMAND: "[" * 100_000}, f"metadata.annotations[{labels.ANN_DEMAND!r}]",
+                 "characters", id="demand-nested-past-the-recursion-limit"),
+    pytest.param({labels.ANN_DEMAND: '{"cpu": "' + HUGE + '"}'}, f"metadata.annotations[{labels.ANN_DEMAND!r}]",
+                 HUGE, id="demand-overflows"),
+    pytest.param({labels.ANN_NETWORK_BANDWIDTH: HUGE}, f"metadata.annotations[{labels.ANN_NETWORK_BANDWIDTH!r}]",
+                 HUGE, id="bandwidth-overflows"),
+])
+def test_a_pod_with_a_malformed_stowage_annotation_is_refused(kube: RawApi, ns: str, annotations: dict[str, str],
+                                                             field: str, phrase: str) -> None:
+    pod = _pod("odd", pod_labels={labels.LABEL_OPPORTUNISTIC: "true"}, annotations=annotations,
+               resources={"limits": {"cpu": "1", "memory": "1Gi"}})
     status, answer = kube.request("POST", PODS.format(ns=ns), pod)
     assert status == 422, answer
     assert f'admission webhook "{webhooks.MUTATE_POD}" denied the request' in answer["message"]
@@ -395,6 +496,71 @@ def test_a_user_may_change_other_labels_and_stowage_may_release(kube: RawApi, ns
         time.sleep(0.2)
     assert status == 200, answer
     assert _gates(answer) == []
+
+
+# --- the API unreadable: a refusal within the API server's wait, never a hang ---------------------
+
+
+def test_every_unexpected_failure_of_a_handler_is_a_refusal_with_a_message() -> None:
+    def broken(**_: Any) -> None:
+        raise TypeError("'float' object is not iterable")
+
+    def unreadable(**_: Any) -> None:
+        raise webhooks.ApiUnreadable("the API server did not answer reading Queue 'q' within 1.5 s (ReadTimeoutError)")
+
+    with pytest.raises(kopf.AdmissionError) as caught:
+        webhooks._answering("Job", broken)()
+    assert caught.value.code == 422
+    assert "Job not admitted" in str(caught.value) and "TypeError: 'float' object is not iterable" in str(caught.value)
+    with pytest.raises(kopf.AdmissionError) as caught:
+        webhooks._answering("Job", unreadable)()
+    assert caught.value.code == 503 and "try again" in str(caught.value)
+
+
+@contextlib.contextmanager
+def _black_hole() -> Iterator[str]:
+    """An HTTP endpoint that accepts connections (in the kernel's backlog) and never answers: a dead API server
+    behind a live socket, or a keep-alive connection that died quietly."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_lookup_of_an_unanswering_api_gives_up_within_its_timeout() -> None:
+    with _black_hole() as url:
+        reads = client.ApiClient(client.Configuration(host=url))
+        lookups = (functools.partial(webhooks.kubernetes_queue_lookup(reads), "default"),
+                   webhooks.kubernetes_queue_names(reads),
+                   functools.partial(webhooks.kubernetes_namespace_queue(reads), "default"))
+        for lookup in lookups:
+            began = time.monotonic()
+            with pytest.raises(webhooks.ApiUnreadable, match="did not answer"):
+                lookup()
+            # One retry at most: well inside the API server's wait for the webhook.
+            assert time.monotonic() - began < 2 * webhooks.READ_TIMEOUT_S + 1.0
+
+
+def test_with_the_api_unreadable_a_job_is_refused_with_503_and_no_thread_waits(
+        control_plane: ControlPlane | ExternalCluster, kube: RawApi, operator: AdmissionOperator, ns: str) -> None:
+    assert isinstance(control_plane, ControlPlane)
+    operator.stop()
+    try:
+        with _black_hole() as url:
+            blind = AdmissionOperator(control_plane, kube, reads=client.ApiClient(client.Configuration(host=url)))
+            blind.start()
+            try:
+                began = time.monotonic()
+                status, answer = kube.request("POST", crd.JOB.path(namespace=ns), _job({}))
+                took = time.monotonic() - began
+            finally:
+                blind.stop()
+    finally:
+        operator.start()
+    assert status == 503, answer
+    assert f'admission webhook "{webhooks.VALIDATE_JOB}" denied the request' in answer["message"]
+    assert f"did not answer reading Queue {TEST_QUEUE!r}" in answer["message"] and "try again" in answer["message"]
+    assert took < webhooks.TIMEOUT_S, took
 
 
 # --- the webhook down (keep last: it stops the module's operator, then starts it again) ----------
