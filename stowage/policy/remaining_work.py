@@ -37,7 +37,9 @@ def remaining_work(
     Args:
         task_duration_s: (T,) expected (remaining) duration of each remaining
             task, seconds. NaN or negative → 0 (the caller estimates durations;
-            Tetris §4.1 uses earlier runs and finished tasks of the same phase).
+            Tetris §4.1 uses earlier runs and finished tasks of the same phase);
+            +inf (a product of duration and tasks past the largest float) stays
+            infinite, so that job orders last under SRTF, never first.
         task_demand: (T, R) each task's demand; negative or NaN → 0.
         task_job: (T,) int index of each task's job; outside ``[0, n_jobs)`` → ignored.
         n_jobs: J.
@@ -47,6 +49,8 @@ def remaining_work(
     Returns:
         (J,) float64, in "node-seconds": a task that needs one average node
         on every resource for 10 s adds ``10·R``. Jobs with no remaining task: 0.
+        Never NaN; +inf for a job whose work overflows (a task without demand
+        adds 0 whatever its duration).
     """
     dur = np.asarray(task_duration_s, dtype=np.float64).reshape(-1)
     dem = np.asarray(task_demand, dtype=np.float64)
@@ -62,15 +66,29 @@ def remaining_work(
     if n_jobs < 0:
         raise InvalidInput("n_jobs", n_jobs, "must be ≥ 0")
 
-    per_task = clean_durations(dur) * work_rate(dem, cbar)
+    per_task = _times(clean_durations(dur), work_rate(dem, cbar))
     job_int = np.asarray(np.nan_to_num(job.astype(np.float64), nan=-1.0), dtype=np.int64)
     ok = (job_int >= 0) & (job_int < n_jobs)
     return np.bincount(job_int[ok], weights=per_task[ok], minlength=n_jobs).astype(np.float64)
 
 
 def clean_durations(duration_s: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Durations as :func:`remaining_work` counts them: NaN, +inf and negative → 0."""
-    return np.maximum(np.nan_to_num(duration_s, nan=0.0, posinf=0.0), 0.0)
+    """Durations as :func:`remaining_work` counts them: NaN and negative → 0, +inf kept.
+
+    +inf is work that overflowed (duration × tasks past the largest float): counted as none, it would order its
+    job first under SRTF; kept, it orders it last.
+    """
+    d = np.asarray(duration_s, dtype=np.float64)
+    return np.where(np.isnan(d) | (d < 0), 0.0, d)
+
+
+def _times(a: ArrayLike, b: ArrayLike) -> NDArray[np.float64]:
+    """``a·b`` element-wise for non-negative amounts: ``0·x = 0`` even for ``x = +inf`` (no NaN), and a product
+    past the largest float is +inf (no warning)."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        product = x * y
+    return np.where((x == 0) | (y == 0), 0.0, product)
 
 
 def work_rate(task_demand: NDArray[np.float64], mean_capacity: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -173,23 +191,24 @@ def work_penalty(feasible_align: ArrayLike, job_work: ArrayLike, counts: ArrayLi
     return weight * a_bar * (np.where(known, p, p_bar) / p_bar)  # rows with nothing feasible: unused
 
 
-
-
 def drain_times(demand: ArrayLike, tasks: ArrayLike, duration_s: ArrayLike | None, total: ArrayLike) -> NDArray:
     """(R,) ``D_r = Σ_g tasks_g · dur_g · d_{g,r} / total_r``: how long the waiting tasks would keep resource ``r``
     of the whole pool busy (fluid drain time; ``max_r D_r`` bounds the time to finish them from below).
 
     ``demand`` (G, R) per-task demand (negative or NaN → 0); ``tasks`` (G,) tasks waiting; ``duration_s`` (G,)
-    expected task duration, or None (counts only: every task lasts 1); ``total`` (R,) the pool's capacity
-    (a resource without any gives 0).
+    expected task duration, or None (counts only: every task lasts 1); a duration that is NaN, infinite or
+    negative counts 0 (an estimate that overflowed says nothing about which resource is the bottleneck);
+    ``total`` (R,) the pool's capacity (a resource without any gives 0). Never NaN; +inf where the work
+    overflows.
     """
     n = np.maximum(np.nan_to_num(np.asarray(tasks, dtype=np.float64).reshape(-1), nan=0.0), 0.0)
     d = np.maximum(np.nan_to_num(np.asarray(demand, dtype=np.float64), nan=0.0, posinf=0.0), 0.0)
     d = d.reshape(n.shape[0], -1)
     if duration_s is not None:
-        n = n * np.maximum(np.nan_to_num(np.asarray(duration_s, dtype=np.float64).reshape(-1), nan=0.0), 0.0)
+        dur = np.asarray(duration_s, dtype=np.float64).reshape(-1)
+        n = _times(n, np.where(np.isfinite(dur) & (dur > 0), dur, 0.0))
     cap = np.asarray(total, dtype=np.float64).reshape(-1)
-    return (n @ d) * np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
+    return _times(_times(n[:, None], d).sum(axis=0), np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0))
 
 
 def bottleneck_bonus(demand: ArrayLike, drain: ArrayLike, mean_capacity: ArrayLike, beta: float) -> NDArray:
@@ -216,7 +235,9 @@ def bottleneck_bonus(demand: ArrayLike, drain: ArrayLike, mean_capacity: ArrayLi
         return out
     cbar = np.asarray(mean_capacity, dtype=np.float64).reshape(-1)
     frac = d * np.divide(1.0, cbar, out=np.zeros_like(cbar), where=cbar > 0)
-    return b * (frac @ (dr / top))
+    # Work that overflowed drains never: the resources it holds are the bottleneck, the rest count nothing.
+    share = np.isinf(dr).astype(np.float64) if math.isinf(top) else dr / top
+    return b * (frac @ share)
 
 
 def critical_rows(path_s: ArrayLike, drain: ArrayLike, fraction: float) -> NDArray[np.bool_]:
@@ -227,7 +248,8 @@ def critical_rows(path_s: ArrayLike, drain: ArrayLike, fraction: float) -> NDArr
     waiting work; ``fraction`` ``c`` (``packing.critical_path_fraction``, 0 = off). A group whose chain is
     longer than ``c`` × the time the whole pool needs to drain what waits is on the run's critical path
     (Graphene, OSDI'16: long work must start early): it goes first, whatever remaining-work order says.
-    Returns (G,) bool; all False when ``c ≤ 0`` or nothing waits.
+    Returns (G,) bool; all False when ``c ≤ 0`` or nothing waits. A path that is NaN or infinite (an estimate
+    that overflowed) is never critical: it would go first on a number that means nothing.
     """
     p = np.asarray(path_s, dtype=np.float64).reshape(-1)
     dr = np.asarray(drain, dtype=np.float64).reshape(-1)
@@ -235,4 +257,4 @@ def critical_rows(path_s: ArrayLike, drain: ArrayLike, fraction: float) -> NDArr
     top = float(dr.max()) if dr.size else 0.0
     if c <= 0.0 or not top > 0.0:
         return np.zeros(p.shape[0], dtype=bool)
-    return np.nan_to_num(p, nan=0.0) >= c * top
+    return np.isfinite(p) & (p >= c * top)

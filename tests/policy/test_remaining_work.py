@@ -7,10 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from stowage.operator import crd
 
 from stowage.config import PackingSettings
 from stowage.errors import InvalidInput
-from stowage.policy.remaining_work import combined_score, remaining_work
+from stowage.policy import ordering
+from stowage.policy.remaining_work import bottleneck_bonus, combined_score, critical_rows, drain_times, remaining_work
 
 INF = -np.inf
 
@@ -32,6 +34,13 @@ WORK_CASES = [
     pytest.param([1], [[-1, np.nan]], [0], 1, [2, 4], [0.0], id="bad-demands-count-zero"),
     pytest.param([1, 1], [[2, 4], [2, 4]], [-1, 7], 2, [2, 4], [0.0, 0.0], id="out-of-range-job-ignored"),
     pytest.param([], np.zeros((0, 2)), [], 2, [2, 4], [0.0, 0.0], id="no-tasks"),
+    # Work past the largest float is infinite, never 0 (which would order the job first) and never NaN.
+    pytest.param([np.inf], [[2, 4]], [0], 1, [2, 4], [np.inf], id="infinite-duration-infinite-work"),
+    pytest.param([1e308, 1e308], [[2, 4], [2, 4]], [0, 0], 1, [2, 4], [np.inf], id="sum-overflows-to-infinite"),
+    pytest.param([1e308], [[2, 4]], [0], 1, [1e-300, 4], [np.inf], id="product-overflows-to-infinite"),
+    pytest.param([np.inf, 3], [[0, 0], [2, 4]], [0, 1], 2, [2, 4], [0.0, 6.0],
+                 id="infinite-duration-no-demand-no-work"),
+    pytest.param([np.inf], [[2, 4]], [0], 1, [0, 0], [0.0], id="infinite-duration-no-capacity-no-work"),
 ]
 
 
@@ -41,6 +50,55 @@ def test_remaining_work_is_duration_times_normalised_demand_summed_per_job(dur, 
                          np.array(cbar, float))  # fmt: skip
     np.testing.assert_allclose(got, expected)
     assert got.shape == (n_jobs,)
+
+
+# Defect 11 of issue #31, as the dispatcher computes it (stowage.policy.decide): a job's work is each group's
+# task duration × its tasks, summed per job, then SRTF orders the jobs. (durations, tasks, job of each group,
+# the order expected.)
+SRTF_CASES = [
+    pytest.param([60, 1e308, 30], [2, 5, 1], [0, 1, 2], [2, 0, 1], id="duration-times-tasks-overflows-orders-last"),
+    pytest.param([60, np.inf, 30], [2, 1, 1], [0, 1, 2], [2, 0, 1], id="infinite-duration-orders-last"),
+    pytest.param([1e308, 1e308, 30], [1, 1, 1], [0, 0, 1], [1, 0], id="groups-summing-past-the-float-order-last"),
+    pytest.param([np.inf, 1e308], [1, 2], [0, 1], [0, 1], id="two-overflowing-jobs-by-arrival"),
+]
+
+
+@pytest.mark.parametrize(("duration", "tasks", "job", "order"), SRTF_CASES)
+def test_a_job_whose_work_overflows_orders_last_under_srtf(duration, tasks, job, order):
+    n_jobs = max(job) + 1
+    with np.errstate(over="ignore"):
+        left = np.asarray(duration, float) * np.asarray(tasks, float)  # overflows to +inf, as decide's does
+    work = remaining_work(left, np.tile([1.0, 2.0], (len(job), 1)), np.array(job), n_jobs, np.array([2.0, 4.0]))
+    assert not np.isnan(work).any()
+    assert ordering.srtf_order(work, np.arange(n_jobs, dtype=float)).tolist() == order
+
+
+def test_the_largest_work_admission_allows_stays_finite():
+    # 64 groups of 100,000 tasks, each 30 days, each asking a whole average node: far from overflow.
+    n = crd.MAX_TASKS
+    left = np.full(n, crd.MAX_EXPECTED_DURATION_S * crd.MAX_REPLICAS, dtype=float)
+    work = remaining_work(left, np.tile([2.0, 4.0], (n, 1)), np.zeros(n, int), 1, np.array([2.0, 4.0]))
+    assert np.isfinite(work).all() and work[0] == pytest.approx(2 * n * crd.MAX_EXPECTED_DURATION_S * crd.MAX_REPLICAS)
+
+
+# Drain times, the bottleneck bonus and the critical path with work that overflowed: never NaN, and the
+# overflowed group is never promoted by the critical path. (duration per group, expected drain, bonus, critical)
+END_GAME_CASES = [
+    pytest.param([10, 40], [10.0, 20.0], [0.5, 1.0], [True, True], id="finite"),
+    pytest.param([np.inf, 40], [0.0, 20.0], [0.0, 1.0], [False, True], id="infinite-duration-counts-no-drain"),
+    pytest.param([1e308, 1e308], [np.inf, np.inf], [1.0, 1.0], [False, False], id="drain-overflows"),
+]
+
+
+@pytest.mark.parametrize(("duration", "drain", "bonus", "critical"), END_GAME_CASES)
+def test_end_game_terms_with_overflowing_work_are_never_nan(duration, drain, bonus, critical):
+    demand = np.array([[2.0, 0.0], [0.0, 2.0]])
+    got = drain_times(demand, [2, 1], duration, [4.0, 4.0])
+    np.testing.assert_allclose(got, drain)
+    b = bottleneck_bonus(demand, got, [2.0, 2.0], 1.0)
+    assert not np.isnan(b).any()
+    np.testing.assert_allclose(b, bonus)
+    assert critical_rows(np.asarray(duration, float), got, 0.1).tolist() == critical
 
 
 @pytest.mark.parametrize(
