@@ -42,9 +42,9 @@ from stowage.kube.records import parse_timestamp
 from stowage.policy import dispatch, estimates
 from stowage.resources import ResourceVector
 
-__all__ = ["LEARNED_WINDOW_S", "GroupEvidence", "JobBook", "JobKey", "LearnedTasks", "Lesson", "group_evidence",
-           "job_recurring_key", "owned_by", "post_event", "register", "rfc3339", "run_span", "running_since",
-           "task_pod_job", "unplannable"]
+__all__ = ["LEARNED_MAX_UIDS", "LEARNED_WINDOW_S", "GroupEvidence", "JobBook", "JobKey", "LearnedTasks", "Lesson",
+           "group_evidence", "job_recurring_key", "owned_by", "post_event", "register", "rfc3339", "run_span",
+           "running_since", "task_pod_job", "unplannable"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ COMPONENT = "stowage-operator"
 #: with the classifier's state), so a restarted operator does not learn from them a second time; older ones
 #: it skips by their finish time alone. Generous against cache lag and relists.
 LEARNED_WINDOW_S = 600.0
+#: At most this many of those uids are remembered (~56 bytes each saved): a burst of finishes inside the window moves
+#: its start up instead of growing the ConfigMap past 1 MiB; a task finished before it is taken as learned.
+LEARNED_MAX_UIDS = 2000
 _MESSAGE_MAX = 1024  # a condition's message: enough to name the field and the value, never the whole object
 
 
@@ -104,6 +107,11 @@ def owned_by(pod: Mapping[str, Any], job: Mapping[str, Any] | None) -> bool:
     without a uid, as in some tests, owns every pod of its name)."""
     uid = ((job or {}).get("metadata") or {}).get("uid")
     return not uid or _controller_uid(pod) in (None, str(uid))
+
+
+def _name(pod: Any) -> str:
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    return f"{meta.get('namespace')}/{meta.get('name')}" if isinstance(meta, Mapping) else "(no metadata)"
 
 
 def task_pod_job(pod: Mapping[str, Any]) -> JobKey | None:
@@ -240,11 +248,16 @@ class JobBook:
         """A (re)list of every task pod: pods already evicted are taken as counted by whoever saw them first."""
         by_job: dict[JobKey, dict[str, dict[str, Any]]] = {}
         for pod in items:
-            key = task_pod_job(pod)
-            if key is None:
+            try:  # a pod that only looks like a task pod (a user's labels) costs only itself
+                key = task_pod_job(pod)
+                if key is None:
+                    continue
+                evicted = tasks.pod_outcome(pod) is tasks.Outcome.EVICTED
+            except Exception as exc:
+                log.warning("pod %s left out of the Jobs' pods: %s: %s", _name(pod), type(exc).__name__, exc)
                 continue
             by_job.setdefault(key, {})[str((pod.get("metadata") or {}).get("name"))] = dict(pod)
-            if tasks.pod_outcome(pod) is tasks.Outcome.EVICTED:
+            if evicted:
                 self._counted.add(str((pod.get("metadata") or {}).get("uid")))
         with self._lock:
             for key, entry in list(self._entries.items()):
@@ -258,13 +271,17 @@ class JobBook:
         self.on_change()
 
     def apply_pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
-        key = task_pod_job(pod)
-        if key is None:
+        try:  # a pod that only looks like a task pod (a user's labels) costs only itself
+            key = task_pod_job(pod)
+            if key is None:
+                return
+            deleted = kind == "DELETED"
+            outcome = tasks.pod_outcome(pod, deleted=deleted)
+        except Exception as exc:
+            log.warning("pod %s left out of the Jobs' pods: %s: %s", _name(pod), type(exc).__name__, exc)
             return
         meta = pod.get("metadata") or {}
         name, uid = str(meta.get("name")), str(meta.get("uid"))
-        deleted = kind == "DELETED"
-        outcome = tasks.pod_outcome(pod, deleted=deleted)
         with self._lock:
             entry = self._entries.setdefault(key, _Entry())
             entry.seen.add(name)
@@ -333,7 +350,7 @@ class JobBook:
                                                     mean_capacity=mean_capacity, blocked=why)
                 except Exception as exc:
                     if entry.plan is None or entry.plan.phase is not tasks.Phase.FAILED:
-                        self._metrics.bad_objects.labels("job").inc()
+                        self._metrics.bad_objects.inc("job")
                         if not isinstance(exc, InvalidInput):  # not a value we check: our bug, or a shape we missed
                             log.exception("job %s/%s cannot be planned; it fails", *key)
                     entry.planned_evictions = {}  # a failed plan's status counts none
@@ -567,8 +584,9 @@ class LearnedTasks:
     are kept. Saved with the classifier's state in one ConfigMap write, so the two never disagree.
     """
 
-    def __init__(self, window_s: float = LEARNED_WINDOW_S) -> None:
+    def __init__(self, window_s: float = LEARNED_WINDOW_S, max_uids: int = LEARNED_MAX_UIDS) -> None:
         self.window_s = window_s
+        self.max_uids = max_uids
         self.until = -math.inf
         self._uids: dict[str, float] = {}
 
@@ -578,6 +596,8 @@ class LearnedTasks:
     def add(self, uid: str, finished_s: float) -> None:
         self._uids[uid] = finished_s
         self.until = max(self.until, max(self._uids.values()) - self.window_s)
+        if len(self._uids) > self.max_uids:  # the oldest finish kept starts the window
+            self.until = max(self.until, sorted(self._uids.values())[len(self._uids) - self.max_uids])
         for old in [u for u, t in self._uids.items() if t < self.until]:
             del self._uids[old]
 

@@ -13,7 +13,7 @@
 | ``stowage_held_pods`` | gauge | queue, reason | held tasks by why: share, quota, room, sample |
 | ``stowage_pass_errors_total`` | counter | stage | dispatch passes that did not complete, by the stage that failed |
 | ``stowage_last_pass_age_seconds`` | gauge | | seconds since the last dispatch pass completed |
-| ``stowage_bad_objects_total`` | counter | kind | Jobs failed and pods left out because they could not be read |
+| ``stowage_bad_objects_total`` | counter | kind | Jobs failed, gated pods held, bound pods and nodes read in part |
 
 The queue gauges are computed at scrape time from the last numbers the dispatch loop published
 (:meth:`OperatorMetrics.publish_queues`, :meth:`OperatorMetrics.publish_holds`), so a deleted queue's series
@@ -23,12 +23,12 @@ disappear with it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from stowage.labels import METRICS, PodClass
@@ -43,7 +43,7 @@ __all__ = ["BAD_OBJECT_KINDS", "PASS_STAGES", "OperatorMetrics", "QueueNumbers",
 #: the Jobs' status, learning from finished tasks, building the view, deciding, releasing, publishing the Queues'
 #: numbers and holds, saving the learned state. Per-object failures do not stop a pass (they fail the object).
 PASS_STAGES = ("plan", "apply", "learn", "view", "decide", "release", "publish", "state")
-BAD_OBJECT_KINDS = ("job", "pod")
+BAD_OBJECT_KINDS = ("job", "pod", "node")
 
 # Jobs run seconds to days.
 _JOB_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
@@ -136,6 +136,32 @@ class _HeldCollector(Collector):
         yield family
 
 
+class _BadObjects(Collector):
+    """``stowage_bad_objects_total{kind}``: the Jobs failed and the gated pods held because they could not be read
+    (:meth:`inc`), plus what the cluster model left out or read in part (``model``: its ``bad_objects_total``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._own = dict.fromkeys(BAD_OBJECT_KINDS, 0)
+        self.model: Callable[[], Mapping[str, int]] = dict
+
+    def inc(self, kind: str) -> None:
+        with self._lock:
+            self._own[kind] += 1
+
+    def count(self, kind: str) -> int:
+        with self._lock:
+            return self._own[kind] + int(self.model().get(kind, 0))
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(METRICS.BAD_OBJECTS_TOTAL, "Objects that could not be read, each counted once: "
+                                     "Jobs failed, gated pods held, bound pods and nodes read in part or left out "
+                                     "of the cluster model", labels=["kind"])
+        for kind in BAD_OBJECT_KINDS:
+            family.add_metric([kind], float(self.count(kind)))
+        yield family
+
+
 class OperatorMetrics:
     """Every operator metric in one registry (one per runtime, so tests can run several)."""
 
@@ -171,11 +197,8 @@ class OperatorMetrics:
             METRICS.LAST_PASS_AGE, "Seconds since the last dispatch pass completed (+Inf: none yet)",
             registry=self.registry)
         self.last_pass_age.set(float("inf"))
-        self.bad_objects = Counter(
-            METRICS.BAD_OBJECTS_TOTAL.removesuffix("_total"), "Objects that could not be read: Jobs failed, pods "
-            "left out of the dispatcher's view", ["kind"], registry=self.registry)
-        for kind in BAD_OBJECT_KINDS:
-            self.bad_objects.labels(kind)
+        self.bad_objects = _BadObjects()
+        self.registry.register(self.bad_objects)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -122,7 +122,14 @@ class GatedPods:
         self.on_change: Callable[[], None] = lambda: None
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
-        fresh = {_key(p): dict(p) for p in items if _gated(p) and self._watched(_key(p)[0])}
+        fresh = {}
+        for p in items:
+            try:  # a pod of another shape than a Pod's is not gated by us: left out, never the whole list
+                if _gated(p) and self._watched(_key(p)[0]):
+                    fresh[_key(p)] = dict(p)
+            except Exception as exc:
+                log.warning("unbound pod %s left out: %s: %s", _key(p) if isinstance(p, Mapping) else "?",
+                            type(exc).__name__, exc)
         with self._lock:
             self._pods = fresh
         self.on_change()
@@ -234,6 +241,7 @@ class OperatorRuntime:
         self._acting_now = acting is None  # whether the last pass found this replica acting
         self._acted = False  # whether this replica ever acted: only then is its learned state worth saving
         self.metrics.last_pass_age.set_function(self.last_pass_age)
+        self.metrics.bad_objects.model = lambda: self.cluster.bad_objects_total
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -294,6 +302,7 @@ class OperatorRuntime:
         """``/readyz``: the informers have synced and a pass completed within ``pass_stale_after_s``; the text says
         what is wrong (and the last error) so ``kubectl describe pod`` shows it."""
         problems = [f"informer {i.name} not synced" for i in self._informers if not i.synced.is_set()]
+        problems += [f"informer {i.name}: {why}" for i in self._informers if (why := i.unhealthy()) is not None]
         if not self._informers:
             problems.append("informers not started")
         age = self.last_pass_age()
@@ -567,7 +576,7 @@ class OperatorRuntime:
             uid = str(meta.get("uid"))
             if uid not in self._bad_pods:
                 self._bad_pods.add(uid)
-                self.metrics.bad_objects.labels("pod").inc()
+                self.metrics.bad_objects.inc("pod")
                 what = str(exc) if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
                 log.warning("pod %s stays gated: %s (fix it and create the pod again)", key, what)
                 if not self.dry_run:
@@ -703,7 +712,7 @@ class OperatorRuntime:
             if len(parts) == 3:
                 self.jobs.break_job((parts[0], parts[1]), exc)
             else:
-                self.metrics.bad_objects.labels("pod").inc()
+                self.metrics.bad_objects.inc("pod")
                 log.exception("pod %s not released", release.group_key)
             return False
 

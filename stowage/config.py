@@ -14,7 +14,7 @@ YAML file shape (every key optional)::
                  bottleneck_weight: 0, critical_path_fraction: 0, starvation_skip_limit: 30}
     classifier: {short_task_threshold_s: 60}
     estimates:  {default_prior_s: 300, prior_margin: 1.5, min_finished: 1, elapsed_margin: 1.25, min_duration_s: 1,
-                 history_weight_cap: 100, history_max_entries: 10000}
+                 history_weight_cap: 100, history_max_entries: 1000}
 
 Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
 per-resource keys as ``STOWAGE_HARVEST__T_ALLOC__CPU=0.8``).
@@ -38,6 +38,7 @@ from stowage.errors import ConfigError
 from stowage.resources import CPU, DISK, MEMORY, NETWORK
 
 __all__ = [
+    "MAX_LEARNED_KEYS",
     "ClassifierSettings",
     "ContentionPolicy",
     "ContentionSettings",
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 ENV_PREFIX = "STOWAGE_"
+#: Keys each learned table of the estimator keeps at most (queues' priors, recurring (job, group) pairs): the operator
+#: saves them with the classifier in one ConfigMap of at most 1 MiB (``stowage.policy.estimates.MAX_KEYS``).
+MAX_LEARNED_KEYS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +189,9 @@ class EstimateSettings:
     """Floor of every estimate, so remaining work is positive for any job with tasks left (ours)."""
     history_weight_cap: int = 100
     """A recurring job's mean counts at most this many earlier runs, so newer runs keep moving it (ours)."""
-    history_max_entries: int = 10000
-    """(recurring job, group) pairs remembered at most, the least recently updated dropped: bounds the state (ours)."""
+    history_max_entries: int = MAX_LEARNED_KEYS
+    """(recurring job, group) pairs remembered at most, the least recently updated dropped: bounds the state (ours);
+    at most :data:`MAX_LEARNED_KEYS`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +362,7 @@ def validate(settings: StowageSettings) -> list[str]:
     for key, count, most in (
         ("min_finished", e.min_finished, 1_000_000),
         ("history_weight_cap", e.history_weight_cap, 1_000_000),
-        ("history_max_entries", e.history_max_entries, 10_000_000),
+        ("history_max_entries", e.history_max_entries, MAX_LEARNED_KEYS),
     ):
         if not 1 <= count <= most:
             p.append(f"estimates.{key}: must be a whole number within [1, {most}], got {count!r}")

@@ -39,7 +39,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.config import EstimateSettings
+from stowage.config import MAX_LEARNED_KEYS, EstimateSettings
 from stowage.errors import InvalidInput
 from stowage.labels import LABEL_RECURRING
 
@@ -60,7 +60,7 @@ __all__ = [
 #: ``estimates.history_max_entries`` may lower it). The operator saves both in one ConfigMap (1 MiB, shared with the
 #: classifier); saved, a history row takes ~65 bytes and a queue's prior ~50 for typical names, so 1000 of each stay
 #: under ~115 KiB together, while covering hundreds of recurring jobs and more queues than a cluster has.
-MAX_KEYS: Final = 1000
+MAX_KEYS: Final = MAX_LEARNED_KEYS
 
 _STATE_VERSION = 1
 _FLOAT_MAX = sys.float_info.max

@@ -20,7 +20,7 @@ def test_design_defaults_table() -> None:
 def test_estimate_defaults() -> None:
     e = StowageSettings().estimates
     assert (e.default_prior_s, e.prior_margin, e.min_finished, e.elapsed_margin) == (300.0, 1.5, 1, 1.25)
-    assert (e.min_duration_s, e.history_weight_cap, e.history_max_entries) == (1.0, 100, 10000)
+    assert (e.min_duration_s, e.history_weight_cap, e.history_max_entries) == (1.0, 100, 1000)
 
 
 def test_defaults_are_valid() -> None:

@@ -84,7 +84,7 @@ def test_env_overrides_nest_on_double_underscores() -> None:
         ),
         pytest.param(
             {"estimates": {"history_max_entries": 0}},
-            "estimates.history_max_entries: must be a whole number within [1, 10000000], got 0",
+            "estimates.history_max_entries: must be a whole number within [1, 1000], got 0",
             id="zero-history-entries",
         ),
     ],

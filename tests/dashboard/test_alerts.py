@@ -73,7 +73,7 @@ def test_a_stalled_replica_and_failing_passes_fire_and_a_healthy_replica_does_no
                 time.sleep(0.2)  # the stalled replica's counters scraped at 0 first: increase() then sees the failures
             for _ in range(5):
                 stalled.pass_errors.labels("decide").inc()
-            stalled.bad_objects.labels("job").inc()
+            stalled.bad_objects.inc("job")
             firing: dict[str, list[dict[str, str]]] = {}
             wanted = {"StowageDispatcherStalled", "StowagePassesFailing", "StowageBadObjects"}
             while time.monotonic() < deadline and not wanted <= set(firing):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from stowage.operator import jobs, tasks
 from stowage.operator.metrics import OperatorMetrics
 from stowage.operator.tasks import Phase, TaskRef
@@ -155,9 +154,9 @@ def test_a_job_that_cannot_be_read_fails_alone_naming_the_field(bad_group: Any, 
     assert field in message and message.startswith("the Job cannot be planned"), message
     assert plans[("ns", "fine")].phase is Phase.PENDING and plans[("ns", "fine")].releasable
     assert [g.job for g in book.pending_groups(plans, 1_735_689_610.0)] == ["ns/fine"]
-    assert metrics.bad_objects.labels("job")._value.get() == 1
+    assert metrics.bad_objects.count("job") == 1
     book.plans(lambda _: set(), None, blocked)  # planned again: counted once
-    assert metrics.bad_objects.labels("job")._value.get() == 1
+    assert metrics.bad_objects.count("job") == 1
 
 
 def test_a_job_a_later_step_cannot_handle_fails_at_the_next_plan_and_a_new_spec_starts_afresh() -> None:
@@ -209,3 +208,12 @@ def test_jobs_deleted_while_standing_by_are_forgotten_and_newer_ones_kept() -> N
     gone = book.forget_missing(before, [kept])
     assert gone == [("ns", "deleted")]
     assert sorted(book.job_keys()) == [("ns", "kept"), ("ns", "newer"), ("ns", "re")]
+
+
+def test_the_learned_uids_stay_bounded_in_a_burst_of_finishes() -> None:
+    learned = jobs.LearnedTasks(window_s=600, max_uids=100)
+    for i in range(1000):  # 1000 tasks finishing within one second: all inside the window
+        learned.add(f"u{i}", 1000.0 + i / 1000)
+    assert len(learned.state()["uids"]) <= 100
+    assert not learned.fresh("u999", 1000.999) and not learned.fresh("u0", 1000.0), "none taught twice"
+    assert learned.fresh("new", 1001.5)

@@ -62,6 +62,9 @@ class SyncedInformer:
     def stop(self) -> None:
         pass
 
+    def unhealthy(self, now: float | None = None) -> str | None:
+        return None
+
 
 class Clock:
     def __init__(self) -> None:
