@@ -17,7 +17,12 @@
 Each problem names the field, the value and what is allowed (``stowage.errors.InvalidInput``). The
 API server's schema and CEL rules (``charts/stowage/files/crds/``) run before a validating webhook and
 catch most of the same mistakes; these rules repeat them so each stands alone, and add what a
-schema cannot see: other objects (does the Queue exist?), cycles, quantity grammar in a pod template.
+schema cannot see: other objects (does the Queue exist?), cycles, quantities past what a number holds, the
+Stowage annotations in a pod template.
+
+Total over any JSON: the functions return problems (``admit_pod`` raises ``InvalidInput``) and raise
+nothing else, whatever shapes they are given, and a Job ``validate_job`` admits can be planned by the
+operator (its own steps run on each task here). Values in messages are shortened (``_shown``).
 
 ``queue_exists`` is a predicate ``name -> bool`` the caller supplies (an API read in the webhook,
 a dict in tests).
@@ -39,7 +44,7 @@ from stowage.operator import crd, tasks
 from stowage import labels
 from stowage.errors import IntentError, InvalidInput, QuantityError
 from stowage.kube.records import container_limits, tracked
-from stowage.resources import CPU, MEMORY, ResourceVector, format_quantity, parse_quantity, pod_demand
+from stowage.resources import CPU, MEMORY, ResourceVector, format_quantity, parse_quantity, pod_demand, shown
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -95,22 +100,20 @@ def _is_finite_number(value: Any) -> bool:
 
 # --- values as refusals name them, and the core's parsers as checks --------------------------------
 
-#: A value longer than this is named by its start and size: a refusal never echoes a megabyte back.
+#: A list or object whose ``repr`` fits in this many characters is shown as written.
 _SHOWN_CHARS = 80
 _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 40, 40, 6, 6
 
 
 def _shown(value: Any) -> Any:
-    """``value`` as a refusal names it: itself when short, else a bounded description (never a deep ``repr``)."""
-    if value is None or isinstance(value, bool | float):
-        return value
-    if isinstance(value, int):
-        return value if value.bit_length() <= 64 else f"(an integer of {value.bit_length()} bits)"
-    if isinstance(value, str):
-        return value if len(value) <= _SHOWN_CHARS else f"{value[:40]}... ({len(value)} characters)"
-    text = _SHORT.repr(value)
-    return value if "..." not in text and len(text) <= _SHOWN_CHARS else text
+    """``value`` as a refusal names it: ``resources.shown`` (never a megabyte, never a deep ``repr``), except that a
+    small list or object is shown as written (``got []`` says more than its size)."""
+    if isinstance(value, Mapping | list | tuple):
+        text = _SHORT.repr(value)
+        if "..." not in text and len(text) <= _SHOWN_CHARS:
+            return value
+    return shown(value)
 
 
 def _trimmed(problem: InvalidInput) -> InvalidInput:
