@@ -278,9 +278,9 @@ def validate_queue(spec: Any, old_spec: Mapping[str, Any] | None = None) -> list
     problems: list[InvalidInput] = []
     if "weight" in spec:
         weight = spec["weight"]
-        if not _is_finite_number(weight) or weight <= 0:
-            problems.append(InvalidInput("spec.weight", _shown(weight),
-                                         "a number > 0 (the queue's weight in weighted DRF)"))
+        if not _is_finite_number(weight) or not 0 < weight <= crd.MAX_WEIGHT:
+            problems.append(InvalidInput("spec.weight", _shown(weight), f"a number > 0 and at most {crd.MAX_WEIGHT} "
+                                                                        "(the queue's weight in weighted DRF)"))
     quota = spec.get("quota")
     if quota is not None:
         if not isinstance(quota, Mapping):

@@ -33,6 +33,7 @@ __all__ = [
     "MAX_REPLICAS",
     "MAX_RETRIES_LIMIT",
     "MAX_TASKS",
+    "MAX_WEIGHT",
     "QUEUE",
     "QUEUE_NAME",
     "QUEUE_NAME_MAX",
@@ -55,6 +56,7 @@ DEFAULT_JOB_ORDER = "SRTF"
 QUEUE_OPPORTUNISTIC: tuple[str, ...] = ("Allow", "Deny")
 DEFAULT_QUEUE_OPPORTUNISTIC = "Allow"
 DEFAULT_WEIGHT = 1.0
+MAX_WEIGHT = 1_000_000
 #: Job ``status.phase`` values.
 JOB_PHASES: tuple[str, ...] = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 DEFAULT_MAX_RETRIES = 3

@@ -64,7 +64,7 @@ def test_crd_yaml_names_match_the_operator_constants() -> None:
 def test_crd_enums_and_defaults_match_the_operator_constants() -> None:
     queue, job = crd.load_crds()
     q = _schema(queue)["properties"]["spec"]["properties"]
-    assert q["weight"]["default"] == crd.DEFAULT_WEIGHT
+    assert q["weight"]["default"] == crd.DEFAULT_WEIGHT and q["weight"]["maximum"] == crd.MAX_WEIGHT
     assert tuple(q["jobOrder"]["enum"]) == crd.JOB_ORDERS and q["jobOrder"]["default"] == crd.DEFAULT_JOB_ORDER
     assert tuple(q["opportunistic"]["enum"]) == crd.QUEUE_OPPORTUNISTIC
     assert q["opportunistic"]["default"] == crd.DEFAULT_QUEUE_OPPORTUNISTIC
