@@ -442,13 +442,13 @@ class JobBook:
             demand = self.task_demand(job, g.name)
             if demand is None or g.remaining == 0:
                 continue
-            duration = (spec_groups.get(g.name) or {}).get("expectedDuration")
+            duration = tasks.expected_duration_s(spec_groups.get(g.name) or {})
             ev = evidence.get(g.name) or GroupEvidence()
             out.append(PendingGroup(
                 key=f"{key[0]}/{key[1]}/{g.name}", queue=tasks.job_queue(job), demand=demand,
                 releasable=len(g.releasable), namespace=key[0], job=f"{key[0]}/{key[1]}", group=g.name,
                 intent=tasks.job_intent(job),
-                expected_duration_s=float(duration) if duration is not None else math.nan,
+                expected_duration_s=duration,
                 arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=g.remaining,
                 finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
                 unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,

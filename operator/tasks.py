@@ -46,6 +46,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stowage.operator import crd
+
 from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.policy import remaining_work
@@ -60,6 +62,7 @@ __all__ = [
     "TaskRef",
     "attempt_recorded",
     "estimate_status",
+    "expected_duration_s",
     "format_indexes",
     "group_specs",
     "owner_reference",
@@ -205,6 +208,18 @@ def _expected_duration(spec: Mapping[str, Any]) -> str | None:
         return None
     text = str(value).strip()
     return text[:-1] if text.endswith("s") else text
+
+
+def expected_duration_s(spec: Mapping[str, Any]) -> float:
+    """A task group's ``expectedDuration`` in seconds, at most ``crd.MAX_EXPECTED_DURATION_S`` (the schema's bound,
+    applied again to a Job stored before it: an unbounded hint would overflow remaining work and jump the queue);
+    NaN when it is absent or unreadable."""
+    text = _expected_duration(spec)
+    try:
+        seconds = float(text) if text is not None else math.nan
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+    return min(seconds, float(crd.MAX_EXPECTED_DURATION_S)) if seconds >= 0 else math.nan
 
 
 def job_queue(job: Mapping[str, Any]) -> str:
@@ -738,13 +753,12 @@ def _remaining_work(job: Mapping[str, Any], groups_spec: Sequence[Mapping[str, A
     demands: list[list[float]] = []
     for g, p in zip(groups_spec, plans, strict=True):
         left = max(p.replicas - p.succeeded - len(p.exhausted), 0)
-        duration = _expected_duration(g)
+        seconds = expected_duration_s(g)
         try:
-            seconds = float(duration) if duration is not None else 0.0
             demand = task_demand(job, p.name)
-        except (ValueError, InvalidInput):
+        except InvalidInput:
             continue
-        durations.append(left * seconds)
+        durations.append(left * seconds if seconds == seconds else 0.0)
         demands.append([demand[r] for r in resources])
     if not durations:
         return 0.0

@@ -217,3 +217,16 @@ def test_the_learned_uids_stay_bounded_in_a_burst_of_finishes() -> None:
     assert len(learned.state()["uids"]) <= 100
     assert not learned.fresh("u999", 1000.999) and not learned.fresh("u0", 1000.0), "none taught twice"
     assert learned.fresh("new", 1001.5)
+
+
+def test_a_huge_expected_duration_stored_before_the_schema_bound_is_taken_at_the_bound() -> None:
+    """Duration × tasks used to overflow to +inf, which remaining work mapped to 0: the Job jumped the SRTF queue."""
+    from stowage.operator import crd
+
+    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    huge = job(group("map", 64, duration=1e308), name="huge")
+    book.upsert_job(huge)
+    plans = book.plans(lambda _: set(), {"cpu": 8.0, "memory": 32e9})
+    (pending,) = book.pending_groups(plans, 1_735_689_610.0)
+    assert pending.expected_duration_s == crd.MAX_EXPECTED_DURATION_S
+    assert 0 < plans[("ns", "huge")].status["remainingWork"] < float("inf")
