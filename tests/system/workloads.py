@@ -13,12 +13,16 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from stowage.operator import crd
 
 from stowage import labels
 from tests.support.controlplane import ControlPlane
 from tests.support.fake_kubelet import ANN_RUN_SECONDS
 from tests.support.prometheus import prometheus_binary
 from tests.support.stack import TaskLedger, WholeStack, wait_for
+
+#: The built-in ClusterRole a tenant gets in its namespace (the chart aggregates Stowage's edit role into it).
+TENANT_ROLE = "edit"
 
 
 @contextlib.contextmanager
@@ -97,3 +101,33 @@ def finished_nothing_lost(stack: WholeStack, ns: str, ledger: TaskLedger, *, pla
     with contextlib.suppress(AssertionError):
         wait_for(lambda: not problems(), 30, "the ledger to catch up")
     return problems()
+
+
+def tenant_api(stack: WholeStack, ns: str, user: str | None = None) -> client.ApiClient:
+    """An API client acting as a tenant of ``ns``: a user bound to the built-in ``edit`` role there (which the
+    chart's end-user roles aggregate into), impersonated by the admin client. Returns once it may create Jobs."""
+    user = user or f"tenant-{ns}"
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": f"{user}-edit", "namespace": ns},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TENANT_ROLE},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+    client.RbacAuthorizationV1Api(stack.api).create_namespaced_role_binding(ns, binding)
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": user, "resourceAttributes": {"namespace": ns, "verb": "create",
+                                                            "group": crd.GROUP, "resource": crd.JOB.plural}}}
+    auth = client.AuthorizationV1Api(stack.api)
+    wait_for(lambda: auth.create_subject_access_review(review).status.allowed, 60,
+             f"{user} allowed to create Stowage Jobs in {ns} (the edit role aggregated)")
+    api = stack.plane.api()
+    api.set_default_header("Impersonate-User", user)
+    return api
+
+
+def phase_of(job: dict[str, Any]) -> str | None:
+    return (job.get("status") or {}).get("phase")
+
+
+def true_conditions(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Job's conditions whose status is ``True``."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return [c for c in conditions if isinstance(c, dict) and c.get("status") == "True"]
