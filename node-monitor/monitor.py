@@ -66,6 +66,7 @@ class NodeMonitor:
         evictor: Evictor | None = None,
         capacity_flags: Mapping[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.node = node
         self.sampler = sampler
@@ -77,6 +78,7 @@ class NodeMonitor:
         self.capacity_node = ResourceVector()
         self.state = contention.ContentionState.initial(len(RESOURCES))
         self._clock = clock
+        self._wall_clock = wall_clock
         self._prev: RawSample | None = None
         self._pending: dict[str, float] = {}  # uid → monotonic time until which it counts as leaving
         self._layout_logged = ""
@@ -128,6 +130,7 @@ class NodeMonitor:
         infos = [pods.get(uid) for uid in usage.pod_uids]
         pod_usage = np.nan_to_num(usage.pods, nan=0.0)
         started = np.array([i.started_at_s if i is not None else math.nan for i in infos], dtype=np.float64)
+        wall_now = self._wall_clock()  # pods' start times are Unix seconds: their run time counts until now
         candidate = np.array([i is not None and i.opportunistic and i.uid not in self._pending for i in infos], bool)
         pending = np.array([uid in self._pending for uid in usage.pod_uids], dtype=bool)
         # Pods already on their way out will free their usage: project it away before choosing more.
@@ -144,7 +147,8 @@ class NodeMonitor:
         evicted: list[PodInfo] = []
         # Each round re-plans without the pods a PDB refused; bounded by the number of pods.
         for _ in range(len(infos) + 1):
-            victims = contention.choose_victims(pod_usage, started, candidate, projected, threshold, decision.relieve)
+            victims = contention.choose_victims(pod_usage, started, candidate, projected, threshold, decision.relieve,
+                                                now_s=wall_now)
             if not victims:
                 break
             replan = False

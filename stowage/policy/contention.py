@@ -219,6 +219,8 @@ def choose_victims(
     threshold: ArrayLike,
     relieve: ArrayLike,
     lost_work: ArrayLike | None = None,
+    *,
+    now_s: float,
 ) -> list[int]:
     """Opportunistic pods to evict so usage on every relieved resource drops to the threshold, losing little work.
 
@@ -227,8 +229,8 @@ def choose_victims(
     launched opportunistic task", i.e. the one that loses the least work):
     candidates are opportunistic pods whose usage on some relieved resource is
     positive. Each pod would lose ``lost_work`` (seconds of work done; default:
-    how long it has run, measured from the newest start, so the order is
-    newest first). Two plans, each the shortest prefix of an order with
+    how long it has run, ``now_s`` − its start, so the order is newest first).
+    Two plans, each the shortest prefix of an order with
 
         node_usage_r − Σ_{victims} pod_usage_r ≤ threshold_r   for every relieved r,
 
@@ -238,7 +240,9 @@ def choose_victims(
     * least work lost first (ties: newest, then larger ``Σ_{r relieved}
       usage_r/threshold_r``, then index): newest first, as the papers say;
     * least work lost per unit of relief first: one older pod that frees
-      enough can cost less than several new ones that each free a little.
+      enough can cost less than several new ones that each free a little
+      (run times count from now: from the newest start, the newest pod would
+      lose nothing and several new ones always look cheaper than one older).
 
     The plan that loses less work in total wins (ties: the first). If even all
     candidates cannot bring usage under, return all candidates. Never a
@@ -247,10 +251,11 @@ def choose_victims(
 
     Shapes: ``pod_usage`` (P,R), ``started_at_s`` (P,), ``opportunistic`` (P,)
     bool, ``node_usage``/``threshold`` (R,) in resource units, ``relieve`` (R,)
-    bool, ``lost_work`` (P,) seconds (for a caller that knows more than the run
-    time; NaN: from its start; the node monitor and the simulator pass none: a
-    node knows when a pod started, not how far it got). NaN or negative usage
-    counts as 0; NaN start times count as oldest.
+    bool, ``now_s`` on the clock of ``started_at_s``, ``lost_work`` (P,) seconds
+    (for a caller that knows more than the run time; NaN: from its start; the
+    node monitor and the simulator pass none: a node knows when a pod started,
+    not how far it got). NaN or negative usage counts as 0; NaN start times
+    count as oldest.
     """
     rel = np.asarray(relieve, dtype=bool)
     n_res = rel.shape[0]
@@ -273,7 +278,7 @@ def choose_victims(
     candidates = np.flatnonzero(helps)
     if candidates.size == 0:
         return []
-    lost = _lost_work(started, lost_work, candidates)
+    lost = _lost_work(started, lost_work, now_s)
     with np.errstate(over="ignore"):  # a tiny threshold only makes the tie-break key huge
         weight = (on_relieved / np.where(thr > 0, thr, 1.0)).sum(axis=1)
     newest = candidates[np.lexsort((candidates, -weight[candidates], -started[candidates], lost[candidates]))]
@@ -287,11 +292,9 @@ def choose_victims(
     return [int(i) for i in newest[np.isin(newest, best)]]  # evicted newest first
 
 
-def _lost_work(started: NDArray[np.float64], lost_work: ArrayLike | None, candidates: NDArray[np.intp]) -> NDArray:
-    """Work each pod would lose: ``lost_work`` where given, else its run time counted from the newest start."""
-    finite = started[candidates][np.isfinite(started[candidates])]
-    newest = float(finite.max()) if finite.size else 0.0
-    by_start = np.where(np.isfinite(started), newest - started, np.inf)  # NaN start: oldest, loses the most
+def _lost_work(started: NDArray[np.float64], lost_work: ArrayLike | None, now_s: float) -> NDArray:
+    """Work each pod would lose: ``lost_work`` where given, else its run time until ``now_s``."""
+    by_start = np.where(np.isfinite(started), now_s - started, np.inf)  # NaN start: oldest, loses the most
     if lost_work is None:
         return np.maximum(by_start, 0.0)
     given = np.asarray(lost_work, dtype=np.float64).reshape(started.shape)

@@ -155,7 +155,8 @@ class Monitor:
                     use = host.current_use()
                 rows = np.flatnonzero(run.node == n)
                 picked = contention.choose_victims(
-                    use[rows], run.start[rows], run.opp[rows], c.usage[n], self.threshold[n], decision.relieve)
+                    use[rows], run.start[rows], run.opp[rows], c.usage[n], self.threshold[n], decision.relieve,
+                    now_s=host.now)
                 victims.extend(int(rows[i]) for i in picked)
         if victims:
             host.evict(np.array(sorted(set(victims))))

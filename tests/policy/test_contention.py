@@ -214,19 +214,21 @@ RELIEVE_MEM = [False, True]
 )
 def test_choose_victims_table(pod_usage, started, opp, node, expected):
     victims = contention.choose_victims(
-        np.array(pod_usage, dtype=float).reshape(-1, 2), started, opp, node, [9.9, 95.0], RELIEVE_MEM
+        np.array(pod_usage, dtype=float).reshape(-1, 2), started, opp, node, [9.9, 95.0], RELIEVE_MEM, now_s=10.0
     )
     assert victims == expected
 
 
 def test_choose_victims_is_empty_when_nothing_is_relieved():
-    assert contention.choose_victims([[1.0, 50.0]], [0.0], [True], [10.0, 200.0], [9.9, 95.0], [False, False]) == []
+    assert contention.choose_victims([[1.0, 50.0]], [0.0], [True], [10.0, 200.0], [9.9, 95.0], [False, False],
+                                    now_s=1.0) == []
 
 
 def test_choose_victims_brings_every_relieved_resource_under_its_threshold():
     # Newest pod frees memory only; cpu needs the older one too.
     pods = [[2.0, 0.0], [0.0, 10.0]]
-    victims = contention.choose_victims(pods, [1.0, 2.0], [True, True], [11.0, 100.0], [9.9, 95.0], [True, True])
+    victims = contention.choose_victims(pods, [1.0, 2.0], [True, True], [11.0, 100.0], [9.9, 95.0], [True, True],
+                                        now_s=3.0)
     assert victims == [1, 0]
 
 
@@ -248,7 +250,7 @@ def victim_problems(draw):
 @given(victim_problems())
 def test_choose_victims_never_picks_a_regular_pod_and_gets_under_whenever_possible(problem):
     usage, started, opp, node, threshold, relieve = problem
-    victims = contention.choose_victims(usage, started, opp, node, threshold, relieve)
+    victims = contention.choose_victims(usage, started, opp, node, threshold, relieve, now_s=100.0)
     assert len(set(victims)) == len(victims)
     assert all(opp[v] for v in victims)
     if not relieve.any():

@@ -31,7 +31,8 @@ def _newest_prefix(usage, started, opp, node, threshold, relieve):
 def test_a_new_pod_that_frees_too_little_is_spared_when_an_older_one_suffices():
     # Newest first takes pod 1 (2 of memory) and then pod 0 (20), which alone gets the node under.
     usage = np.array([[1.0, 20.0], [1.0, 2.0]])
-    victims = contention.choose_victims(usage, [10.0, 50.0], [True, True], [3.0, 110.0], THRESHOLD, RELIEVE_MEM)
+    victims = contention.choose_victims(usage, [10.0, 50.0], [True, True], [3.0, 110.0], THRESHOLD, RELIEVE_MEM,
+                                        now_s=60.0)
     assert victims == [0]
     assert _newest_prefix(usage, [10.0, 50.0], [True, True], [3.0, 110.0], THRESHOLD, RELIEVE_MEM) == [1, 0]
 
@@ -41,17 +42,33 @@ def test_one_older_pod_instead_of_several_new_ones_when_it_loses_less():
     usage = np.array([[0.0, 5.0], [0.0, 5.0], [0.0, 5.0], [0.0, 15.0]])
     started = [90.0, 90.0, 90.0, 80.0]
     lost = [10.0, 10.0, 10.0, 20.0]
-    victims = contention.choose_victims(usage, started, [True] * 4, [3.0, 110.0], THRESHOLD, RELIEVE_MEM, lost)
+    victims = contention.choose_victims(usage, started, [True] * 4, [3.0, 110.0], THRESHOLD, RELIEVE_MEM, lost,
+                                        now_s=100.0)
     assert victims == [3]
+
+
+def test_one_older_pod_instead_of_several_new_ones_by_run_time_alone():
+    """What a node knows: start times. Run times count until now, so three pods started 10 s ago lose 30 s
+    together and one started 20 s ago loses 20. Counted from the newest start (the old rule) the three lost
+    nothing and always won."""
+    usage = np.array([[0.0, 5.0], [0.0, 5.0], [0.0, 5.0], [0.0, 15.0]])
+    started = [90.0, 90.0, 90.0, 80.0]
+    victims = contention.choose_victims(usage, started, [True] * 4, [3.0, 110.0], THRESHOLD, RELIEVE_MEM,
+                                        now_s=100.0)
+    assert victims == [3]
+    # Just started (1 s ago), the three lose 3 s together: newest first wins again.
+    assert contention.choose_victims(usage, [99.0, 99.0, 99.0, 80.0], [True] * 4, [3.0, 110.0], THRESHOLD,
+                                     RELIEVE_MEM, now_s=100.0) == [0, 1, 2]
 
 
 def test_progress_not_start_time_decides_when_given():
     # Pod 1 started later but made more progress (pod 0 ran slowed): evicting pod 0 wastes less.
     usage = np.array([[0.0, 20.0], [0.0, 20.0]])
     victims = contention.choose_victims(usage, [10.0, 20.0], [True, True], [3.0, 110.0], THRESHOLD, RELIEVE_MEM,
-                                        lost_work=[5.0, 30.0])
+                                        lost_work=[5.0, 30.0], now_s=40.0)
     assert victims == [0]
-    assert contention.choose_victims(usage, [10.0, 20.0], [True, True], [3.0, 110.0], THRESHOLD, RELIEVE_MEM) == [1]
+    assert contention.choose_victims(usage, [10.0, 20.0], [True, True], [3.0, 110.0], THRESHOLD, RELIEVE_MEM,
+                                     now_s=40.0) == [1]
 
 
 @st.composite
@@ -70,9 +87,10 @@ def problems(draw):
 @given(problems())
 def test_never_loses_more_work_than_newest_first_and_still_gets_under(problem):
     usage, started, opp, node, threshold, relieve = problem
-    victims = contention.choose_victims(usage, started, opp, node, threshold, relieve)
+    now = float(started.max()) + 7.0 if started.size else 0.0
+    victims = contention.choose_victims(usage, started, opp, node, threshold, relieve, now_s=now)
     reference = _newest_prefix(usage, started, opp, node, threshold, relieve)
-    lost = started.max() - started if started.size else started
+    lost = now - started
     assert lost[victims].sum() <= lost[reference].sum() + 1e-9
     tol = 1e-9 * np.maximum(threshold, 1.0) + 1e-9
     if ((node - usage[reference].sum(axis=0))[relieve] <= threshold[relieve] + tol[relieve]).all():

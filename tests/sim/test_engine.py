@@ -43,7 +43,7 @@ def test_harvesting_presets_evict_under_contention_and_lose_nothing(preset: str)
 @pytest.mark.parametrize("preset", ["ubis", "stowage"])
 def test_the_simulated_monitor_chooses_victims_from_what_a_node_knows(preset: str, monkeypatch) -> None:
     """It calls choose_victims as the node monitor does (node-monitor/monitor.py): usage, start times, pools,
-    thresholds. A task's progress (its true work done) is not passed: a node knows when a pod started, not how far
+    thresholds, and now (run times count until now). A task's progress (its true work done) is not passed: a node knows when a pod started, not how far
     it got, and its victims must not depend on that."""
     from stowage.policy import contention
 
@@ -56,7 +56,7 @@ def test_the_simulated_monitor_chooses_victims_from_what_a_node_knows(preset: st
     monkeypatch.setattr(contention, "choose_victims", recording)
     result = simulate(contended(seed=1), preset, config=SimConfig(usage=BURSTY), seed=1)
     assert result.summary["evictions"] > 0 and calls
-    assert set(calls) == {(6, ())}
+    assert set(calls) == {(6, ("now_s",))}
 
 
 def test_checking_mode_catches_a_scheduler_that_overfills_a_node() -> None:
