@@ -220,7 +220,9 @@ def mutate(rng: random.Random, body: dict[str, Any], interesting: list[Path], fi
             parent.pop(path[-1])
         elif op == 1:  # an unexpected field next to it
             if isinstance(parent, dict):
-                parent[rng.choice(["extra", "Replicas", "initContainers", "x-" + str(rng.randrange(99))])] = weird(rng)
+                key = rng.choice(["extra", "Replicas", "initContainers", "x-" + str(rng.randrange(99))])
+                parent[key] = weird(rng)
+                path = (*path[:-1], key)
         elif op == 2:  # wrapped in a list
             parent[path[-1]] = [parent[path[-1]]]
         else:  # a malformed value
@@ -297,11 +299,12 @@ class Tally:
 
 
 def segments(touched: list[Path]) -> set[str]:
-    """The names a refusal may use for what was touched: the last two keys of each path (not list indexes)."""
+    """The names a refusal may use for what was touched: the last two keys of each path (not list indexes), and
+    ``spec`` or ``metadata`` only where the path is that object itself (any message names ``spec.``)."""
     out: set[str] = set()
     for path in touched:
         keys = [str(p) for p in path if not isinstance(p, int)]
-        out.update(keys[-2:])
+        out.update(k for k in keys[-2:] if k not in ("spec", "metadata") or len(keys) == 1)
     return out
 
 
@@ -468,23 +471,27 @@ def test_fuzz_the_whole_stack(healthy: WholeStack) -> None:
         # The operator and the extender started again with every admitted object present: both get ready.
         stack.kill("operator")
         stack.kill("extender")
-        try:
-            stack.start_extender()
-            stack.start_operator()
-            wait_for(lambda: operator_ready(stack), 90, "the operator's /readyz after its restart")
-        except AssertionError as exc:
-            tally.problems.append(f"after a restart with the fuzz objects present: {exc}")
+        for start in (stack.start_extender, stack.start_operator,
+                      lambda: wait_for(lambda: operator_ready(stack), 90, "the operator's /readyz after its restart")):
+            try:
+                start()
+            except AssertionError as exc:
+                tally.problems.append(f"after a restart with the fuzz objects present: {exc}")
         phases = Counter(str(phase_of(j)) for n, j in stack.jobs(ns).items() if n in jobs)
 
         # A well-formed Job submitted last succeeds.
         good_tenant = client.CustomObjectsApi(tenant_api(stack, good_ns))
-        good_tenant.create_namespaced_custom_object(crd.GROUP, crd.VERSION, good_ns, crd.JOB.plural, stack.job_body(
-            "good", [group("a", 2, run_s=2), group("b", 1, run_s=1, dependsOn=["a"])]))
         try:
+            good_tenant.create_namespaced_custom_object(crd.GROUP, crd.VERSION, good_ns, crd.JOB.plural,
+                                                        stack.job_body("good", [group("a", 2, run_s=2),
+                                                                                group("b", 1, run_s=1,
+                                                                                      dependsOn=["a"])]))
             wait_for(lambda: phase_of(stack.job(good_ns, "good")) == "Succeeded", GOOD_S,
                      "the well-formed Job submitted after the fuzz to succeed", interval_s=1.0)
         except AssertionError as exc:
             tally.problems.append(f"{exc}: status {stack.job(good_ns, 'good').get('status')}")
+        except client.ApiException as exc:
+            tally.problems.append(f"the well-formed Job submitted after the fuzz was refused: {exc.status} {exc.body}")
         for proc in (stack.operator, stack.extender):
             if proc is None or not proc.running:
                 tally.problems.append(f"{proc.name if proc else 'a component'} is not running")
