@@ -207,9 +207,8 @@ POISON_ANNOTATIONS = {
 
 def test_foreign_pods_with_malformed_annotations_stop_nothing(healthy: WholeStack) -> None:
     """Defect 2. Before the fix: each pod's record raised out of the informers' relist (``decimal.InvalidOperation``
-    for the bandwidth, ``OverflowError`` for the demand) and the pod caches froze: the extender's /readyz went 503
-    (with the demand pod) or, started again with the pod present, never became ready; the operator started again
-    never synced, so the good Job never started."""
+    for the bandwidth, ``OverflowError`` for the demand; the informer retried forever), so the extender started
+    again with the pods present never became ready (timed out after 120 s, ``waiting_for: [pods]``)."""
     stack = healthy
     with namespace(stack, "foreign") as other, namespace(stack, "p2") as ns:
         for name, annotations in POISON_ANNOTATIONS.items():
