@@ -4,7 +4,8 @@ One test per defect reproduced live; each failed on the code before the fix (the
 docstring), and each asserts what a user must see instead:
 
 - defect 1: malformed Jobs are refused at admission naming the field, or admitted and given a phase with a
-  condition naming it; a well-formed Job submitted after them succeeds.
+  condition naming it; a well-formed Job submitted after them succeeds. One stored past the webhook (as under an
+  older chart) fails alone, naming the field.
 - defect 2: a running pod of anyone (not Stowage's) with a malformed Stowage annotation: a well-formed Job
   still succeeds, and the extender, restarted with the pod present, gets ready.
 - defect 4: a Job deleted and created again under the same name while its old pods are still being collected
@@ -185,6 +186,54 @@ def test_malformed_jobs_cost_only_themselves(healthy: WholeStack, tenant_ns: tup
                         f"(status {jobs['good'].get('status')})")
     print("\n".join(f"{n}: {o}" for n, o in outcomes.items()))
     assert problems == [], "\n".join(problems) + f"\n--- operator log:\n{operator_trace(stack)}"
+
+
+@contextlib.contextmanager
+def without_job_validation(stack: WholeStack) -> Iterator[None]:
+    """The ``validate-job`` webhook taken out of its configuration for the block (a Job stored while an older chart
+    ran, or before the webhook existed), put back afterwards."""
+    admission = client.AdmissionregistrationV1Api(stack.api)
+    (config,) = [c for c in admission.list_validating_webhook_configuration().items
+                 if any(w.name.startswith("validate-job.") for w in c.webhooks or [])]
+    name, webhooks = config.metadata.name, list(config.webhooks)
+    config.webhooks = [w for w in webhooks if not w.name.startswith("validate-job.")]
+    admission.replace_validating_webhook_configuration(name, config)  # a list replaced, not merged by name
+    try:
+        yield
+    finally:
+        current = admission.read_validating_webhook_configuration(name)
+        current.webhooks = webhooks
+        admission.replace_validating_webhook_configuration(name, current)
+
+
+def test_a_malformed_job_stored_past_the_webhook_fails_alone_naming_the_field(
+        healthy: WholeStack, tenant_ns: tuple[str, client.ApiClient]) -> None:
+    """Defect 1, the object that is stored anyway: the schema admits a Stowage annotation it cannot parse, and only
+    the webhook refuses it. Stored without the webhook, the Job fails with a condition naming the annotation, and
+    a well-formed Job after it succeeds. Before the fix every pass failed on it (``decimal.InvalidOperation``)."""
+    stack = healthy
+    ns, tenant = tenant_ns
+    body = stack.job_body("stored-bad", [group("a", 1, run_s=1)])
+    _huge_disk_bandwidth(body)
+    def stored() -> bool:
+        try:
+            create_job(tenant, ns, body)
+        except client.ApiException as exc:  # the API server has not seen the configuration change yet
+            if exc.status != 422 or "validate-job" not in message_of(exc):
+                raise
+            return False
+        return True
+
+    with without_job_validation(stack):
+        wait_for(stored, 30, "the API server storing the Job without validate-job", interval_s=0.5)
+    create_job(tenant, ns, good_job(stack))
+    wait_succeeded(stack, ns, "good")
+    bad = wait_for(lambda: (job := stack.job(ns, "stored-bad")) and phase_of(job) and job, PHASE_S,
+                   "the stored malformed Job to get a phase", interval_s=1.0)
+    said = " ".join(str(c.get("message")) for c in true_conditions(bad))
+    assert phase_of(bad) == "Failed" and labels.ANN_DISK_BANDWIDTH in said, bad.get("status")
+    assert not stack.pods(ns, f"{labels.LABEL_JOB}=stored-bad"), "a Job that cannot be planned releases nothing"
+    assert metric(stack.operator_metrics(), labels.METRICS.BAD_OBJECTS_TOTAL, {"kind": "job"}) >= 1
 
 
 # --- defect 2: one pod annotation in any namespace freezes the pod caches ------------------------------
