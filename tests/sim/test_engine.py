@@ -43,8 +43,8 @@ def test_harvesting_presets_evict_under_contention_and_lose_nothing(preset: str)
 @pytest.mark.parametrize("preset", ["ubis", "stowage"])
 def test_the_simulated_monitor_chooses_victims_from_what_a_node_knows(preset: str, monkeypatch) -> None:
     """It calls choose_victims as the node monitor does (node-monitor/monitor.py): usage, start times, pools,
-    thresholds, and now (run times count until now). A task's progress (its true work done) is not passed: a node knows when a pod started, not how far
-    it got, and its victims must not depend on that."""
+    thresholds, and now (run times count until now). A task's progress (its true work done) is not passed: a node
+    knows when a pod started, not how far it got, and its victims must not depend on that."""
     from stowage.policy import contention
 
     original, calls = contention.choose_victims, []
