@@ -398,6 +398,11 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
         else:
             settings.peering.standalone = True
         settings.watching.server_timeout = 300
+        # Every API call Kopf makes has a bound: a dead keep-alive connection costs one retry, never a stuck watch or
+        # handler (Kopf's defaults: 5 min per request, no bound on a watch that goes silent).
+        settings.watching.client_timeout = 300 + 30
+        settings.watching.connect_timeout = settings.networking.connect_timeout = 10
+        settings.networking.request_timeout = 30
         settings.posting.enabled = False  # our Events are written by the runtime, with reasons a user can act on
         if server is not None:
             webhooks.configure(settings, server)
