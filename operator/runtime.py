@@ -231,6 +231,7 @@ class OperatorRuntime:
         self.last_error: str | None = None
         self.last_numbers: list[QueueNumbers] = []
         self._bad_pods: set[str] = set()  # uids of plain pods that cannot be read (logged, counted, an Event: once)
+        self._told_bound: set[str] = set()  # uids of bound pods the cluster model reads in part: Event posted
         self.pod_holds = holds.PodHolds(client, clock=clock)
         self._job_notes = holds.HoldNotes()
         self._job_held: dict[jobs.JobKey, tuple[str, str]] = {}  # the last pass's Held condition per Job
@@ -397,6 +398,7 @@ class OperatorRuntime:
                 self.jobs.break_job(key, exc)
         self._ungate_released_task_pods()
         self._stage = "view"
+        self._tell_bad_bound_pods(now)
         view = self.build_view(plans, now)
         self._stage = "decide"
         releases = self.dispatcher.decide(view)
@@ -458,6 +460,20 @@ class OperatorRuntime:
         if not self.dry_run:
             jobs.post_event(self.client, job, "Warning", "PodCreateForbidden",
                             f"the API server refused to create a task pod: {message}; next try in {wait:.0f}s", now)
+
+    def _tell_bad_bound_pods(self, now: float) -> None:
+        """A Warning Event, once, on each bound pod the cluster model reads only in part (its Stowage labels or
+        annotations do not parse: it counts as regular at its requests) or leaves out: its owner sees why."""
+        bad = self.cluster.bad_pods()
+        self._told_bound &= {key for key, _, _ in bad}
+        for key, name, problem in bad:
+            if key in self._told_bound or "/" not in name or self.dry_run:
+                continue
+            self._told_bound.add(key)
+            namespace, pod = name.split("/", 1)
+            meta = {"namespace": namespace, "name": pod, **({} if "/" in key else {"uid": key})}
+            jobs.post_event(self.client, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, "Warning",
+                            "InvalidStowageLabels", f"Stowage cannot read all of this pod: {problem}", now)
 
     def _backing_off(self, now: float) -> set[jobs.JobKey]:
         """Jobs whose pod creates were forbidden and whose backoff has not run out: left out of the view."""

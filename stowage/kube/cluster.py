@@ -63,6 +63,7 @@ class _BadObjects:
 
     def __init__(self) -> None:
         self.now: dict[str, dict[str, str]] = {kind: {} for kind in BAD_OBJECT_KINDS}
+        self.names: dict[str, dict[str, str]] = {kind: {} for kind in BAD_OBJECT_KINDS}  # key → name, for Events
         self.total: dict[str, int] = dict.fromkeys(BAD_OBJECT_KINDS, 0)
 
     def note(self, kind: str, key: str, name: str, problem: str | None, error: Exception | None) -> None:
@@ -74,23 +75,25 @@ class _BadObjects:
             problem = f"recorded without the values it cannot read: {problem}"
         current = self.now[kind]
         if problem is None:
-            current.pop(key, None)
+            self.forget(kind, key)
             return
         if current.get(key) == problem:
             return
         if key not in current:
             self.total[kind] += 1
         current[key] = problem
+        self.names[kind][key] = name
         log.warning("%s %s: %s", kind, name, problem, exc_info=error if unexpected else None)
 
     def keep_only(self, kind: str, keys: set[str]) -> None:
         """After a relist: forget the objects that are gone."""
         current = self.now[kind]
         for key in [k for k in current if k not in keys]:
-            del current[key]
+            self.forget(kind, key)
 
     def forget(self, kind: str, key: str) -> None:
         self.now[kind].pop(key, None)
+        self.names[kind].pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +385,12 @@ class ClusterModel:
         """The objects the model holds in part or leaves out now: kind (``POD``, ``NODE``) → key → problem."""
         with self._lock:
             return {kind: dict(found) for kind, found in self._bad.now.items()}
+
+    def bad_pods(self) -> list[tuple[str, str, str]]:
+        """The pods the model holds in part or leaves out now: (key, ``namespace/name``, problem) each; the key is
+        the uid (``records.pod_key``)."""
+        with self._lock:
+            return [(key, self._bad.names[POD].get(key, ""), problem) for key, problem in self._bad.now[POD].items()]
 
     @property
     def bad_objects_total(self) -> dict[str, int]:

@@ -166,3 +166,20 @@ def test_a_deleted_job_clears_its_refusal() -> None:
     rt._create_task(("ns", "quota"), quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
     rt.jobs.remove_job(("ns", "quota"))
     assert rt._held_for(("ns", "quota"), clock.now) is None and not rt._refused
+
+
+def test_a_bound_pod_the_model_reads_in_part_gets_one_warning_event() -> None:
+    client = StubClient()
+    rt = _runtime(client)
+    rt._informers = [SyncedInformer("nodes")]  # type: ignore[list-item]
+    pod = {"metadata": {"name": "web", "namespace": "team", "uid": "u-web",
+                        "annotations": {labels.ANN_DISK_BANDWIDTH: "1e9999999"}},
+           "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+           "status": {"phase": "Running"}}
+    rt.cluster.replace_pods([pod])
+    assert rt.run_pass() and rt.run_pass()
+    (event,) = [e for e in client.events if e["reason"] == "InvalidStowageLabels"]
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "team",
+                                       "uid": "u-web"}
+    assert labels.ANN_DISK_BANDWIDTH in event["message"] and event["type"] == "Warning"
+    assert rt.metrics.bad_objects.count("pod") == 1
