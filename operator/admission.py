@@ -22,7 +22,7 @@ Stowage annotations in a pod template.
 
 Total over any JSON: the functions return problems (``admit_pod`` raises ``InvalidInput``) and raise
 nothing else, whatever shapes they are given, and a Job ``validate_job`` admits can be planned by the
-operator (its own steps run on each task here). Values in messages are shortened (``_shown``).
+operator (its own steps run on each task here). Values in messages are shortened (``resources.shown``).
 
 ``queue_exists`` is a predicate ``name -> bool`` the caller supplies (an API read in the webhook,
 a dict in tests).
@@ -34,7 +34,6 @@ import copy
 import json
 import math
 import re
-import reprlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,7 +41,7 @@ from typing import Any, TypeVar
 from stowage.operator import crd, tasks
 
 from stowage import labels
-from stowage.errors import IntentError, InvalidInput, QuantityError
+from stowage.errors import IntentError, InvalidInput
 from stowage.kube.records import container_limits, tracked
 from stowage.resources import CPU, MEMORY, ResourceVector, format_quantity, parse_quantity, pod_demand, shown
 
@@ -83,7 +82,6 @@ _RESOURCE_NAME = re.compile(
 )
 _QUEUE_ALLOWED = "the name of an existing Queue (kubectl get sq)"
 _DEMAND_ALLOWED = 'a JSON map of quantities such as {"cpu": "2", "memory": "4Gi"}'
-_QUANTITIES_ALLOWED = "quantities small enough to represent"
 _NO_DEMAND = (
     "an opportunistic pod must state what it will use: set resources.requests or resources.limits "
     "(cpu, memory) on its containers, e.g. requests: {cpu: 500m, memory: 1Gi}; with neither it would fit "
@@ -100,49 +98,24 @@ def _is_finite_number(value: Any) -> bool:
 
 # --- values as refusals name them, and the core's parsers as checks --------------------------------
 
-#: A list or object whose ``repr`` fits in this many characters is shown as written.
-_SHOWN_CHARS = 80
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 40, 40, 6, 6
-
-
-def _shown(value: Any) -> Any:
-    """``value`` as a refusal names it: ``resources.shown`` (never a megabyte, never a deep ``repr``), except that a
-    small list or object is shown as written (``got []`` says more than its size)."""
-    if isinstance(value, Mapping | list | tuple):
-        text = _SHORT.repr(value)
-        if "..." not in text and len(text) <= _SHOWN_CHARS:
-            return value
-    return shown(value)
-
-
 def _trimmed(problem: InvalidInput) -> InvalidInput:
     """``problem`` with its value shortened for the message (same class, field and allowed)."""
-    value = _shown(problem.value)
+    value = shown(problem.value)
     return problem if value is problem.value else type(problem)(problem.field, value, problem.allowed)
 
 
-#: What the core's parsers raise on a value past what they can hold: an exponent beyond Decimal's range, an
-#: integer too large for a float, JSON nested past the recursion limit or with more digits than Python converts.
-_PARSE_FAILURES = (ArithmeticError, RecursionError, ValueError)
-
-
-def _parse(parse: Callable[[], _T], field: str, value: Any, allowed: str,
-           error: type[InvalidInput] = InvalidInput) -> _T:
-    """``parse()``, whose only failure is an :class:`InvalidInput` naming ``field`` (``error`` when the core's
-    parser raised something else)."""
+def _parse(parse: Callable[[], _T]) -> _T:
+    """``parse()`` (one of the core's parsers, which raise nothing but :class:`InvalidInput` whatever they are
+    given), its problem's value shortened for the refusal."""
     try:
         return parse()
     except InvalidInput as exc:
         raise _trimmed(exc) from None
-    except _PARSE_FAILURES:
-        raise error(field, _shown(value), allowed) from None
 
 
 def _quantity_problem(value: Any, field: str) -> InvalidInput | None:
     try:
-        _parse(lambda: parse_quantity(value, field), field, value, "a quantity small enough to represent",
-               QuantityError)
+        _parse(lambda: parse_quantity(value, field))
     except InvalidInput as exc:
         return exc
     return None
@@ -154,13 +127,13 @@ _QUANTITY_MAP = "a map of resource name to quantity"
 
 def _object_problem(value: Any, field: str, allowed: str) -> InvalidInput | None:
     """A problem unless ``value`` is absent (None) or a JSON object."""
-    return None if value is None or isinstance(value, Mapping) else InvalidInput(field, _shown(value), allowed)
+    return None if value is None or isinstance(value, Mapping) else InvalidInput(field, shown(value), allowed)
 
 
 def _string_map_problem(value: Any, field: str) -> InvalidInput | None:
     if value is None or (isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())):
         return None
-    return InvalidInput(field, _shown(value), _STRING_MAP)
+    return InvalidInput(field, shown(value), _STRING_MAP)
 
 
 def _quantities_problems(values: Any, field: str) -> list[InvalidInput]:
@@ -168,7 +141,7 @@ def _quantities_problems(values: Any, field: str) -> list[InvalidInput]:
     if values is None:
         return []
     if not isinstance(values, Mapping):
-        return [InvalidInput(field, _shown(values), _QUANTITY_MAP)]
+        return [InvalidInput(field, shown(values), _QUANTITY_MAP)]
     return [p for name, value in values.items() if (p := _quantity_problem(value, f"{field}.{name}")) is not None]
 
 
@@ -194,13 +167,13 @@ def _pod_spec_problems(spec: Any, where: str) -> list[InvalidInput]:
         if containers is None:
             continue
         if not isinstance(containers, list):
-            problems.append(InvalidInput(f"{where}.{kind}", _shown(containers),
+            problems.append(InvalidInput(f"{where}.{kind}", shown(containers),
                                          "a list of containers (objects with name, image, resources)"))
             continue
         for j, container in enumerate(containers):
             field = f"{where}.{kind}[{j}]"
             if not isinstance(container, Mapping):
-                problems.append(InvalidInput(field, _shown(container), "a container: an object with name, image, "
+                problems.append(InvalidInput(field, shown(container), "a container: an object with name, image, "
                                                                        "resources"))
             else:
                 problems += _resources_problems(container.get("resources"), f"{field}.resources")
@@ -208,10 +181,10 @@ def _pod_spec_problems(spec: Any, where: str) -> list[InvalidInput]:
     problems += _quantities_problems(spec.get("overhead"), f"{where}.overhead")
     for key in ("schedulerName", "nodeName"):
         if spec.get(key) is not None and not isinstance(spec[key], str):
-            problems.append(InvalidInput(f"{where}.{key}", _shown(spec[key]), "a string"))
+            problems.append(InvalidInput(f"{where}.{key}", shown(spec[key]), "a string"))
     gates = spec.get("schedulingGates")
     if gates is not None and not (isinstance(gates, list) and all(isinstance(g, Mapping) for g in gates)):
-        problems.append(InvalidInput(f"{where}.schedulingGates", _shown(gates), "a list of objects with a name"))
+        problems.append(InvalidInput(f"{where}.schedulingGates", shown(gates), "a list of objects with a name"))
     return problems
 
 
@@ -222,11 +195,11 @@ def _metadata_problems(meta: Any, where: str) -> list[InvalidInput]:
             if (p := _string_map_problem((meta or {}).get(part), f"{where}.{part}")) is not None]
 
 
-def _duration_problem(seconds: Any, field: str, shown: Any = None) -> InvalidInput | None:
+def _duration_problem(seconds: Any, field: str) -> InvalidInput | None:
     """A problem unless ``seconds`` is a finite number in [0, ``crd.MAX_EXPECTED_DURATION_S``]."""
     if _is_finite_number(seconds) and 0 <= seconds <= crd.MAX_EXPECTED_DURATION_S:
         return None
-    return InvalidInput(field, _shown(seconds if shown is None else shown),
+    return InvalidInput(field, shown(seconds),
                         f"a number of seconds from 0 to {crd.MAX_EXPECTED_DURATION_S} (30 days; one task's "
                         "expected run time)")
 
@@ -249,13 +222,12 @@ def _annotations_problem(annotations: Mapping[str, str], where: str) -> InvalidI
             continue
         field, value = f"{where}[{key!r}]", annotations[key]
         try:
-            intent = _parse(lambda key=key, value=value: labels.pod_intent({"metadata": {"annotations": {key: value}}}),
-                            field, value, allowed, IntentError)
+            intent = _parse(lambda key=key, value=value: labels.pod_intent({"metadata": {"annotations": {key: value}}}))
         except InvalidInput as exc:  # named as pod_intent names it: under metadata.annotations
             inner = exc.field.removeprefix("metadata.annotations") if exc.field.startswith("metadata.") else ""
-            return IntentError(f"{where}{inner}" if inner else field, _shown(exc.value), exc.allowed)
+            return IntentError(f"{where}{inner}" if inner else field, shown(exc.value), exc.allowed)
         if intent.expected_duration_s is not None and intent.expected_duration_s > crd.MAX_EXPECTED_DURATION_S:
-            return IntentError(field, _shown(value), allowed)
+            return IntentError(field, shown(value), allowed)
     return None
 
 
@@ -279,22 +251,22 @@ def validate_queue(spec: Any, old_spec: Mapping[str, Any] | None = None) -> list
     if "weight" in spec:
         weight = spec["weight"]
         if not _is_finite_number(weight) or not 0 < weight <= crd.MAX_WEIGHT:
-            problems.append(InvalidInput("spec.weight", _shown(weight), f"a number > 0 and at most {crd.MAX_WEIGHT} "
+            problems.append(InvalidInput("spec.weight", shown(weight), f"a number > 0 and at most {crd.MAX_WEIGHT} "
                                                                         "(the queue's weight in weighted DRF)"))
     quota = spec.get("quota")
     if quota is not None:
         if not isinstance(quota, Mapping):
-            problems.append(InvalidInput("spec.quota", _shown(quota), _QUANTITY_MAP))
+            problems.append(InvalidInput("spec.quota", shown(quota), _QUANTITY_MAP))
         else:
             for name, value in quota.items():
                 if not isinstance(name, str) or not _RESOURCE_NAME.fullmatch(name):
                     problems.append(InvalidInput(
-                        "spec.quota", _shown(name), "resource names such as cpu, memory, nvidia.com/gpu as keys"))
+                        "spec.quota", shown(name), "resource names such as cpu, memory, nvidia.com/gpu as keys"))
                 elif (problem := _quantity_problem(value, f"spec.quota.{name}")) is not None:
                     problems.append(problem)
     for key, allowed in (("opportunistic", crd.QUEUE_OPPORTUNISTIC), ("jobOrder", crd.JOB_ORDERS)):
         if key in spec and not (isinstance(spec[key], str) and spec[key] in allowed):
-            problems.append(InvalidInput(f"spec.{key}", _shown(spec[key]), f"one of {', '.join(allowed)}"))
+            problems.append(InvalidInput(f"spec.{key}", shown(spec[key]), f"one of {', '.join(allowed)}"))
     return problems
 
 
@@ -322,8 +294,8 @@ def _plannable(task: Mapping[str, Any], where: str) -> list[InvalidInput]:
         tasks.render_pod(job, tasks.TaskRef(name, 0), labels.PodClass.REGULAR)
     except InvalidInput as exc:
         return [_trimmed(exc)]
-    except (*_PARSE_FAILURES, LookupError, TypeError, AttributeError) as exc:  # a shape the checks above missed
-        return [InvalidInput(f"{where}.template", _shown(f"{type(exc).__name__}: {exc}"),
+    except Exception as exc:  # a shape the checks above missed: refused, naming the template
+        return [InvalidInput(f"{where}.template", shown(f"{type(exc).__name__}: {exc}"),
                              "a pod template the operator can plan (metadata and spec as a pod's)")]
     return []
 
@@ -362,25 +334,25 @@ def _is_int(value: Any, low: int, high: int) -> bool:
 def _validate_task(task: Any, i: int, names: set[str]) -> list[InvalidInput]:
     where = f"spec.tasks[{i}]"
     if not isinstance(task, Mapping):
-        return [InvalidInput(where, _shown(task), "an object with name, replicas, template")]
+        return [InvalidInput(where, shown(task), "an object with name, replicas, template")]
     problems: list[InvalidInput] = []
     name = task.get("name")
     if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or len(name) > 63:
-        problems.append(InvalidInput(f"{where}.name", _shown(name), "a DNS label: lower-case letters, digits and "
+        problems.append(InvalidInput(f"{where}.name", shown(name), "a DNS label: lower-case letters, digits and "
                                                                     "'-', at most 63"))
     replicas = task.get("replicas", 1)
     if not _is_int(replicas, 1, crd.MAX_REPLICAS):
-        problems.append(InvalidInput(f"{where}.replicas", _shown(replicas), f"an integer from 1 to {crd.MAX_REPLICAS}"))
+        problems.append(InvalidInput(f"{where}.replicas", shown(replicas), f"an integer from 1 to {crd.MAX_REPLICAS}"))
     retries = task.get("maxRetries", crd.DEFAULT_MAX_RETRIES)
     if not _is_int(retries, 0, crd.MAX_RETRIES_LIMIT):
-        problems.append(InvalidInput(f"{where}.maxRetries", _shown(retries),
+        problems.append(InvalidInput(f"{where}.maxRetries", shown(retries),
                                      f"an integer in [0, {crd.MAX_RETRIES_LIMIT}]"))
     if "expectedDuration" in task and (problem := _duration_problem(task["expectedDuration"],
                                                                    f"{where}.expectedDuration")) is not None:
         problems.append(problem)
     depends = task.get("dependsOn") or []
     if not isinstance(depends, list) or len(depends) > crd.MAX_TASKS or not all(isinstance(d, str) for d in depends):
-        problems.append(InvalidInput(f"{where}.dependsOn", _shown(depends),
+        problems.append(InvalidInput(f"{where}.dependsOn", shown(depends),
                                      f"a list of at most {crd.MAX_TASKS} task names"))
     else:
         for k, dep in enumerate(depends):
@@ -388,11 +360,11 @@ def _validate_task(task: Any, i: int, names: set[str]) -> list[InvalidInput]:
                 problems.append(InvalidInput(f"{where}.dependsOn[{k}]", dep, "another task's name (not its own)"))
             elif dep not in names:
                 known = ", ".join(sorted(names)) or "none"
-                problems.append(InvalidInput(f"{where}.dependsOn[{k}]", _shown(dep), f"the name of a task of this "
+                problems.append(InvalidInput(f"{where}.dependsOn[{k}]", shown(dep), f"the name of a task of this "
                                                                                      f"Job ({known})"))
     template = task.get("template")
     if not isinstance(template, Mapping):
-        problems.append(InvalidInput(f"{where}.template", _shown(template), "a pod template (metadata and spec)"))
+        problems.append(InvalidInput(f"{where}.template", shown(template), "a pod template (metadata and spec)"))
         return problems
     template_problems = _template_problems(template, f"{where}.template")
     if template_problems or problems:
@@ -419,20 +391,20 @@ def validate_job(spec: Any, queue_exists: QueueExists, old_spec: Mapping[str, An
     problems: list[InvalidInput] = []
     queue = spec.get("queue", labels.DEFAULT_QUEUE)
     if old_spec is not None and old_spec.get("queue", labels.DEFAULT_QUEUE) != queue:
-        problems.append(InvalidInput("spec.queue", _shown(queue), f"unchanged ({old_spec.get('queue')!r}): the queue "
+        problems.append(InvalidInput("spec.queue", shown(queue), f"unchanged ({old_spec.get('queue')!r}): the queue "
                                                                   "of a Job is immutable; create the Job again"))
     elif old_spec is None and not (crd.is_queue_name(queue) and queue_exists(queue)):
-        problems.append(InvalidInput("spec.queue", _shown(queue), _QUEUE_ALLOWED))
+        problems.append(InvalidInput("spec.queue", shown(queue), _QUEUE_ALLOWED))
     if "opportunistic" in spec and not (isinstance(spec["opportunistic"], str)
                                         and spec["opportunistic"] in tuple(labels.Opportunistic)):
-        problems.append(InvalidInput("spec.opportunistic", _shown(spec["opportunistic"]),
+        problems.append(InvalidInput("spec.opportunistic", shown(spec["opportunistic"]),
                                      "one of 'true', 'auto', 'false' (quoted: a string)"))
     if "suspend" in spec and not isinstance(spec["suspend"], bool):
-        problems.append(InvalidInput("spec.suspend", _shown(spec["suspend"]), "true or false"))
+        problems.append(InvalidInput("spec.suspend", shown(spec["suspend"]), "true or false"))
 
     tasks_ = spec.get("tasks")
     if not isinstance(tasks_, list) or not tasks_:
-        problems.append(InvalidInput("spec.tasks", _shown(tasks_), "a list of at least one task group"))
+        problems.append(InvalidInput("spec.tasks", shown(tasks_), "a list of at least one task group"))
         return problems
     if len(tasks_) > crd.MAX_TASKS:  # the groups themselves are not read: there may be any number of them
         problems.append(InvalidInput("spec.tasks", f"{len(tasks_)} groups", f"at most {crd.MAX_TASKS} groups"))
@@ -442,7 +414,7 @@ def validate_job(spec: Any, queue_exists: QueueExists, old_spec: Mapping[str, An
     seen: set[str] = set()
     for i, name in enumerate(names):
         if isinstance(name, str) and name in seen:
-            problems.append(InvalidInput(f"spec.tasks[{i}].name", _shown(name), "a name no other task of this Job has"))
+            problems.append(InvalidInput(f"spec.tasks[{i}].name", shown(name), "a name no other task of this Job has"))
         if isinstance(name, str):
             seen.add(name)
     for i, task in enumerate(tasks_):
@@ -453,7 +425,7 @@ def validate_job(spec: Any, queue_exists: QueueExists, old_spec: Mapping[str, An
              and isinstance(t.get("dependsOn") or [], list)}
     cycle = _find_cycle(edges)
     if cycle is not None:
-        problems.append(InvalidInput("spec.tasks[*].dependsOn", _shown(" -> ".join(cycle)),
+        problems.append(InvalidInput("spec.tasks[*].dependsOn", shown(" -> ".join(cycle)),
                                      "dependencies without a cycle (a barrier that waits on itself never opens)"))
     if old_spec is not None and old_spec.get("tasks") != tasks_:
         problems.append(InvalidInput("spec.tasks", "(changed)", "unchanged: the tasks of a Job are immutable once it "
@@ -535,18 +507,16 @@ def _demand(pod: Mapping[str, Any]) -> ResourceVector:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     where = f"metadata.annotations[{labels.ANN_DEMAND!r}]"
     raw = annotations.get(labels.ANN_DEMAND)
-    stated = (tracked(_parse(lambda: labels.parse_demand(raw, where), where, raw, _DEMAND_ALLOWED, IntentError))
+    stated = (tracked(_parse(lambda: labels.parse_demand(raw, where)))
               if labels.ANN_DEMAND in annotations else ResourceVector())
     resources = "spec.containers[*].resources"
-    derived = {k: v for k, v in tracked(_parse(lambda: pod_demand(pod), resources, "(its quantities)",
-                                               _QUANTITIES_ALLOWED, IntentError)).items() if v > 0}
+    derived = {k: v for k, v in tracked(_parse(lambda: pod_demand(pod))).items() if v > 0}
     if not derived:
-        derived = {k: v for k, v in tracked(_parse(lambda: container_limits(pod), resources, "(its limits)",
-                                                   _QUANTITIES_ALLOWED, IntentError)).items() if v > 0}
+        derived = {k: v for k, v in tracked(_parse(lambda: container_limits(pod))).items() if v > 0}
     demand = ResourceVector({**derived, **stated.as_dict()})
     if not demand:
         raise IntentError(resources, "no requests and no limits", _NO_DEMAND)
-    bounds = _parse(lambda: _limit_bounds(pod), resources, "(its limits)", _QUANTITIES_ALLOWED, IntentError)
+    bounds = _parse(lambda: _limit_bounds(pod))
     over = [f"{r}: demand {format_quantity(v, r)}, limit {format_quantity(bounds[r], r)}"
             for r, v in sorted(stated.items()) if r in bounds and v > bounds[r]]
     if over:
@@ -752,7 +722,7 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     the pod's limits.
     """
     if not isinstance(pod, Mapping):
-        raise IntentError("(the pod)", _shown(pod), "a pod: an object with metadata and spec")
+        raise IntentError("(the pod)", shown(pod), "a pod: an object with metadata and spec")
     # The API server hands a webhook only well-formed pods; checked here too, the rules below stand alone.
     shapes = [*_metadata_problems(pod.get("metadata"), "metadata"), *_pod_spec_problems(pod.get("spec"), "spec")]
     if shapes:

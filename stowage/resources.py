@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -84,12 +85,17 @@ MAX_QUANTITY = float(2**63)
 _SHOWN_CHARS = 200
 
 
+_SHORT = reprlib.Repr()  # bounded at every level: never deep, never long, never an over-long integer
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 40, 40, 6, 6
+_SHOWN_CONTAINER_CHARS = 80
+
+
 def shown(value: Any) -> Any:
     """``value`` as an error (``InvalidInput.value``, and its message's ``repr``) may carry it.
 
-    Scalars and short strings as they are; a long string by its start and length; a container or
-    a huge integer by its type and size: their ``repr`` may be megabytes, and for a deep list or an
-    integer past Python's digit limit it raises.
+    Scalars, short strings and small lists or objects as they are (``got []`` says more than a size); a
+    long string by its start and length; a larger container or a huge integer by its type and size: their
+    ``repr`` may be megabytes, and for a deep list or an integer past Python's digit limit it raises.
     """
     if value is None or isinstance(value, bool | float):
         return value
@@ -98,6 +104,9 @@ def shown(value: Any) -> Any:
     if isinstance(value, str):
         return value if len(value) <= _SHOWN_CHARS else f"{value[:40]}... ({len(value)} characters)"
     if isinstance(value, Mapping | list | tuple):
+        text = _SHORT.repr(value)
+        if "..." not in text and len(text) <= _SHOWN_CONTAINER_CHARS:
+            return value
         return f"<a {type(value).__name__} of {len(value)} items>"
     return f"<a {type(value).__name__}>"
 
