@@ -38,7 +38,7 @@ from stowage.operator.metrics import OperatorMetrics
 from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.kube import api
-from stowage.kube.records import parse_timestamp
+from stowage.kube.records import object_name, parse_timestamp
 from stowage.policy import dispatch, estimates
 from stowage.resources import ResourceVector
 
@@ -57,7 +57,7 @@ LEARNED_WINDOW_S = 600.0
 #: At most this many of those uids are remembered (~56 bytes each saved): a burst of finishes inside the window moves
 #: its start up instead of growing the ConfigMap past 1 MiB; a task finished before it is taken as learned.
 LEARNED_MAX_UIDS = 2000
-_MESSAGE_MAX = 1024  # a condition's message: enough to name the field and the value, never the whole object
+_MESSAGE_MAX = 1024  # characters of an Event's or a condition's message (_bounded)
 
 
 def rfc3339(t: float) -> str:
@@ -84,7 +84,7 @@ def post_event(client: api.KubeClient, obj: Mapping[str, Any], type_: str, reaso
         "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
         "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name"),
                            "namespace": namespace, "uid": meta.get("uid")},
-        "type": type_, "reason": reason, "message": message[:1024],
+        "type": type_, "reason": reason, "message": _bounded(message),
         "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
         "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
     }
@@ -94,11 +94,11 @@ def post_event(client: api.KubeClient, obj: Mapping[str, Any], type_: str, reaso
         log.warning("could not post Event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
 
 
-def _controller_uid(pod: Mapping[str, Any]) -> str | None:
-    """The uid of the Stowage Job that controls ``pod`` (its controller reference), None without one."""
+def _job_ref(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference of ``pod`` to a Stowage Job, None without one."""
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == tasks.JOB_KIND:
-            return str(ref.get("uid") or "") or None
+        if ref.get("kind") == tasks.JOB_KIND and str(ref.get("apiVersion", "")).startswith(f"{labels.API_GROUP}/"):
+            return ref
     return None
 
 
@@ -106,12 +106,8 @@ def owned_by(pod: Mapping[str, Any], job: Mapping[str, Any] | None) -> bool:
     """Whether ``pod`` belongs to this very Job, not to a predecessor of the same name (matched by uid; a Job
     without a uid, as in some tests, owns every pod of its name)."""
     uid = ((job or {}).get("metadata") or {}).get("uid")
-    return not uid or _controller_uid(pod) in (None, str(uid))
-
-
-def _name(pod: Any) -> str:
-    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-    return f"{meta.get('namespace')}/{meta.get('name')}" if isinstance(meta, Mapping) else "(no metadata)"
+    ref = _job_ref(pod)
+    return not uid or ref is None or not ref.get("uid") or str(ref["uid"]) == str(uid)
 
 
 def task_pod_job(pod: Mapping[str, Any]) -> JobKey | None:
@@ -120,11 +116,8 @@ def task_pod_job(pod: Mapping[str, Any]) -> JobKey | None:
     name = (meta.get("labels") or {}).get(labels.LABEL_JOB)
     if not name:
         return None
-    # Only pods a Stowage Job controls: a user's pod with the label is not ours to count.
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == tasks.JOB_KIND and str(ref.get("apiVersion", "")).startswith(f"{labels.API_GROUP}/"):
-            return str(meta.get("namespace") or ""), str(ref.get("name") or name)
-    return None
+    ref = _job_ref(pod)  # only pods a Stowage Job controls: a user's pod with the label is not ours to count
+    return (str(meta.get("namespace") or ""), str(ref.get("name") or name)) if ref is not None else None
 
 
 class Lesson(NamedTuple):
@@ -167,8 +160,8 @@ class _Entry:
     # Run spans of the Job's succeeded pods (uid → (group, seconds)), kept when a pod is deleted: a phase's mean.
     spans: dict[str, tuple[str, float]] = field(default_factory=dict)
     evidence: dict[str, GroupEvidence] | None = None  # per group, from the pods; None: the pods changed since
-    # Why a step of the pass could not handle this Job (it cannot be read): the next plan fails it with this message.
-    broken: str | None = None
+    # What a step of the pass raised on this Job (it cannot be read): the next plan fails it with it.
+    broken: Exception | None = None
 
 
 class JobBook:
@@ -254,7 +247,7 @@ class JobBook:
                     continue
                 evicted = tasks.pod_outcome(pod) is tasks.Outcome.EVICTED
             except Exception as exc:
-                log.warning("pod %s left out of the Jobs' pods: %s: %s", _name(pod), type(exc).__name__, exc)
+                log.warning("pod %s left out of the Jobs' pods: %s: %s", object_name(pod), type(exc).__name__, exc)
                 continue
             by_job.setdefault(key, {})[str((pod.get("metadata") or {}).get("name"))] = dict(pod)
             if evicted:
@@ -278,7 +271,7 @@ class JobBook:
             deleted = kind == "DELETED"
             outcome = tasks.pod_outcome(pod, deleted=deleted)
         except Exception as exc:
-            log.warning("pod %s left out of the Jobs' pods: %s: %s", _name(pod), type(exc).__name__, exc)
+            log.warning("pod %s left out of the Jobs' pods: %s: %s", object_name(pod), type(exc).__name__, exc)
             return
         meta = pod.get("metadata") or {}
         name, uid = str(meta.get("name")), str(meta.get("uid"))
@@ -333,16 +326,14 @@ class JobBook:
                 if entry.job is None:
                     continue
                 flying = in_flight(key)
-                job = dict(entry.job)
-                if entry.written is not None:
-                    job["status"] = entry.written
                 try:  # whatever one Job holds fails that Job, never the pass (nor the Jobs after it)
                     if entry.broken is not None:
-                        raise InvalidInput("spec", "(see the message)", entry.broken)
+                        raise entry.broken
                     finished = entry.plan is not None and entry.plan.terminal
                     why = blocked(entry.job) if blocked is not None and not finished else entry.blocked
                     if entry.dirty or flying or entry.plan is None or why != entry.blocked:
                         entry.blocked = why
+                        job = _as_planned(entry)
                         pods = [p for p in (*entry.pods.values(), *entry.gone.values()) if owned_by(p, job)]
                         entry.planned_evictions = dict(entry.evictions)
                         entry.plan = tasks.plan_job(job, pods, now=now, in_flight=flying,
@@ -354,22 +345,20 @@ class JobBook:
                         if not isinstance(exc, InvalidInput):  # not a value we check: our bug, or a shape we missed
                             log.exception("job %s/%s cannot be planned; it fails", *key)
                     entry.planned_evictions = {}  # a failed plan's status counts none
-                    entry.plan = _failed_plan(job, unplannable(exc), now)
+                    entry.plan = _failed_plan(_as_planned(entry), unplannable(exc), now)
                 entry.dirty = False
                 out[key] = entry.plan
         return out
 
-    def break_job(self, key: JobKey, exc: BaseException) -> None:
+    def break_job(self, key: JobKey, exc: Exception) -> None:
         """A step of the pass could not handle this Job: the next plan fails it, saying why (:func:`unplannable`);
         a new spec or a new Job of the name starts afresh."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.job is None or entry.broken is not None:
                 return
-            entry.broken = unplannable(exc).removeprefix("the Job cannot be planned: ")
+            entry.broken = exc
             entry.dirty = True
-        if not isinstance(exc, InvalidInput):
-            log.error("job %s/%s cannot be handled; it fails: %s: %s", *key, type(exc).__name__, exc)
 
     def mark_dirty(self, key: JobKey) -> None:
         with self._lock:
@@ -433,7 +422,7 @@ class JobBook:
 
     def _pending(self, key: JobKey, job: Mapping[str, Any], plan: tasks.JobPlan, now: float) -> list[PendingGroup]:
         out = []
-        spec_groups = {str(g.get("name")): g for g in (job.get("spec") or {}).get("tasks") or []}
+        spec_groups = {str(g.get("name")): g for g in tasks.group_specs(job)}
         arrival = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
         progress = _progress(plan)
         evidence = self.evidence(key)
@@ -692,8 +681,21 @@ def _as_gone(pod: Mapping[str, Any], now: str) -> dict[str, Any]:
     return {**pod, "metadata": meta}
 
 
+def _as_planned(entry: _Entry) -> dict[str, Any]:
+    """The entry's Job with the status last written (the cache may lag behind it): what a plan starts from."""
+    job = dict(entry.job or {})
+    if entry.written is not None:
+        job["status"] = entry.written
+    return job
+
+
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k != "kopf"}
+
+
+def _bounded(message: str) -> str:
+    """An Event's or a condition's message: enough to name the field and the value, never the whole object."""
+    return message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX - 1] + "…"
 
 
 def unplannable(exc: BaseException) -> str:
@@ -705,7 +707,7 @@ def unplannable(exc: BaseException) -> str:
 
 def _failed_plan(job: Mapping[str, Any], message: str, now: str) -> tasks.JobPlan:
     old = job.get("status") or {}
-    message = message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX - 1] + "…"
+    message = _bounded(message)
     conditions = [{"type": "Failed", "status": "True", "reason": "Invalid", "message": message,
                    "lastTransitionTime": now}]
     status = {**{k: v for k, v in old.items() if k != "kopf"}, "phase": tasks.Phase.FAILED.value,

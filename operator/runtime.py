@@ -56,7 +56,7 @@ from stowage.errors import InvalidInput
 from stowage.kube import api
 from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import BOUND_PODS, Informer
-from stowage.kube.records import parse_timestamp
+from stowage.kube.records import object_name, parse_timestamp
 from stowage.model import QueueOpportunistic
 from stowage.policy import dispatch, holding
 from stowage.prom import PrometheusReader, Utilization
@@ -128,8 +128,7 @@ class GatedPods:
                 if _gated(p) and self._watched(_key(p)[0]):
                     fresh[_key(p)] = dict(p)
             except Exception as exc:
-                log.warning("unbound pod %s left out: %s: %s", _key(p) if isinstance(p, Mapping) else "?",
-                            type(exc).__name__, exc)
+                log.warning("unbound pod %s left out: %s: %s", object_name(p), type(exc).__name__, exc)
         with self._lock:
             self._pods = fresh
         self.on_change()
@@ -230,8 +229,7 @@ class OperatorRuntime:
         self.passes = 0
         self.last_error: str | None = None
         self.last_numbers: list[QueueNumbers] = []
-        self._bad_pods: set[str] = set()  # uids of plain pods that cannot be read (logged, counted, an Event: once)
-        self._told_bound: set[str] = set()  # uids of bound pods the cluster model reads in part: Event posted
+        self._told: set[str] = set()  # uids of pods told they cannot be read (a Warning Event, once)
         self.pod_holds = holds.PodHolds(client, clock=clock)
         self._job_notes = holds.HoldNotes()
         self._job_held: dict[jobs.JobKey, tuple[str, str]] = {}  # the last pass's Held condition per Job
@@ -300,10 +298,10 @@ class OperatorRuntime:
         return math.inf if self._completed_at is None else time.monotonic() - self._completed_at
 
     def readiness(self) -> tuple[bool, str]:
-        """``/readyz``: the informers have synced and a pass completed within ``pass_stale_after_s``; the text says
-        what is wrong (and the last error) so ``kubectl describe pod`` shows it."""
-        problems = [f"informer {i.name} not synced" for i in self._informers if not i.synced.is_set()]
-        problems += [f"informer {i.name}: {why}" for i in self._informers if (why := i.unhealthy()) is not None]
+        """``/readyz``: every informer is healthy (synced, not failing to list or watch: ``Informer.unhealthy``) and a
+        pass completed within ``pass_stale_after_s``; the text says what is wrong (and the last error) so ``kubectl
+        describe pod`` shows it."""
+        problems = [f"informer {i.name}: {why}" for i in self._informers if (why := i.unhealthy()) is not None]
         if not self._informers:
             problems.append("informers not started")
         age = self.last_pass_age()
@@ -398,6 +396,9 @@ class OperatorRuntime:
                 self.jobs.break_job(key, exc)
         self._ungate_released_task_pods()
         self._stage = "view"
+        if self._told:  # only pods still gated or still bad in the model: the set stays as small as what is wrong
+            self._told &= {key for key, _, _ in self.cluster.bad_pods()} | {
+                str((p.get("metadata") or {}).get("uid")) for p in self.gated.pods()}
         self._tell_bad_bound_pods(now)
         view = self.build_view(plans, now)
         self._stage = "decide"
@@ -462,18 +463,25 @@ class OperatorRuntime:
                             f"the API server refused to create a task pod: {message}; next try in {wait:.0f}s", now)
 
     def _tell_bad_bound_pods(self, now: float) -> None:
-        """A Warning Event, once, on each bound pod the cluster model reads only in part (its Stowage labels or
-        annotations do not parse: it counts as regular at its requests) or leaves out: its owner sees why."""
-        bad = self.cluster.bad_pods()
-        self._told_bound &= {key for key, _, _ in bad}
-        for key, name, problem in bad:
-            if key in self._told_bound or "/" not in name or self.dry_run:
-                continue
-            self._told_bound.add(key)
-            namespace, pod = name.split("/", 1)
-            meta = {"namespace": namespace, "name": pod, **({} if "/" in key else {"uid": key})}
+        """Each bound pod the cluster model reads only in part (its Stowage labels or annotations do not parse: it
+        counts as regular at its requests) or leaves out is told why (:meth:`_tell`)."""
+        for key, name, problem in self.cluster.bad_pods():
+            if "/" in name:
+                namespace, pod = name.split("/", 1)
+                meta = {"namespace": namespace, "name": pod, **({} if "/" in key else {"uid": key})}
+                self._tell(key, meta, f"Stowage cannot read all of this pod: {problem}", now)
+
+    def _tell(self, uid: str, meta: Mapping[str, Any], message: str, now: float) -> bool:
+        """A Warning Event ``InvalidStowageLabels`` on a pod Stowage cannot read, once per pod; True when new.
+
+        Pods told are forgotten once neither the cluster model nor the gate holds them as bad (:meth:`pass_once`)."""
+        if uid in self._told:
+            return False
+        self._told.add(uid)
+        if not self.dry_run:
             jobs.post_event(self.client, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, "Warning",
-                            "InvalidStowageLabels", f"Stowage cannot read all of this pod: {problem}", now)
+                            "InvalidStowageLabels", message, now)
+        return True
 
     def _backing_off(self, now: float) -> set[jobs.JobKey]:
         """Jobs whose pod creates were forbidden and whose backoff has not run out: left out of the view."""
@@ -589,17 +597,11 @@ class OperatorRuntime:
             intent = labels.pod_intent(pod)
             demand = (intent.demand if intent.is_opportunistic and intent.demand is not None else pod_demand(pod))
         except Exception as exc:  # whatever one pod holds keeps that pod gated, never the pass
-            uid = str(meta.get("uid"))
-            if uid not in self._bad_pods:
-                self._bad_pods.add(uid)
+            what = str(exc) if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
+            message = f"Stowage cannot read this pod, so it stays gated: {what}; fix it and create the pod again"
+            if self._tell(str(meta.get("uid")), meta, message, self.clock()):
                 self.metrics.bad_objects.inc("pod")
-                what = str(exc) if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
-                log.warning("pod %s stays gated: %s (fix it and create the pod again)", key, what)
-                if not self.dry_run:
-                    jobs.post_event(self.client, {**pod, "apiVersion": "v1", "kind": "Pod"}, "Warning",
-                                    "InvalidStowageLabels",
-                                    f"Stowage cannot read this pod, so it stays gated: {what}; fix it and create "
-                                    "the pod again", self.clock())
+                log.warning("pod %s stays gated: %s", key, what)
             return None
         arrival = parse_timestamp(meta.get("creationTimestamp"))
         return PendingGroup(
@@ -615,10 +617,7 @@ class OperatorRuntime:
         with self._lock:
             released = {k: r for k, r in self._released.items() if r.job is None and r.group is not None}
         out: dict[str, PendingGroup] = {}
-        gated = self.gated.pods()
-        if self._bad_pods:  # only pods still gated: the set stays as small as what is wrong now
-            self._bad_pods &= {str((p.get("metadata") or {}).get("uid")) for p in gated}
-        for pod in gated:
+        for pod in self.gated.pods():
             if _task_pod(pod):
                 continue  # a Job's task: released when its pod was created (see _ungate_released_task_pods)
             group = self._plain_group(pod)

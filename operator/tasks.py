@@ -51,7 +51,7 @@ from stowage.operator import crd
 from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.policy import remaining_work
-from stowage.resources import ResourceVector, format_quantity, pod_demand
+from stowage.resources import ResourceVector, format_quantity, pod_demand, shown
 
 __all__ = [
     "EVICTION_REASONS",
@@ -179,19 +179,19 @@ def group_specs(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     older chart, a webhook that was down): it fails alone instead of stopping every pass."""
     spec = job.get("spec")
     if not isinstance(spec, Mapping):
-        raise InvalidInput("spec", spec, "an object")
+        raise InvalidInput("spec", shown(spec), "an object")
     groups = spec.get("tasks") or []
     if not isinstance(groups, list):
-        raise InvalidInput("spec.tasks", groups, "a list of task groups")
+        raise InvalidInput("spec.tasks", shown(groups), "a list of task groups")
     for i, group in enumerate(groups):
         if not isinstance(group, Mapping) or not isinstance(group.get("name"), str):
-            raise InvalidInput(f"spec.tasks[{i}]", group, "a task group: an object with a string name")
+            raise InvalidInput(f"spec.tasks[{i}]", shown(group), "a task group: an object with a string name")
         template = group.get("template") or {}
         if not isinstance(template, Mapping):
-            raise InvalidInput(f"spec.tasks[{i}].template", template, "a pod template: an object")
+            raise InvalidInput(f"spec.tasks[{i}].template", shown(template), "a pod template: an object")
         for part in ("metadata", "spec"):
             if not isinstance(template.get(part) or {}, Mapping):
-                raise InvalidInput(f"spec.tasks[{i}].template.{part}", template.get(part), "an object")
+                raise InvalidInput(f"spec.tasks[{i}].template.{part}", shown(template.get(part)), "an object")
     return groups
 
 
@@ -758,7 +758,7 @@ def _remaining_work(job: Mapping[str, Any], groups_spec: Sequence[Mapping[str, A
             demand = task_demand(job, p.name)
         except InvalidInput:
             continue
-        durations.append(left * seconds if seconds == seconds else 0.0)
+        durations.append(0.0 if math.isnan(seconds) else left * seconds)  # no hint: no remaining work known
         demands.append([demand[r] for r in resources])
     if not durations:
         return 0.0

@@ -134,7 +134,8 @@ class METRICS:
     #: Gauge of the tasks the dispatcher holds (gated plain pods, Jobs' unreleased tasks), labels ``queue`` and
     #: ``reason`` (``share``, ``quota``, ``room``, ``sample``: ``stowage.policy.holding.REASONS``).
     HELD_PODS = "stowage_held_pods"
-    #: Counter of dispatch passes that did not complete, label ``stage`` (where it stopped: ``runtime.STAGES``).
+    #: Counter of dispatch passes that did not complete, label ``stage`` (where it stopped: the operator's
+    #: ``PASS_STAGES``).
     PASS_ERRORS_TOTAL = "stowage_pass_errors_total"
     #: Gauge: seconds since the last dispatch pass completed (a standby's idle pass counts: it has nothing to do).
     LAST_PASS_AGE = "stowage_last_pass_age_seconds"

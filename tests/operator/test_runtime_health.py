@@ -3,7 +3,6 @@ counters, a standby that never saves, a forbidden pod create that backs off and 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from stowage.operator.tasks import TaskRef
 from stowage import labels
 from stowage.config import StowageSettings
 from stowage.kube import api
+from stowage.kube.informer import Informer
 from tests.operator.test_tasks import group, job
 
 T0 = 1_735_689_600.0
@@ -52,18 +52,13 @@ class StubClient:
         return event
 
 
-class SyncedInformer:
-    def __init__(self, name: str, synced: bool = True) -> None:
-        self.name = name
-        self.synced = threading.Event()
-        if synced:
-            self.synced.set()
-
-    def stop(self) -> None:
-        pass
-
-    def unhealthy(self, now: float | None = None) -> str | None:
-        return None
+def informer(name: str, synced: bool = True) -> Informer:
+    """A real, unstarted Informer: its health is what readiness reads (synced, not failing to list or watch)."""
+    made = Informer(StubClient(), "/api/v1/nodes", name=name, on_replace=lambda items: None,  # type: ignore[arg-type]
+                    on_event=lambda kind, obj: None)
+    if synced:
+        made.synced.set()
+    return made
 
 
 class Clock:
@@ -84,20 +79,24 @@ def test_readiness_waits_for_the_informers_and_a_complete_pass_and_says_why() ->
     rt = _runtime(StubClient())
     ok, text = rt.readiness()
     assert not ok and "informers not started" in text
-    rt._informers = [SyncedInformer("nodes"), SyncedInformer("bound-pods", synced=False)]  # type: ignore[list-item]
+    rt._informers = [informer("nodes"), informer("bound-pods", synced=False)]  # type: ignore[list-item]
     ok, text = rt.readiness()
-    assert not ok and "informer bound-pods not synced" in text
+    assert not ok and "informer bound-pods: not synced yet" in text
     rt._informers[1].synced.set()
     ok, text = rt.readiness()
     assert not ok and "no pass completed yet" in text
     assert rt.run_pass() and rt.readiness()[0]
     assert rt.metrics.registry.get_sample_value(labels.METRICS.LAST_PASS_AGE) < 60
+    failing = rt._informers[1]
+    failing._failing_since, failing.last_error = failing._clock() - 2 * failing.stale_after_s, "ApiError: 503"
+    ok, text = rt.readiness()
+    assert not ok and "informer bound-pods: failing to list or watch" in text and "503" in text
 
 
 def test_a_pass_that_fails_is_counted_by_its_stage_and_readiness_fails_once_stale(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rt = _runtime(StubClient(), pass_stale_after_s=0.0)
-    rt._informers = [SyncedInformer("nodes")]  # type: ignore[list-item]
+    rt._informers = [informer("nodes")]  # type: ignore[list-item]
 
     def broken(view: Any) -> Any:
         raise RuntimeError("the decision failed")
@@ -113,7 +112,7 @@ def test_a_pass_that_fails_is_counted_by_its_stage_and_readiness_fails_once_stal
 def test_a_standby_that_never_acted_saves_nothing_when_it_stops() -> None:
     client = StubClient()
     rt = _runtime(client, acting=lambda: False)
-    rt._informers = [SyncedInformer("nodes")]  # type: ignore[list-item]
+    rt._informers = [informer("nodes")]  # type: ignore[list-item]
     assert rt.run_pass() and rt.readiness()[0], "a standby's idle pass is a complete pass"
     rt.stop()
     assert not [w for w in client.writes if "configmaps" in w[1]], client.writes
@@ -122,7 +121,7 @@ def test_a_standby_that_never_acted_saves_nothing_when_it_stops() -> None:
 def test_a_leader_saves_when_it_stops() -> None:
     client = StubClient()
     rt = _runtime(client)
-    rt._informers = [SyncedInformer("nodes")]  # type: ignore[list-item]
+    rt._informers = [informer("nodes")]  # type: ignore[list-item]
     rt.run_pass()
     client.writes.clear()
     rt.stop()
@@ -171,7 +170,7 @@ def test_a_deleted_job_clears_its_refusal() -> None:
 def test_a_bound_pod_the_model_reads_in_part_gets_one_warning_event() -> None:
     client = StubClient()
     rt = _runtime(client)
-    rt._informers = [SyncedInformer("nodes")]  # type: ignore[list-item]
+    rt._informers = [informer("nodes")]  # type: ignore[list-item]
     pod = {"metadata": {"name": "web", "namespace": "team", "uid": "u-web",
                         "annotations": {labels.ANN_DISK_BANDWIDTH: "1e9999999"}},
            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
