@@ -6,11 +6,12 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from stowage.extender.messages import REASONS
 
 from stowage.labels import METRICS
+from stowage.metrics_server import CountsCollector
 
 __all__ = ["ExtenderMetrics"]
 
@@ -35,24 +36,6 @@ class _HarvestableCollector(Collector):
         for i, node in enumerate(names):
             for j, resource in enumerate(resources):
                 family.add_metric([node, resource], float(values[i, j]))
-        yield family
-
-
-class _BadObjectsCollector(Collector):
-    """``stowage_bad_objects_total{kind}``, read at scrape time from the cluster model's count."""
-
-    def __init__(self, totals: Callable[[], Mapping[str, int]]) -> None:
-        self._totals = totals
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(
-            METRICS.BAD_OBJECTS_TOTAL,
-            "Objects the extender's cache could not read in full (each counted once when it turns bad): "
-            "left out, or kept with zero for what it cannot read; by kind (pod, node)",
-            labels=["kind"],
-        )
-        for kind, count in self._totals().items():
-            family.add_metric([kind], float(count))
         yield family
 
 
@@ -90,4 +73,7 @@ class ExtenderMetrics:
         if harvestable is not None:
             self.registry.register(_HarvestableCollector(harvestable))
         if bad_objects is not None:
-            self.registry.register(_BadObjectsCollector(bad_objects))
+            self.registry.register(CountsCollector(
+                METRICS.BAD_OBJECTS_TOTAL.removesuffix("_total"),
+                "Objects the extender's cache could not read in full (each counted once when it turns bad): "
+                "left out, or kept with zero for what it cannot read; by kind (pod, node)", "kind", bad_objects))

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from stowage.labels import METRICS, PodClass
-from stowage.metrics_server import MetricsServer, Probe
+from stowage.metrics_server import CountsCollector, MetricsServer, Probe
 from stowage.model import Pool
 from stowage.policy.estimates import SOURCE_NAMES
 from stowage.policy.holding import REASONS
@@ -136,9 +136,9 @@ class _HeldCollector(Collector):
         yield family
 
 
-class _BadObjects(Collector):
-    """``stowage_bad_objects_total{kind}``: the Jobs failed and the gated pods held because they could not be read
-    (:meth:`inc`), plus what the cluster model left out or read in part (``model``: its ``bad_objects_total``)."""
+class _BadObjects:
+    """The Jobs failed and the gated pods held because they could not be read (:meth:`inc`), plus what the cluster
+    model left out or read in part (``model``: its ``bad_objects_total``): ``stowage_bad_objects_total{kind}``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -149,17 +149,13 @@ class _BadObjects(Collector):
         with self._lock:
             self._own[kind] += 1
 
-    def count(self, kind: str) -> int:
+    def counts(self) -> dict[str, int]:
+        model = self.model()
         with self._lock:
-            return self._own[kind] + int(self.model().get(kind, 0))
+            return {kind: n + int(model.get(kind, 0)) for kind, n in self._own.items()}
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(METRICS.BAD_OBJECTS_TOTAL, "Objects that could not be read, each counted once: "
-                                     "Jobs failed, gated pods held, bound pods and nodes read in part or left out "
-                                     "of the cluster model", labels=["kind"])
-        for kind in BAD_OBJECT_KINDS:
-            family.add_metric([kind], float(self.count(kind)))
-        yield family
+    def count(self, kind: str) -> int:
+        return self.counts()[kind]
 
 
 class OperatorMetrics:
@@ -198,7 +194,10 @@ class OperatorMetrics:
             registry=self.registry)
         self.last_pass_age.set(float("inf"))
         self.bad_objects = _BadObjects()
-        self.registry.register(self.bad_objects)
+        self.registry.register(CountsCollector(
+            METRICS.BAD_OBJECTS_TOTAL.removesuffix("_total"), "Objects that could not be read, each counted once: "
+            "Jobs failed, gated pods held, bound pods and nodes read in part or left out of the cluster model",
+            "kind", self.bad_objects.counts))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

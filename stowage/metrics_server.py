@@ -1,4 +1,5 @@
-"""``GET /metrics`` plus health probes on a background thread: the operator's and the node monitor's endpoint.
+"""``GET /metrics`` plus health probes on a background thread (the operator's and the node monitor's endpoint),
+and :class:`CountsCollector`, a counter whose values another object keeps (every component's).
 
 A probe is a function answering ``(ok, text)``: 200 with the text when ok, else 503, so a kubelet probe and a
 person with ``curl`` read the same reason. The extender serves its probes from its FastAPI app instead.
@@ -7,12 +8,14 @@ person with ``curl`` read the same reason. The extender serves its probes from i
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
-__all__ = ["MetricsServer", "Probe"]
+__all__ = ["CountsCollector", "MetricsServer", "Probe"]
 
 Probe = Callable[[], tuple[bool, str]]
 _TEXT = "text/plain; charset=utf-8"
@@ -61,3 +64,17 @@ class MetricsServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class CountsCollector(Collector):
+    """A counter ``name{label}`` read at scrape time from ``counts()`` (label value → count so far), for counts an
+    object keeps anyway (the cluster model's unreadable objects): no second tally to keep in step."""
+
+    def __init__(self, name: str, documentation: str, label: str, counts: Callable[[], Mapping[str, int]]) -> None:
+        self._name, self._documentation, self._label, self._counts = name, documentation, label, counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(self._name, self._documentation, labels=[self._label])
+        for value, count in self._counts().items():
+            family.add_metric([value], float(count))
+        yield family
