@@ -34,6 +34,7 @@ from tests.chart.render import CHART, REPO, crd_documents, helm
 from tests.support.chart_tokens import token_kubeconfig
 from tests.support.controlplane import LOCAL_ASSETS, ControlPlane, find_assets
 from tests.support.fake_kubelet import ANN_RUN_SECONDS, FakeKubelet, NodeSpec
+from tests.support.kube import delete_namespace_and_wait
 from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
 
 pytestmark = pytest.mark.usefixtures("helm_binary")
@@ -453,16 +454,7 @@ def test_scheduler_and_extender_run_under_the_scheduler_account_with_the_charts_
 def _delete_namespace(installed: Installed, ns: str) -> None:
     """Delete ``ns`` and wait until it is gone: a held pod left in a terminating namespace would have the next
     test's scheduler and extender post Events there, which the API server refuses with a 403."""
-    installed.core.delete_namespace(ns)
-
-    def gone() -> bool:
-        try:
-            installed.core.read_namespace(ns)
-        except client.ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, f"namespace {ns} to be deleted")
+    delete_namespace_and_wait(installed.core, ns)
 
 
 def _pod(name: str, requests: dict[str, str], limits: dict[str, str], labels: dict[str, str],

@@ -158,6 +158,23 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, interval_
     raise TimeoutError(f"condition not met within {timeout_s}s: {getattr(predicate, '__name__', predicate)!r}")
 
 
+def delete_namespace_and_wait(core: client.CoreV1Api, ns: str, timeout_s: float = 120.0) -> None:
+    """Delete ``ns`` (already gone is fine) and wait until the API server has removed it with everything in it;
+    ``TimeoutError`` otherwise. A test that leaves pods in a terminating namespace lets the next one meet them."""
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespace(ns)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(ns)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    gone.__name__ = f"namespace {ns} deleted"
+    wait_until(gone, timeout_s, interval_s=0.5)
+
+
 def write_kubeconfig(path: Path, server: str) -> Path:
     """A kubeconfig pointing at ``server`` (an emulator) over plain HTTP with a dummy token."""
     path.write_text(

@@ -30,6 +30,7 @@ from stowage.operator import crd, tasks
 
 from stowage import labels
 from tests.support.fake_kubelet import ANN_RUN_SECONDS
+from tests.support.kube import delete_namespace_and_wait
 from tests.support.stack import WholeStack, metric, wait_for
 from tests.system.workloads import group, phase_of, tenant_api, true_conditions
 
@@ -74,29 +75,14 @@ def wait_succeeded(stack: WholeStack, ns: str, name: str, timeout_s: float = GOO
                              ) from None
 
 
-def delete_namespace_and_wait(stack: WholeStack, ns: str, timeout_s: float = 90.0) -> None:
-    """Delete ``ns`` and wait until its Jobs and pods are gone (the next test must not meet them)."""
-    with contextlib.suppress(client.ApiException):
-        stack.core.delete_namespace(ns)
-
-    def gone() -> bool:
-        try:
-            stack.core.read_namespace(ns)
-        except client.ApiException as exc:
-            return exc.status == 404
-        return False
-
-    with contextlib.suppress(AssertionError):
-        wait_for(gone, timeout_s, f"namespace {ns} deleted", interval_s=1.0)
-
-
 @contextlib.contextmanager
 def namespace(stack: WholeStack, prefix: str) -> Iterator[str]:
     with stack.namespace(prefix) as ns:
         try:
             yield ns
-        finally:
-            delete_namespace_and_wait(stack, ns)
+        finally:  # the next test must not meet this one's Jobs and pods; one stuck terminating fails nothing here
+            with contextlib.suppress(TimeoutError):
+                delete_namespace_and_wait(stack.core, ns, timeout_s=90.0)
 
 
 def good_job(stack: WholeStack, name: str = "good", queue: str = "default") -> dict[str, Any]:
