@@ -213,7 +213,7 @@ class ShortLongClassifier:
     def from_state(cls, state: Mapping[str, Any], *, max_values: int = MAX_VALUES) -> ShortLongClassifier:
         """The classifier ``state_dict()`` describes, predicting exactly as the original did.
 
-        A state without ``forgotten`` (saved before the bound) has forgotten nothing, and its rows, sorted, are
+        A state without ``forgotten`` (an unbounded classifier's) has forgotten nothing, and its rows, sorted, are
         taken as the order they were observed in. Past ``max_values`` rows in a level the first ones are forgotten.
 
         Raises ``ValueError`` (wrong version, a row of the wrong length, negative counts, class totals that

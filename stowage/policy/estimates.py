@@ -250,7 +250,7 @@ class DurationPriors:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], settings: EstimateSettings) -> DurationPriors:
-        """The priors ``state_dict()`` describes; without ``recent`` (saved before the bound), the queues in sorted
+        """The priors ``state_dict()`` describes; without ``recent`` (an unbounded table), the queues in sorted
         order; past :data:`MAX_KEYS` the least recently observed are dropped.
         ValueError, KeyError or TypeError when ``state`` is malformed."""
         _check_version(state, "duration priors")

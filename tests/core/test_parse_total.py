@@ -1,9 +1,9 @@
 """The parsers of API objects are total: whatever a malformed object holds, the only exception is InvalidInput.
 
-Issue #31: values the API server and the webhooks admit (``stowage.io/disk-bandwidth: "1e9999999"``, a
-400-digit integer in ``stowage.io/demand``, ``containers: "abc"``) used to raise ``decimal.InvalidOperation``,
-``OverflowError``, ``RecursionError``, ``TypeError`` or ``AttributeError`` out of these functions, and so out
-of every cache and pass that called them. Each case below raised one of those on the code before the fix.
+Issue #31: values the API server admits (``stowage.io/disk-bandwidth: "1e9999999"``, a 400-digit integer in
+``stowage.io/demand``, ``containers: "abc"``) are where a parser that is not total raises
+``decimal.InvalidOperation``, ``OverflowError``, ``RecursionError``, ``TypeError`` or ``AttributeError``, and
+so stops every cache and pass that calls it. Each case below is one of those.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_malformed_demand_annotations_raise_intent_error(value: Any) -> None:
     assert len(str(err.value)) < 600
 
 
-#: JSON values of every shape, including the ones that used to escape (huge integers, deep nesting is bounded
+#: JSON values of every shape, the dangerous ones included (huge integers; deep nesting is bounded
 #: by the strategy; the size bound covers the rest).
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.integers(min_value=10**300, max_value=10**310)

@@ -1,11 +1,9 @@
 """One bad object costs only itself (issue #31, defect 2): the caches, the informers and the extender's readiness.
 
-On the code before the fix, a pod annotated ``stowage.io/disk-bandwidth: "1e9999999"`` (or with a 400-digit
-integer in ``stowage.io/demand``) in any namespace made ``ClusterModel.replace_pods`` raise part-way through the
-list: the pod informer relisted forever, never synced after a restart, and ``/readyz`` stayed 503 (or, with
-the pod created after the sync, stayed 200 on a model that no longer followed the cluster). The tests here
-failed on that code: the runtime test timed out waiting for ``/readyz``, the model tests raised
-``decimal.InvalidOperation``/``OverflowError``/``AttributeError``, and the Informer had no health to ask.
+A pod annotated ``stowage.io/disk-bandwidth: "1e9999999"`` (or with a 400-digit integer in
+``stowage.io/demand``) in any namespace must cost only itself: were ``ClusterModel.replace_pods`` to raise
+part-way through the list, the pod informer would relist forever, never sync after a restart, and ``/readyz``
+would stay 503 (or, with the pod created after the sync, 200 on a model that no longer follows the cluster).
 """
 
 from __future__ import annotations
@@ -276,7 +274,7 @@ def api_node(name: str, cpu: str = "16") -> dict[str, Any]:
 
 def test_the_extender_gets_ready_with_bad_pods_in_the_cluster_and_counts_them_once(
         caplog: pytest.LogCaptureFixture) -> None:
-    """On the code before the fix this timed out: the first pod list raised InvalidOperation in replace_pods."""
+    """Without per-object isolation this times out: the first pod list raises InvalidOperation in replace_pods."""
     caplog.set_level(logging.WARNING, logger="stowage.kube.cluster")
     with kube_emulator() as cluster:
         core = client.CoreV1Api(cluster.api)
@@ -312,7 +310,7 @@ def test_the_extender_gets_ready_with_bad_pods_in_the_cluster_and_counts_them_on
 
 
 def test_readyz_names_the_informer_that_keeps_failing_and_why() -> None:
-    """Before the fix /readyz looked only at the first sync; a cache that could not list said nothing of why."""
+    """/readyz looks past the first sync: a cache that cannot list makes it fail, saying which and why."""
     with kube_emulator() as cluster:
         core = client.CoreV1Api(cluster.api)
         core.create_node(api_node("n1"))

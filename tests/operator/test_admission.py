@@ -174,8 +174,8 @@ def _containers(containers: Any, kind: str = "containers") -> dict[str, Any]:
     return _template(spec={kind: containers})
 
 
-# Every shape the operator's planning could not take (issue #31: each was admitted, or answered 500, and then
-# stopped every pass). (spec, field, phrase in what is allowed).
+# Every shape the operator's planning cannot take (issue #31: admitted, each stops every pass; some make a check
+# that is not total answer 500). (spec, field, phrase in what is allowed).
 MALFORMED_JOBS = [
     *(pytest.param(_containers(bad), "spec.tasks[0].template.spec.containers", "a list of containers",
                    id=f"containers-{name}")

@@ -202,7 +202,7 @@ JOB_REJECTIONS = [
                  [("spec.tasks[0].expectedDuration", "less than or equal to 2592000")], id="duration-above-30-days"),
     pytest.param(_job("j", [_task("a", replicas=crd.MAX_REPLICAS + 1)]),
                  [("spec.tasks[0].replicas", "less than or equal to 100000")], id="replicas-above-the-maximum"),
-    # Each of these was stored, and stopped every later planning pass of the operator (issue #31).
+    # Each of these, stored, would stop every later planning pass of an operator that does not isolate it (#31).
     *(pytest.param(_job("j", [_template_task(spec={"containers": bad})]),
                    [("spec.tasks[0].template.spec.containers", "must be of type array")], id=f"containers-{name}")
       for name, bad in (("float", 1.5), ("int", 1), ("bool", True), ("string", "abc"))),

@@ -138,7 +138,7 @@ def _malformed(template: Any = None, **group_fields: Any) -> dict[str, Any]:
     pytest.param("not a group", "spec.tasks[0]", id="group-a-string"),
 ])
 def test_a_job_that_cannot_be_read_fails_alone_naming_the_field(bad_group: Any, field: str) -> None:
-    """Each of these was admitted by an older webhook and raised out of every pass: no Job got a phase again."""
+    """Each of these, admitted without the webhook's checks, raises in planning: it must fail alone."""
     client = StubClient()
     metrics = OperatorMetrics()
     book = jobs.JobBook(client, metrics, clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """One bad object must never stop the scheduler (issue #31), tried as a tenant would on the whole stack.
 
-One test per defect reproduced live; each failed on the code before the fix (the symptom is in the test's
-docstring), and each asserts what a user must see instead:
+One test per defect reproduced live (each docstring says the symptom without what it checks), each asserting
+what a user must see instead:
 
 - defect 1: malformed Jobs are refused at admission naming the field, or admitted and given a phase with a
   condition naming it; a well-formed Job submitted after them succeeds. One stored past the webhook (as under an
@@ -127,8 +127,8 @@ def tenant_ns(healthy: WholeStack) -> Iterator[tuple[str, client.ApiClient]]:
 
 
 def test_malformed_jobs_cost_only_themselves(healthy: WholeStack, tenant_ns: tuple[str, client.ApiClient]) -> None:
-    """Defect 1. Before the fix: all five admitted, none ever got a phase, and every dispatch pass failed with a
-    traceback (``TypeError``/``AttributeError``/``decimal.InvalidOperation``), so the good Job never started."""
+    """Defect 1. Admitted and planned without isolation, each fails every dispatch pass with a traceback
+    (``TypeError``/``AttributeError``/``decimal.InvalidOperation``): no Job gets a phase, the good one never starts."""
     stack = healthy
     ns, tenant = tenant_ns
     outcomes: dict[str, str] = {}
@@ -196,7 +196,7 @@ def test_a_malformed_job_stored_past_the_webhook_fails_alone_naming_the_field(
         healthy: WholeStack, tenant_ns: tuple[str, client.ApiClient]) -> None:
     """Defect 1, the object that is stored anyway: the schema admits a Stowage annotation it cannot parse, and only
     the webhook refuses it. Stored without the webhook, the Job fails with a condition naming the annotation, and
-    a well-formed Job after it succeeds. Before the fix every pass failed on it (``decimal.InvalidOperation``)."""
+    a well-formed Job after it succeeds; without isolation every pass fails on it (``decimal.InvalidOperation``)."""
     stack = healthy
     ns, tenant = tenant_ns
     body = stack.job_body("stored-bad", [group("a", 1, run_s=1)])
@@ -241,9 +241,9 @@ POISON_ANNOTATIONS = {
 
 
 def test_foreign_pods_with_malformed_annotations_stop_nothing(healthy: WholeStack) -> None:
-    """Defect 2. Before the fix: each pod's record raised out of the informers' relist (``decimal.InvalidOperation``
-    for the bandwidth, ``OverflowError`` for the demand; the informer retried forever), so the extender started
-    again with the pods present never became ready (timed out after 120 s, ``waiting_for: [pods]``)."""
+    """Defect 2. Without isolation each pod's record raises out of the informers' relist (``decimal.InvalidOperation``
+    for the bandwidth, ``OverflowError`` for the demand; the informer retries forever), so an extender started
+    with the pods present never becomes ready (``waiting_for: [pods]``)."""
     stack = healthy
     with namespace(stack, "foreign") as other, namespace(stack, "p2") as ns:
         for name, annotations in POISON_ANNOTATIONS.items():
@@ -277,8 +277,8 @@ def pods_of(stack: WholeStack, ns: str, job: str) -> list[client.V1Pod]:
 
 
 def test_a_job_created_again_under_the_same_name_runs_its_own_tasks(healthy: WholeStack) -> None:
-    """Defect 4. Before the fix: the new Job was Succeeded within seconds, counting the old Job's pods (matched
-    by owner name), and none of its tasks ran."""
+    """Defect 4. Pods matched to a Job by owner name would make the new Job Succeeded within seconds, counting the
+    old Job's pods, with none of its tasks run; they are matched by uid."""
     stack = healthy
     with namespace(stack, "again") as ns:
         tenant = tenant_api(stack, ns)
@@ -338,8 +338,8 @@ def test_a_job_created_again_under_the_same_name_runs_its_own_tasks(healthy: Who
 
 
 def test_a_pod_create_refused_403_says_why_and_the_queue_moves_on(healthy: WholeStack) -> None:
-    """Defect 5. Before the fix: the operator retried the create every pass with no condition and no Event, and
-    the Job kept the head of its queue, so the Job behind it in another namespace never started."""
+    """Defect 5. Retried every pass with no condition and no Event, the Job would keep the head of its queue and the
+    Job behind it in another namespace would never start."""
     stack = healthy
     queue = "q403"
     stack.create_queue(queue, weight=1, jobOrder="FIFO")
@@ -402,8 +402,7 @@ READYZ = "/readyz"  # on the operator's metrics port: 200 when synced and a pass
 
 def test_the_operator_exports_its_pass_health_and_readiness(healthy: WholeStack) -> None:
     """A healthy operator: the pass-error counter is declared, the last complete pass is recent and stays so,
-    and /readyz on the metrics port answers 200. Before the fix: none of these existed (``last_error`` was only
-    in memory, and the liveness probe checked a TCP port)."""
+    and /readyz on the metrics port answers 200."""
     stack = healthy
     assert stack.operator is not None
     base = f"http://127.0.0.1:{stack.operator.port}"
