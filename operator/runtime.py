@@ -396,9 +396,6 @@ class OperatorRuntime:
                 self.jobs.break_job(key, exc)
         self._ungate_released_task_pods()
         self._stage = "view"
-        if self._told:  # only pods still gated or still bad in the model: the set stays as small as what is wrong
-            self._told &= {key for key, _, _ in self.cluster.bad_pods()} | {
-                str((p.get("metadata") or {}).get("uid")) for p in self.gated.pods()}
         self._tell_bad_bound_pods(now)
         view = self.build_view(plans, now)
         self._stage = "decide"
@@ -464,8 +461,13 @@ class OperatorRuntime:
 
     def _tell_bad_bound_pods(self, now: float) -> None:
         """Each bound pod the cluster model reads only in part (its Stowage labels or annotations do not parse: it
-        counts as regular at its requests) or leaves out is told why (:meth:`_tell`)."""
-        for key, name, problem in self.cluster.bad_pods():
+        counts as regular at its requests) or leaves out is told why (:meth:`_tell`). Pods told before that are
+        neither bad in the model nor gated any more are forgotten: the set stays as small as what is wrong now."""
+        bad = self.cluster.bad_pods()
+        if self._told:
+            self._told &= {key for key, _, _ in bad} | {str((p.get("metadata") or {}).get("uid"))
+                                                        for p in self.gated.pods()}
+        for key, name, problem in bad:
             if "/" in name:
                 namespace, pod = name.split("/", 1)
                 meta = {"namespace": namespace, "name": pod, **({} if "/" in key else {"uid": key})}
@@ -474,7 +476,7 @@ class OperatorRuntime:
     def _tell(self, uid: str, meta: Mapping[str, Any], message: str, now: float) -> bool:
         """A Warning Event ``InvalidStowageLabels`` on a pod Stowage cannot read, once per pod; True when new.
 
-        Pods told are forgotten once neither the cluster model nor the gate holds them as bad (:meth:`pass_once`)."""
+        Pods told are forgotten once neither the model nor the gate holds them (:meth:`_tell_bad_bound_pods`)."""
         if uid in self._told:
             return False
         self._told.add(uid)
