@@ -176,7 +176,8 @@ class JobBook:
         self._lock = threading.RLock()
         self._entries: dict[JobKey, _Entry] = {}
         self._counted: set[str] = set()  # pod uids whose eviction was counted
-        self._demand: dict[tuple[str, str], ResourceVector | None] = {}  # (job uid, group) → one task's demand
+        # Job uid → (generation, group) → one task's demand, or why it cannot be read; dropped with the Job.
+        self._demand: dict[str, dict[tuple[str, str], ResourceVector | InvalidInput]] = {}
         self.learned = LearnedTasks()
         self.on_change: Callable[[], None] = lambda: None
 
@@ -197,6 +198,8 @@ class JobBook:
             same_uid = old is not None and (old.get("metadata") or {}).get("uid") == uid
             same_spec = same_uid and old is not None and old.get("spec") == job.get("spec")
             if not same_uid:  # a new Job (perhaps of an old name): its predecessor's runs are not its own
+                if old is not None:
+                    self._demand.pop(str((old.get("metadata") or {}).get("uid")), None)
                 entry.spans, entry.evidence, entry.written, entry.plan = {}, None, None, None
                 entry.evictions, entry.planned_evictions, entry.gone = {}, {}, {}
             if not same_spec:
@@ -208,6 +211,8 @@ class JobBook:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
+                if entry.job is not None:
+                    self._demand.pop(str((entry.job.get("metadata") or {}).get("uid")), None)
                 entry.job, entry.written, entry.plan = None, None, None
                 if not entry.pods:
                     del self._entries[key]
@@ -378,16 +383,17 @@ class JobBook:
 
     def _demand_or_error(self, job: Mapping[str, Any], group: str) -> ResourceVector:
         meta = job.get("metadata") or {}
-        key = (str(meta.get("uid")), str(meta.get("generation")), group)
-        if key not in self._demand:
+        cached = self._demand.setdefault(str(meta.get("uid")), {})
+        key = (str(meta.get("generation")), group)
+        if key not in cached:
             try:
-                self._demand[key] = tasks.task_demand(job, group)
+                cached[key] = tasks.task_demand(job, group)
             except InvalidInput as exc:
-                self._demand[key] = exc
-            except Exception as exc:  # a template of the wrong shape (admitted before the webhook checked shapes)
-                self._demand[key] = InvalidInput(f"spec.tasks[{group!r}].template", f"{type(exc).__name__}: {exc}",
-                                                 "a pod template: metadata and spec shaped as a Pod's")
-        found = self._demand[key]
+                cached[key] = exc
+            except Exception as exc:  # a template of the wrong shape (admitted without the webhook's checks)
+                cached[key] = InvalidInput(f"spec.tasks[{group!r}].template", f"{type(exc).__name__}: {exc}",
+                                           "a pod template: metadata and spec shaped as a Pod's")
+        found = cached[key]
         if isinstance(found, InvalidInput):
             raise found
         return found

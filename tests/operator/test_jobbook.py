@@ -230,3 +230,16 @@ def test_a_huge_expected_duration_stored_before_the_schema_bound_is_taken_at_the
     (pending,) = book.pending_groups(plans, 1_735_689_610.0)
     assert pending.expected_duration_s == crd.MAX_EXPECTED_DURATION_S
     assert 0 < plans[("ns", "huge")].status["remainingWork"] < float("inf")
+
+
+def test_a_jobs_cached_demand_goes_with_the_job() -> None:
+    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    first = job(group("map", 1))
+    book.upsert_job(first)
+    assert book.task_demand(first, "map") is not None
+    again = job(group("map", 1, cpu="2"))
+    again["metadata"]["uid"] = "second-uid"  # deleted and created again under its name
+    book.upsert_job(again)
+    assert book.task_demand(again, "map")["cpu"] == 2.0
+    book.remove_job(("ns", "train"))
+    assert book._demand == {}, "a cluster that runs a Job a minute would otherwise keep every Job's demand"
