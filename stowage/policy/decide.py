@@ -11,14 +11,16 @@ copy of the orchestration below.
    user's hint, the group's finished tasks, earlier runs, the queue's prior; running tasks' elapsed time as a
    lower bound), or the caller's ``DecideInput.duration_s`` (the simulator's oracle, an upper bound). Remaining
    work ``p(job)`` (``remaining_work``) and FSP job sizes come from them, never NaN.
-2. **Regular pass** (``dispatch.pack``) over the groups whose intent is not ``true`` (every group when the
-   caller harvests nothing), on ``DecideInput.regular_free``.
-3. **Opportunistic pass** over the groups still releasable whose intent is ``true``, or ``auto`` and the
-   short/long classifier calls them short (OPERA §III-B), in queues that allow it, on
+2. **Promotion** (UBIS Alg. 1 l.6–8, §IV-D): running opportunistic pods (``DecideInput.promotable``) whose node's
+   regular room now holds them become regular in place, before any new allocation (``harvest.promotions``).
+3. **Regular pass** (``dispatch.pack``) over every releasable group, whatever its intent (UBIS Alg. 1 l.11–19
+   allocates regular containers first), on what ``DecideInput.regular_free`` leaves after the promotions.
+4. **Opportunistic pass** (l.21–29) over the groups still releasable whose intent is ``true``, or ``auto`` and
+   the short/long classifier calls them short (OPERA §III-B), in queues that allow it, on
    ``DecideInput.harvestable``; only groups that fit some node's harvestable room are asked about.
 
-Both passes cap disk and network at what the declared bandwidth of every pod leaves (the extender's filter),
-share queues per pool by weighted DRF over time (decayed usage, a floor) with the fairness knob,
+The regular pass caps disk and network at what the regular pods' declared bandwidth leaves (the extender's
+filter; the opportunistic pass has measured room on them). Both passes share queues per pool by weighted DRF over time (decayed usage, a floor) with the fairness knob,
 order jobs per queue (FIFO, SRTF, FSP), boost groups at the barrier, apply queue quotas and the starvation
 guard, and pick by Tetris alignment + remaining work. A placement's demand comes off its node's free vector
 before the next one is chosen, so a decision never places more than fits.
@@ -41,7 +43,17 @@ from numpy.typing import NDArray
 
 from stowage.config import StowageSettings
 from stowage.model import JobOrder, Pool
-from stowage.policy import alignment, classifier, dispatch, estimates, fairness, holding, ordering, remaining_work
+from stowage.policy import (
+    alignment,
+    classifier,
+    dispatch,
+    estimates,
+    fairness,
+    harvest,
+    holding,
+    ordering,
+    remaining_work,
+)
 
 __all__ = [
     "INTENT_AUTO",
@@ -50,6 +62,7 @@ __all__ = [
     "DecideInput",
     "Decider",
     "Decision",
+    "Promotable",
     "chains",
 ]
 
@@ -58,7 +71,7 @@ INTENT_FALSE: Final = 0
 INTENT_AUTO: Final = 1
 """``"auto"``: regular while it fits, else opportunistic if the classifier calls it short."""
 INTENT_TRUE: Final = 2
-"""``"true"``: opportunistic only."""
+"""``"true"``: may harvest: regular room first, harvested room when no regular room holds it."""
 
 POOLS: Final = (Pool.REGULAR, Pool.OPPORTUNISTIC)
 
@@ -77,9 +90,10 @@ class DecideInput:
     regular_free: NDArray[np.float64]
     """(N, R) ``allocatable − Σ requests of regular pods`` (``harvest.regular_available``)."""
     bandwidth: NDArray[np.bool_]
-    """(R,) the declared-bandwidth columns (disk, network): capped at ``bandwidth_room``."""
+    """(R,) the declared-bandwidth columns (disk, network): the regular pass is capped at ``bandwidth_room``."""
     bandwidth_room: NDArray[np.float64]
-    """(N, R) ``capacity − every pod's declared demand`` (read on the ``bandwidth`` columns only)."""
+    """(N, R) ``capacity − the regular pods' declared demand`` (read on the ``bandwidth`` columns only). The
+    opportunistic pass is not capped by it: harvested room is measured on every resource, bandwidth included."""
     shapes: NDArray[np.float64]
     """(S, R) distinct per-task demands."""
     group_shape: NDArray[np.int64]
@@ -137,6 +151,20 @@ class DecideInput:
     sample_age_s: NDArray[np.float64] | None = None
     """(N,) seconds since each node's utilization sample (``inf``: none; NaN: the node does not harvest), for the
     ``sample`` hold; None: not known (no ``sample`` holds)."""
+    promotable: Promotable | None = None
+    """The running opportunistic pods that may be promoted, oldest first; None: promotion is off."""
+
+
+@dataclass(frozen=True, slots=True)
+class Promotable:
+    """Running opportunistic pods (P of them) in the order promotion walks them (oldest first)."""
+
+    demand: NDArray[np.float64]
+    """(P, R) each pod's demand, on ``DecideInput``'s resource axis."""
+    node: NDArray[np.int64]
+    """(P,) its node (a row of ``DecideInput.capacity``)."""
+    queue: NDArray[np.int64]
+    """(P,) its queue (a row of ``DecideInput.queue_name``; −1: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +181,9 @@ class Decision:
     """(G,) where each came from (``estimates.Source``; the oracle counts as ``HINT``)."""
     holds: Mapping[int, holding.Hold] = field(default_factory=dict)
     """group → why its releasable tasks that were not placed wait (only with ``DecideInput.explain``)."""
+    promoted: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Rows of ``DecideInput.promotable`` promoted to regular, in order (their demand is in the regular pool of
+    the placements that follow)."""
 
 
 class Decider:
@@ -237,10 +268,11 @@ class Decider:
         self._forget(inp)
         placements: list[tuple[int, int, Pool]] = []
         skipped = np.zeros(n_groups, dtype=bool)
+        promoted, inp = self._promote(inp)
         if n_groups == 0 or len(inp.node_key) == 0 or not (inp.releasable > 0).any():
             self.record_usage(inp.queue_name, np.asarray(inp.queue_alloc, dtype=np.float64), inp.pool_total, now)
             holds = self._explain(inp, np.asarray(inp.releasable), {}) if inp.explain and n_groups else {}
-            return Decision(placements, skipped, dur, source, holds)
+            return Decision(placements, skipped, dur, source, holds, promoted)
         knobs = self.knobs
         cap = np.asarray(inp.capacity, dtype=np.float64)
         mean_cap = cap.mean(axis=0)
@@ -313,16 +345,16 @@ class Decider:
         intent = np.asarray(inp.intent, dtype=np.int64)
         left: dict[int, holding.PoolLeft] = {}  # pool → what the decision left (explain)
         harvested: list[NDArray[np.float64]] = []  # the harvestable room, once asked
-        if inp.regular_changed:
-            regular = np.where(intent != INTENT_TRUE, releasable, 0) if harvesting else releasable.copy()
-            if (regular > 0).any():
-                run(Pool.REGULAR, regular, capped(inp.regular_free))
+        if inp.regular_changed and (releasable > 0).any():
+            run(Pool.REGULAR, releasable.copy(), capped(inp.regular_free))
         if harvesting:
             assert inp.harvestable is not None
             eligible = (np.asarray(inp.queue_opportunistic, dtype=bool)[inp.group_queue] & (intent != INTENT_FALSE)
                         & (releasable > 0))
             if eligible.any():
-                avail = capped(inp.harvestable())
+                # Harvested room is measured on every resource (T_alloc·C − U − B − S, bandwidth included): the
+                # declared bandwidth caps the regular pool only, as requests do (opportunistic pods reserve nothing).
+                avail = np.array(inp.harvestable(), dtype=np.float64)
                 # This pass's regular placements bind before the opportunistic ones: each is then a pod just
                 # bound, in the ramp-up allowance S at its full demand (harvest.assumed), where the extender sees it.
                 just = [(n, g) for g, n, pool in placements if pool is Pool.REGULAR]
@@ -344,10 +376,33 @@ class Decider:
                 left[0] = holding.PoolLeft(capped(inp.regular_free), queue_alloc[0].copy())
             if 1 not in left and harvesting:
                 assert inp.harvestable is not None
-                left[1] = holding.PoolLeft(harvested[0] if harvested else capped(inp.harvestable()),
+                left[1] = holding.PoolLeft(harvested[0] if harvested else np.array(inp.harvestable()),
                                            queue_alloc[1].copy())
             holds = self._explain(inp, releasable, left)
-        return Decision(placements, skipped, dur, source, holds)
+        return Decision(placements, skipped, dur, source, holds, promoted)
+
+    @staticmethod
+    def _promote(inp: DecideInput) -> tuple[NDArray[np.int64], DecideInput]:
+        """``harvest.promotions`` of ``inp.promotable`` (with the queues' regular quota), and the input as the
+        passes then see it: the promoted pods' demand taken from the regular room and moved from their queue's
+        opportunistic allocation to its regular one."""
+        pro = inp.promotable
+        none = np.zeros(0, np.int64)
+        if pro is None or len(pro.node) == 0 or not inp.regular_changed:
+            return none, inp
+        alloc = np.asarray(inp.queue_alloc, dtype=np.float64)
+        quota = None if inp.queue_quota is None else np.asarray(inp.queue_quota, dtype=np.float64) - alloc[0]
+        rows, reg = harvest.promotions(pro.demand, pro.node, pro.queue, inp.regular_free, quota)
+        if rows.size == 0:
+            return none, inp
+        alloc = alloc.copy()
+        d = np.asarray(pro.demand, dtype=np.float64)[rows]
+        q = np.asarray(pro.queue, dtype=np.int64)[rows]
+        mine = q >= 0
+        np.add.at(alloc[0], q[mine], d[mine])
+        np.subtract.at(alloc[1], q[mine], d[mine])
+        np.maximum(alloc[1], 0.0, out=alloc[1])
+        return rows, replace(inp, regular_free=reg, queue_alloc=alloc)
 
     def _explain(self, inp: DecideInput, waiting: NDArray[np.int64],
                  left: Mapping[int, holding.PoolLeft]) -> dict[int, holding.Hold]:

@@ -1,4 +1,4 @@
-"""Regular and harvestable (opportunistic) capacity of nodes, and UBIS's per-node assignment.
+"""Regular and harvestable (opportunistic) capacity of nodes, and which running opportunistic pods to promote.
 
 Two pools per node (UBIS §IV, OPERA Eq. 6–7):
 
@@ -19,32 +19,20 @@ with unknown usage harvests nothing (fail safe, DESIGN.md).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
+from stowage.policy import alignment
 from stowage.policy.alignment import nan_to_num_if_needed
 
 __all__ = [
-    "NOT_PLACED",
-    "OPPORTUNISTIC",
-    "REGULAR",
-    "NodeAssignment",
-    "assign_on_node",
-    "assign_on_node_detailed",
     "assumed",
     "harvestable",
+    "in_sample",
+    "promotions",
     "regular_available",
 ]
-
-NOT_PLACED = 0
-REGULAR = 1
-OPPORTUNISTIC = 2
-
-# Same float-noise allowance as alignment.FEASIBILITY_RTOL, relative to what is free.
-_FIT_RTOL = 1e-9
 
 
 def _arr(value: ArrayLike, field: str, ndim: int) -> NDArray[np.float64]:
@@ -99,6 +87,36 @@ def harvestable(
     return np.clip(ceiling - use - _amount(blk) - _amount(ass), 0.0, ceiling)
 
 
+def in_sample(
+    started_at_s: ArrayLike,
+    node_index: ArrayLike,
+    sampled_at_s: ArrayLike,
+    period_s: float,
+) -> NDArray[np.bool_]:
+    """(P,) whether each pod's usage is in its node's latest utilization sample.
+
+    A sample taken at ``t`` measures the period before ``t`` (a rate over ``period_s``), so it shows a pod
+    that was running for all of it: ``started + period ≤ t``. A pod not started yet (NaN), on no node or a node
+    out of range, or on a node with no sample (NaN, −inf) is not in it: the conservative answer.
+
+    Args:
+        started_at_s: (P,) when each pod's containers started (the simulator: its start).
+        node_index: (P,) int, its node; out of ``[0, N)`` → not in any sample.
+        sampled_at_s: (N,) when each node's latest sample was taken, on the same clock.
+        period_s: the node monitor's sampling period (``contention.sample_interval_s``, 1 s).
+    """
+    started = np.asarray(started_at_s, dtype=np.float64).reshape(-1)
+    idx = np.asarray(node_index).reshape(-1)
+    sampled = np.asarray(sampled_at_s, dtype=np.float64).reshape(-1)
+    if idx.shape != started.shape:
+        raise InvalidInput("node_index.shape", idx.shape, f"must be {started.shape}, one per pod")
+    idx = np.asarray(np.nan_to_num(idx.astype(np.float64), nan=-1.0), dtype=np.int64)
+    on = (idx >= 0) & (idx < sampled.shape[0])
+    at = np.where(on, sampled[np.where(on, idx, 0)] if sampled.size else np.nan, np.nan)
+    with np.errstate(invalid="ignore"):
+        return on & (started + max(float(period_s), 0.0) <= at)
+
+
 def assumed(
     demands: ArrayLike,
     bound_at_s: ArrayLike,
@@ -107,21 +125,21 @@ def assumed(
     ramp_up_s: float,
     n_nodes: int,
     measured: ArrayLike | None = None,
+    included: ArrayLike | None = None,
 ) -> NDArray[np.float64]:
     """Usage not yet visible in the samples, per node: ``S`` of :func:`harvestable`.
 
-    ``S[n] = Σ_{p on n, now − bound_p < ramp_up} max(d_p − m_p, 0)``
+    ``S[n] = Σ_{p on n, not in a sample, now − bound_p < ramp_up} max(d_p − m_p, 0)``
 
-    A pod bound less than ``ramp_up_s`` ago is assumed to use its whole demand
-    ``d_p``; the part its own measured usage ``m_p`` already shows is in ``U``
-    and is not counted twice. After ``ramp_up_s`` the pod counts only through
-    ``U``. Every bound pod counts, regular or opportunistic: a new regular pod's
-    usage is no more visible in ``U`` than an opportunistic one's, and the
-    extender, the dispatcher and the simulator must agree on ``S`` (a pod the
-    dispatcher releases into room the extender does not see waits in backoff).
-    Tetris §4.1 lets the allowance decay to zero over 30 s; we keep it at
-    the full demand until it expires (UBIS's conservative assumption), which
-    can only harvest less, never overcommit more.
+    A newly bound pod is assumed to use its whole demand ``d_p`` until a sample that includes it has been seen
+    (``included``, :func:`in_sample`): UBIS §IV-B assumes "the newly allocated containers will utilize all
+    allocated resources" until the next heartbeat reports them; Koordinator's load-aware scheduling reserves the
+    estimate above the reported usage until the pod's usage is reported. From then on the pod counts only through
+    ``U``. The part its own measured usage ``m_p`` already shows is in ``U`` and is not counted twice.
+    ``ramp_up_s`` is an upper limit (Tetris §4.1: 30 s): a pod older than that counts only through ``U``, sample or
+    not (a node without a fresh sample harvests nothing anyway). Every bound pod counts, regular or
+    opportunistic: a new regular pod's usage is no more visible in ``U`` than an opportunistic one's, and the
+    extender, the dispatcher and the simulator must agree on ``S``.
 
     Args:
         demands: (P, R) each pod's demand (negative → 0, NaN → 0).
@@ -130,11 +148,13 @@ def assumed(
         node_index: (P,) int, the node each pod is bound to. Out of ``[0,
             n_nodes)`` (e.g. −1 = not bound) → ignored.
         now_s: current time, same clock as ``bound_at_s``.
-        ramp_up_s: allowance window; default in config ``harvest.ramp_up_s`` = 30 s.
+        ramp_up_s: the upper limit; default in config ``harvest.ramp_up_s`` = 30 s.
             ``≤ 0`` → nothing is assumed.
         n_nodes: N.
         measured: optional (P, R) each pod's own measured usage (NaN → 0);
             None → nothing measured yet, count the full demand.
+        included: optional (P,) bool, the pod is in its node's latest sample (:func:`in_sample`): it is
+            not assumed. None → no pod is known to be in a sample (the allowance lasts ``ramp_up_s``).
 
     Returns:
         (N, R) assumed usage per node.
@@ -159,6 +179,11 @@ def assumed(
         d = np.maximum(d - m, 0.0)
     age = float(now_s) - bound
     recent = ~(age >= ramp_up_s)  # NaN age (unknown bind time) counts as recent
+    if included is not None:
+        seen = np.asarray(included, dtype=bool).reshape(-1)
+        if seen.shape != (p,):
+            raise InvalidInput("included.shape", seen.shape, f"must be ({p},), one per pod")
+        recent &= ~seen
     if idx.dtype.kind in "iu":  # integer indices cannot be NaN
         idx_int = idx.astype(np.int64)
     else:
@@ -170,6 +195,61 @@ def assumed(
     for col in range(r):
         out[:, col] = np.bincount(at, weights=dk[:, col], minlength=n_nodes)
     return out
+
+
+def promotions(
+    demands: ArrayLike,
+    node_index: ArrayLike,
+    queue_index: ArrayLike,
+    regular_free: ArrayLike,
+    quota_left: ArrayLike | None = None,
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Running opportunistic pods to promote in place, and the regular room they leave (UBIS Alg. 1 l.6–8).
+
+    UBIS §IV-D: "Same node promotions are easy and always beneficial": a running opportunistic container whose
+    node now has the regular room for it becomes regular there, before any new allocation on that node (Alg. 1
+    promotes, then allocates). It keeps its work; it is no longer evicted under contention, and the kernel gives
+    it a regular pod's cpu weight. Walk the pods in the caller's order (the dispatcher: oldest first, the most
+    work at stake); one whose demand fits its node's regular room on every resource, and its queue's regular
+    quota where one is set, is promoted and its demand comes off both before the next is looked at. Never across
+    nodes (UBIS: a task would lose its work).
+
+    Args:
+        demands: (P, R) each running opportunistic pod's demand; a row with a NaN is never promoted.
+        node_index: (P,) int, its node; out of range → never promoted.
+        queue_index: (P,) int, its queue (for ``quota_left``); −1: no queue.
+        regular_free: (N, R) ``A_reg`` (:func:`regular_available`).
+        quota_left: optional (Q, R) what each queue's regular quota still allows (``+inf``: no quota); None: none.
+
+    Returns:
+        ``(promoted, regular_free_after)``: the rows promoted, in order, and (N, R) the regular room left.
+    """
+    d = _arr(demands, "demands", 2)
+    reg = _amount(_arr(regular_free, "regular_free", 2)).copy()
+    idx = np.asarray(node_index, dtype=np.int64).reshape(-1)
+    qix = np.asarray(queue_index, dtype=np.int64).reshape(-1)
+    p = d.shape[0]
+    if d.shape[1] != reg.shape[1] and p:
+        raise InvalidInput("demands.shape", d.shape, f"must have {reg.shape[1]} resources like regular_free")
+    for name, arr in (("node_index", idx), ("queue_index", qix)):
+        if arr.shape != (p,):
+            raise InvalidInput(f"{name}.shape", arr.shape, f"must be ({p},), one per pod")
+    quota = None if quota_left is None else np.array(quota_left, dtype=np.float64)
+    ok = ~np.isnan(d).any(axis=1) & (idx >= 0) & (idx < reg.shape[0])
+    d = _amount(d)
+    out: list[int] = []
+    for i in np.flatnonzero(ok).tolist():
+        n = int(idx[i])
+        if not alignment.feasible(d[i : i + 1], reg[n : n + 1])[0, 0]:
+            continue
+        q = int(qix[i])
+        if quota is not None and 0 <= q < quota.shape[0]:
+            if not (d[i] <= np.nan_to_num(quota[q], nan=0.0) * (1.0 + alignment.FEASIBILITY_RTOL)).all():
+                continue
+            quota[q] -= d[i]
+        reg[n] = np.maximum(reg[n] - d[i], 0.0)
+        out.append(i)
+    return np.array(out, dtype=np.int64), reg
 
 
 def regular_available(allocatable: ArrayLike, regular_requests: ArrayLike) -> NDArray[np.float64]:
@@ -186,128 +266,3 @@ def regular_available(allocatable: ArrayLike, regular_requests: ArrayLike) -> ND
         raise InvalidInput("regular_requests.shape", req.shape, f"must be {alloc.shape} like allocatable")
     req = np.where(np.isnan(req), alloc, _amount(req))
     return np.maximum(alloc - req, 0.0)
-
-
-class NodeAssignment(NamedTuple):
-    """Outcome of one node heartbeat (:func:`assign_on_node_detailed`)."""
-
-    classes: NDArray[np.int64]
-    """(P,) 0 = not placed, 1 = regular, 2 = opportunistic."""
-    regular_left: NDArray[np.float64]
-    """(R,) regular free capacity after the placements."""
-    harvestable_left: NDArray[np.float64]
-    """(R,) harvestable capacity after the placements."""
-
-
-def _fits(demand: NDArray[np.float64], free: NDArray[np.float64]) -> bool:
-    return bool(np.all(demand <= free * (1.0 + _FIT_RTOL)))
-
-
-def assign_on_node_detailed(
-    demands: ArrayLike,
-    may_be_opportunistic: ArrayLike,
-    regular_free: ArrayLike,
-    harvestable_free: ArrayLike,
-    *,
-    must_be_opportunistic: ArrayLike | None = None,
-) -> NodeAssignment:
-    """UBIS Algorithm 1 for one node, returning the classes and what is left.
-
-    See :func:`assign_on_node` for the rules.
-    """
-    d = _arr(demands, "demands", 2)
-    p, r = d.shape
-    nan_demand = np.isnan(d).any(axis=1)
-    d = _amount(d)
-    may = np.asarray(may_be_opportunistic, dtype=bool).reshape(-1)
-    if may.shape != (p,):
-        raise InvalidInput("may_be_opportunistic.shape", may.shape, f"must be ({p},), one per request")
-    must = (
-        np.zeros(p, dtype=bool)
-        if must_be_opportunistic is None
-        else np.asarray(must_be_opportunistic, dtype=bool).reshape(-1)
-    )
-    if must.shape != (p,):
-        raise InvalidInput("must_be_opportunistic.shape", must.shape, f"must be ({p},), one per request")
-    reg = _amount(_arr(regular_free, "regular_free", 1))
-    opp = _amount(_arr(harvestable_free, "harvestable_free", 1))
-    for name, arr in (("regular_free", reg), ("harvestable_free", opp)):
-        if arr.shape != (r,):
-            raise InvalidInput(f"{name}.shape", arr.shape, f"must be ({r},) like a demand row")
-
-    classes = np.full(p, NOT_PLACED, dtype=np.int64)
-    # Lines 11–19: regular containers first, in the caller's (fairness) order.
-    for i in range(p):
-        if nan_demand[i] or must[i] or not _fits(d[i], reg):
-            continue
-        classes[i] = REGULAR
-        reg = np.maximum(reg - d[i], 0.0)
-        # Alloc^new carries into line 22: a container placed now has zero measured
-        # usage yet will use its allocation, so it also shrinks the harvestable room.
-        opp = np.maximum(opp - d[i], 0.0)
-    # Lines 21–29: then opportunistic containers on the harvestable room.
-    for i in range(p):
-        if classes[i] != NOT_PLACED or nan_demand[i] or not (may[i] or must[i]):
-            continue
-        if _fits(d[i], opp):
-            classes[i] = OPPORTUNISTIC
-            opp = np.maximum(opp - d[i], 0.0)
-    return NodeAssignment(classes, reg, opp)
-
-
-def assign_on_node(
-    demands: ArrayLike,
-    may_be_opportunistic: ArrayLike,
-    regular_free: ArrayLike,
-    harvestable_free: ArrayLike,
-    *,
-    must_be_opportunistic: ArrayLike | None = None,
-) -> NDArray[np.int64]:
-    """UBIS Algorithm 1 for one node heartbeat: which pending requests run here, and as what.
-
-    Rules, in the order of Algorithm 1:
-
-    1. (l.11–19) Walk the requests in the given order (the caller's fairness
-       order). A request that fits ``regular_free`` on every resource becomes
-       **regular** (code 1); its demand comes off ``regular_free`` *and* off
-       ``harvestable_free`` (l.22 compares against the same ``Alloc^new``: a new
-       container shows no usage yet but will use what it was given).
-    2. (l.21–29) Walk the remaining requests in order again. One that may be
-       opportunistic and fits ``harvestable_free`` becomes **opportunistic**
-       (code 2); its demand comes off ``harvestable_free`` only (opportunistic
-       pods request 0, so regular room is untouched).
-    3. Everything else is **not placed** (code 0).
-
-    Args:
-        demands: (P, R) each request's demand, in priority order. A row with a
-            NaN is never placed; negative entries count as 0.
-        may_be_opportunistic: (P,) bool, the request accepts harvested capacity
-            (pod ``stowage.io/opportunistic: true|auto`` and its queue Allows it).
-        regular_free: (R,) ``A_reg`` of this node (:func:`regular_available`).
-        harvestable_free: (R,) ``A_opp`` of this node (:func:`harvestable`).
-        must_be_opportunistic: optional (P,) bool: requests labelled ``"true"``
-            skip step 1 and may only run opportunistically.
-
-    Returns:
-        (P,) int64 class codes: ``NOT_PLACED`` 0, ``REGULAR`` 1, ``OPPORTUNISTIC`` 2.
-
-    Where we differ from Algorithm 1, and why:
-
-    - Promotion (l.6–8) is not done here; it changes running pods, not pending
-      requests, and belongs to the dispatcher.
-    - Availability for opportunistic pods is our ``A_opp = T_alloc·C − U − B − S``
-      rather than ``T_alloc·Cap − Util``: ``B`` adds OPERA's PRESERVE block and
-      ``S`` keeps the ramp-up allowance across heartbeats, not just within one.
-    - ``AllocateXContainer`` in YARN returns the next fitting request in fair
-      order; we make that explicit: a request that does not fit is skipped and
-      later, smaller ones may still be placed (no head-of-line blocking).
-    - Optional ``must_be_opportunistic`` (our ``"true"`` intent) has no UBIS
-      counterpart: UBIS only lets jobs opt out, not force opportunistic.
-    """
-    return assign_on_node_detailed(
-        demands,
-        may_be_opportunistic,
-        regular_free,
-        harvestable_free,
-        must_be_opportunistic=must_be_opportunistic,
-    ).classes

@@ -128,7 +128,7 @@ class Running:
     def __init__(self) -> None:
         self._f = Block(_F, 6)  # start, work_left, rate, base, io_base, burst_until
         self._i = Block(np.int64, 2)  # group, node
-        self._b = Block(np.bool_, 1)  # opp
+        self._b = Block(np.bool_, 2)  # opp, promoted
         self.version = 0
         """Bumped on every change of the rows or their bursts (keys caches of derived arrays)."""
         self.observers: list[RowObserver] = []
@@ -143,6 +143,7 @@ class Running:
     group = block_field("_i", 0, "The row's task group.")
     node = block_field("_i", 1, "The node it runs on.")
     opp = block_field("_b", 0, "Whether it runs opportunistically.")
+    promoted = block_field("_b", 1, "Whether it started opportunistic and was promoted to regular in place.")
 
     def __len__(self) -> int:
         return self._i.n
@@ -164,7 +165,7 @@ class Running:
         f, i, b = self._f.data, self._i.data, self._b.data  # after reserve: it may have grown them
         f[0, s], f[1, s], f[2, s], f[3, s], f[4, s], f[5, s] = start, work, 1.0, base, io_base, -np.inf
         i[0, si], i[1, si] = group, node
-        b[0, sb] = opp
+        b[0, sb], b[1, sb] = opp, False
         self.version += 1
         for obs in self.observers:
             obs.appended(self, lo)

@@ -124,6 +124,36 @@ class Simulation:
         if self.config.check and not opp:
             self._check_capacity(n)
 
+    def promote(self, rows: NDArray[np.int64]) -> None:
+        """Make running opportunistic rows regular in place (UBIS §IV-D): their allocation moves to the regular
+        pool of their node and queue; they keep their work."""
+        rows = np.asarray(rows, dtype=np.int64)
+        run, c, spec, st = self.running, self.cluster, self.spec, self.status
+        rows = rows[run.opp[rows]]
+        if rows.size == 0:
+            return
+        gs, ns = run.group[rows], run.node[rows]
+        d = spec.g_demand[gs]
+        np.subtract.at(c.opp_alloc, ns, d)
+        np.add.at(c.reg_alloc, ns, d)
+        np.maximum(c.opp_alloc, 0.0, out=c.opp_alloc)
+        q = spec.g_queue[gs]
+        np.subtract.at(st.queue_alloc[1], q, d)
+        np.add.at(st.queue_alloc[0], q, d)
+        np.maximum(st.queue_alloc[1], 0.0, out=st.queue_alloc[1])
+        st.harvested_s += float((self.now - run.start[rows]).sum())
+        st.promotions += rows.size
+        opp, promoted = run.opp, run.promoted
+        opp[rows], promoted[rows] = False, True
+        run.opp, run.promoted = opp, promoted
+        run.version += 1
+        self._tracker.pause()  # its per-row class bins are stale: the next rates start afresh
+        self._changed = True
+        self._overload_dirty = True
+        if self.config.check:
+            for n in np.unique(ns).tolist():
+                self._check_capacity(n)
+
     def _flush(self) -> None:
         if not self._buffer:
             return
@@ -165,6 +195,9 @@ class Simulation:
         self._release(rows, gs)
         np.add.at(self.status.g_pending, gs, 1)
         self.status.wasted_work_s += float((self.truth.g_dur[gs] - run.work_left[rows]).sum())
+        ran = float((self.now - run.start[rows]).sum())
+        self.status.harvested_s += ran
+        self.status.run_s += ran
         if oom:
             self.status.oom_kills += rows.size
         else:
@@ -184,7 +217,15 @@ class Simulation:
         gs = run.group[rows]
         self._release(rows, gs)
         np.add.at(self.status.g_done, gs, 1)
-        self.status.opp_done += int(run.opp[rows].sum())
+        opp = run.opp[rows]
+        self.status.opp_done += int(opp.sum())
+        took = self.now - run.start[rows]
+        self.status.harvested_s += float(took[opp].sum())
+        self.status.run_s += float(took.sum())
+        regular = ~opp & ~run.promoted[rows]
+        if regular.any():
+            alone = self.truth.g_dur[gs[regular]]
+            self.status.regular_runs.extend((took[regular] / np.where(alone > 0, alone, 1.0)).tolist())
         self.status.tasks_done += rows.size
         self.preset.on_finished(gs, self.now - run.start[rows])
         run.drop(rows)

@@ -233,6 +233,7 @@ class Recorder:
         unfair = np.where(measured, self.unfair_sum / np.maximum(self.unfair_n, 1), 0.0)
         negative = unfair[measured & (unfair < 0)]
         fluid_jct = self.fluid_jct()
+        slow = np.maximum(np.array(st.regular_runs) - 1.0, 0.0)  # each regular task's slowdown against alone
         summary: dict[str, Any] = {
             "makespan_s": makespan,
             "jct_mean_s": float(np.mean(jct[ok])) if ok.any() else 0.0,
@@ -246,6 +247,11 @@ class Recorder:
                 for i, r in enumerate(spec.resources)
             },
             "opportunistic_fraction": st.opp_done / max(st.tasks_done, 1),
+            "harvested_fraction": st.harvested_s / st.run_s if st.run_s > 0 else 0.0,
+            "lost_fraction": st.wasted_work_s / st.harvested_s if st.harvested_s > 0 else 0.0,
+            "promotions": st.promotions,
+            "regular_slowdown_mean": float(np.mean(slow)) if slow.size else 0.0,
+            "regular_slowdown_p95": float(np.percentile(slow, 95)) if slow.size else 0.0,
             "evictions": st.evictions,
             "oom_kills": st.oom_kills,
             "contentions": contentions,

@@ -105,7 +105,9 @@ class PackingPreset(Preset):
         c = v.cluster
         live_job = st.j_arrived & np.isnan(st.j_finish)
         groups = np.flatnonzero(live_job[spec.g_job])
-        if groups.size == 0 or not (st.g_ready[groups] & (st.g_pending[groups] > 0)).any():
+        run = v.running
+        promotable = self.harvesting and v.regular_changed and bool(run.opp.any())
+        if not promotable and (groups.size == 0 or not (st.g_ready[groups] & (st.g_pending[groups] > 0)).any()):
             # Nothing to decide, but the shares change as tasks finish: the usage follows them, as the
             # operator's, which decides at every pass.
             self.decider.record_usage(spec.queue_names, st.queue_alloc, c.total, v.now)
@@ -113,13 +115,12 @@ class PackingPreset(Preset):
         jobs = np.flatnonzero(live_job)
         ready = st.g_ready[groups]
         finished = st.g_done[groups]
-        run = v.running
         elapsed = np.zeros(spec.n_groups)
         if len(run):
             np.maximum.at(elapsed, run.group, v.now - run.start)
         inp = decide.DecideInput(
             now=v.now, capacity=c.cap, regular_free=c.regular_free(), bandwidth=spec.io_resources,
-            bandwidth_room=c.cap - c.reg_alloc - c.opp_alloc, shapes=spec.shapes, group_shape=spec.g_shape[groups],
+            bandwidth_room=c.cap - c.reg_alloc, shapes=spec.shapes, group_shape=spec.g_shape[groups],
             group_key=groups.tolist(), group_job=np.searchsorted(jobs, spec.g_job[groups]),
             group_queue=spec.g_queue[groups], releasable=np.where(ready, st.g_pending[groups], 0),
             remaining=spec.g_tasks[groups] - finished, intent=spec.j_opp[spec.g_job[groups]],
@@ -135,9 +136,19 @@ class PackingPreset(Preset):
             features=lambda g: self._features(int(groups[g])),
             duration_s=None if v.oracle_durations is None else v.oracle_durations[groups],
             group_children=self._children(groups) if self.knobs.critical_path_fraction > 0 else None,
-            regular_changed=v.regular_changed)
-        for g, n, pool in self.decider.decide(inp).placements:
+            regular_changed=v.regular_changed, promotable=self._promotable() if promotable else None)
+        decision = self.decider.decide(inp)
+        if decision.promoted.size:
+            v.promote(self._opp_rows[decision.promoted])
+        for g, n, pool in decision.placements:
             v.place(int(groups[g]), n, opp=pool is Pool.OPPORTUNISTIC)
+
+    def _promotable(self) -> decide.Promotable:
+        """The running opportunistic rows, oldest first (the running table is in start order)."""
+        run, spec = self.view.running, self.view.spec
+        self._opp_rows = rows = np.flatnonzero(run.opp)
+        gs = run.group[rows]
+        return decide.Promotable(spec.g_demand[gs], run.node[rows].copy(), spec.g_queue[gs])
 
     def _children(self, groups: NDArray[np.int64]) -> list[list[int]]:
         """``DecideInput.group_children`` renumbered to the rows of ``groups`` (a job's groups are all there)."""

@@ -39,6 +39,10 @@ class View:
     regular_changed = property(lambda self: self._sim.regular_changed,
                                doc="Regular capacity freed or new work since the last pass.")
 
+    def promote(self, rows: NDArray[np.int64]) -> None:
+        """Make running opportunistic rows (of ``running``) regular in place."""
+        self._sim.promote(rows)
+
     def place(self, g: int, n: int, opp: bool) -> None:
         """Start a task of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
         self._sim.place(g, n, opp)
@@ -89,8 +93,11 @@ class Preset:
         c, settings = v.cluster, v.settings
         usage = v.usage(settings.contention.sample_interval_s)
         run = v.running  # every running row, regular or opportunistic: any new task's usage lags U
+        monitor = v._sim.monitor
+        seen = harvest.in_sample(run.start, run.node, np.full(c.n, monitor.last_sample),
+                                 settings.contention.sample_interval_s)
         assumed = harvest.assumed(v.spec.g_demand[run.group], run.start, run.node, v.now, settings.harvest.ramp_up_s,
-                                  c.n)
+                                  c.n, included=seen)
         a = harvest.harvestable(c.cap, usage, c.blocked, assumed, settings.harvest.t_alloc.array(c.resources))
         a[~c.harvest] = 0.0
         return a

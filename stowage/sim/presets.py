@@ -13,6 +13,8 @@
   evicted under sustained contention.
 * ``stowage``: tetris + DRF per pool + each queue's ``jobOrder`` (FIFO, SRTF, FSP) + harvesting, with OPERA's
   short/long classifier for ``auto`` jobs and the contention policy.
+* ``stowage-regular``: ``stowage`` with harvesting off (every task regular): what harvesting adds is
+  ``stowage`` ÷ this, measured in one run.
 
 kube-scheduler places pods one at a time in queue order, and a pod that fits nowhere does not block the pods behind
 it; the kube-like presets check fit on every Kubernetes resource except disk and network bandwidth, which are not
@@ -44,6 +46,8 @@ _FACTORIES: dict[str, Callable[[], Preset]] = {
     "tetris": lambda: PackingPreset("tetris", harvesting=False, job_order=False, classifier=False, guard=False),
     "ubis": lambda: KubePreset("ubis", "least", harvesting=True),
     "stowage": lambda: PackingPreset("stowage", harvesting=True, job_order=True, classifier=True, guard=True),
+    "stowage-regular": lambda: PackingPreset("stowage-regular", harvesting=False, job_order=True, classifier=True,
+                                             guard=True),
 }
 
 PRESETS: tuple[str, ...] = tuple(_FACTORIES)

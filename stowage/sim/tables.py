@@ -133,6 +133,10 @@ class Status:
         self.alloc_total = np.zeros(r)
         self.evictions = self.oom_kills = self.task_starts = self.opp_done = self.tasks_done = 0
         self.wasted_work_s = 0.0
+        self.promotions = 0
+        self.run_s = 0.0  # task-seconds run (finished and evicted tasks)
+        self.harvested_s = 0.0  # task-seconds run on harvested capacity (finished, evicted or promoted since)
+        self.regular_runs: list[float] = []  # run time ÷ duration alone of each task that finished regular all along
 
     def waiting(self) -> NDArray[np.bool_]:
         """Groups whose barrier is open and that have tasks waiting."""

@@ -1,4 +1,4 @@
-"""Harvestable and regular capacity, the ramp-up allowance, and UBIS Algorithm 1 on one node."""
+"""Harvestable and regular capacity, the allowance for pods not yet sampled, and same-node promotion."""
 
 from __future__ import annotations
 
@@ -11,13 +11,10 @@ from hypothesis.extra import numpy as hnp
 from stowage.config import HarvestSettings
 from stowage.errors import InvalidInput
 from stowage.policy.harvest import (
-    NOT_PLACED,
-    OPPORTUNISTIC,
-    REGULAR,
-    assign_on_node,
-    assign_on_node_detailed,
     assumed,
     harvestable,
+    in_sample,
+    promotions,
     regular_available,
 )
 
@@ -127,85 +124,67 @@ def test_regular_available_is_allocatable_minus_requests(alloc, req, expected):
 # --- UBIS Algorithm 1 on a hand-made node --------------------------------------------------------
 
 
-def test_ubis_algorithm_1_places_regular_first_then_opportunistic_up_to_t_alloc():
-    # Node: 8 cores, 32 GiB. Regular pods already request 6 cores / 24 GiB but use only 2 / 8.
-    cap = np.array([[8.0, 32.0]])
-    a_reg = regular_available(cap, np.array([[6.0, 24.0]]))[0]  # (2, 8)
-    a_opp = harvestable(cap, np.array([[2.0, 8.0]]), np.zeros((1, 2)), np.zeros((1, 2)), np.array([0.9, 0.9]))[0]
-    np.testing.assert_allclose(a_reg, [2.0, 8.0])
-    np.testing.assert_allclose(a_opp, [0.9 * 8 - 2, 0.9 * 32 - 8])  # (5.2, 20.8)
-
-    demands = np.array(
-        [
-            [1.0, 4.0],  # 0: fits regular                      → regular, reg (1, 4), opp (4.2, 16.8)
-            [2.0, 4.0],  # 1: too big for regular now, may opp  → opportunistic, opp (2.2, 12.8)
-            [1.0, 4.0],  # 2: fits regular                      → regular, reg (0, 0), opp (1.2, 8.8)
-            [1.0, 4.0],  # 3: opt-out, regular is full          → not placed
-            [1.0, 8.0],  # 4: may opp, fits                     → opportunistic, opp (0.2, 0.8)
-            [0.5, 1.0],  # 5: may opp, cpu 0.5 > 0.2 left       → not placed
-        ]
-    )
-    may = np.array([True, True, True, False, True, True])
-    result = assign_on_node_detailed(demands, may, a_reg, a_opp)
-    assert result.classes.tolist() == [REGULAR, OPPORTUNISTIC, REGULAR, NOT_PLACED, OPPORTUNISTIC, NOT_PLACED]
-    np.testing.assert_allclose(result.regular_left, [0.0, 0.0], atol=1e-12)
-    np.testing.assert_allclose(result.harvestable_left, [0.2, 0.8], atol=1e-12)
-    # Nothing opportunistic goes past T_alloc·C − U.
-    placed = result.classes != NOT_PLACED
-    assert np.all(demands[placed].sum(axis=0) - demands[result.classes == REGULAR].sum(axis=0) <= a_opp)
-    assert assign_on_node(demands, may, a_reg, a_opp).tolist() == result.classes.tolist()
-
-
-ASSIGN_CASES = [
-    pytest.param([[1, 1]], [False], [2, 2], [0, 0], None, [REGULAR], id="regular-needs-no-harvest"),
-    pytest.param([[3, 1]], [False], [2, 2], [9, 9], None, [NOT_PLACED], id="opt-out-never-opportunistic"),
-    pytest.param([[3, 1]], [True], [2, 2], [9, 9], None, [OPPORTUNISTIC], id="overflow-goes-opportunistic"),
-    pytest.param([[1, 1]], [True], [2, 2], [9, 9], [True], [OPPORTUNISTIC], id="must-opportunistic-skips-regular"),
-    pytest.param([[1, 1]], [True], [0, 0], [0.5, 9], None, [NOT_PLACED], id="fits-neither-pool"),
-    pytest.param(
-        [[5, 1], [1, 1]], [False, False], [2, 2], [0, 0], None, [NOT_PLACED, REGULAR], id="no-head-of-line-blocking"
-    ),
-    pytest.param([[NAN, 1]], [True], [2, 2], [9, 9], None, [NOT_PLACED], id="nan-demand-never-placed"),
-    pytest.param([[0, 0]], [True], [0, 0], [0, 0], None, [REGULAR], id="zero-demand-fits-full-node"),
-    pytest.param(
-        [[2, 2], [2, 2]],
-        [True, True],
-        [2, 2],
-        [3, 3],
-        None,
-        [REGULAR, NOT_PLACED],
-        id="regular-placement-shrinks-harvestable-too",
-    ),
-    pytest.param(
-        [[3, 3], [1, 1]],
-        [True, False],
-        [2, 2],
-        [9, 9],
-        None,
-        [OPPORTUNISTIC, REGULAR],
-        id="overflow-opportunistic-does-not-block-later-regular",
-    ),
-    pytest.param([], [], [2, 2], [2, 2], None, [], id="no-requests"),
+# Promotion (UBIS Alg. 1 l.6–8, §IV-D): two nodes, resources (cpu, memory); pods in the caller's order.
+PROMOTION_CASES = [
+    pytest.param([[1, 1]], [0], [0], [[2, 2], [0, 0]], None, [0], [[1, 1], [0, 0]], id="fits-its-node"),
+    pytest.param([[3, 1]], [0], [0], [[2, 2], [9, 9]], None, [], [[2, 2], [9, 9]], id="never-across-nodes"),
+    pytest.param([[2, 2], [1, 1]], [0, 0], [0, 0], [[2, 2], [0, 0]], None, [0], [[0, 0], [0, 0]],
+                 id="first-in-order-takes-the-room"),
+    pytest.param([[3, 3], [1, 1]], [0, 0], [0, 0], [[2, 2], [0, 0]], None, [1], [[1, 1], [0, 0]],
+                 id="a-bigger-one-does-not-block-a-later-one"),
+    pytest.param([[1, 1]], [0], [0], [[2, 2], [0, 0]], [[0.5, 9]], [], [[2, 2], [0, 0]],
+                 id="queue-quota-holds-it"),
+    pytest.param([[1, 1]], [0], [-1], [[2, 2], [0, 0]], [[0, 0]], [0], [[1, 1], [0, 0]], id="no-queue-no-quota"),
+    pytest.param([[NAN, 1]], [0], [0], [[2, 2], [0, 0]], None, [], [[2, 2], [0, 0]], id="nan-demand-never"),
+    pytest.param([[1, 1]], [5], [0], [[2, 2], [0, 0]], None, [], [[2, 2], [0, 0]], id="unknown-node-never"),
+    pytest.param([[1, 1], [1, 1]], [0, 1], [0, 0], [[2, 2], [2, 2]], [[1.5, 9]], [0], [[1, 1], [2, 2]],
+                 id="quota-spent-by-the-first"),
 ]
 
 
-@pytest.mark.parametrize(("demands", "may", "reg", "opp", "must", "expected"), ASSIGN_CASES)
-def test_assign_on_node_follows_ubis_algorithm_1(demands, may, reg, opp, must, expected):
-    got = assign_on_node(
-        np.array(demands, float).reshape(-1, 2), np.array(may, bool), np.array(reg, float),
-        np.array(opp, float), must_be_opportunistic=must,
-    )  # fmt: skip
-    assert got.tolist() == expected
+@pytest.mark.parametrize(("demands", "nodes", "queues", "reg", "quota", "expected", "left"), PROMOTION_CASES)
+def test_promotions_follow_ubis_same_node_promotion(demands, nodes, queues, reg, quota, expected, left):
+    rows, after = promotions(np.array(demands, float).reshape(-1, 2), nodes, queues, np.array(reg, float),
+                             None if quota is None else np.array(quota, float))
+    assert rows.tolist() == expected
+    np.testing.assert_allclose(after, left)
 
 
-def test_regular_pass_first_means_later_regular_request_shrinks_room_for_earlier_opportunistic():
-    # Request 0 overflows regular; request 1 fits regular and, placed first (Alg. 1 l.11–19),
-    # eats the harvestable room request 0 would have needed.
-    result = assign_on_node_detailed(
-        np.array([[3.0, 1.0], [2.0, 2.0]]), np.array([True, True]), np.array([2.0, 2.0]), np.array([4.0, 4.0])
-    )
-    assert result.classes.tolist() == [NOT_PLACED, REGULAR]
-    np.testing.assert_allclose(result.harvestable_left, [2.0, 2.0])
+@settings(max_examples=200, deadline=None)
+@given(hnp.arrays(np.float64, st.tuples(st.integers(0, 8), st.just(2)), elements=st.floats(0, 10)), st.data())
+def test_promotions_never_overfill_a_node(demands, data):
+    p = demands.shape[0]
+    nodes = data.draw(hnp.arrays(np.int64, (p,), elements=st.integers(0, 2)))
+    reg = data.draw(hnp.arrays(np.float64, (3, 2), elements=st.floats(0, 20)))
+    rows, after = promotions(demands, nodes, np.zeros(p, np.int64), reg)
+    for n in range(3):
+        mine = rows[nodes[rows] == n]
+        assert np.all(demands[mine].sum(axis=0) <= reg[n] * (1 + 1e-9) + 1e-9)
+    assert np.all(after >= 0)
+
+
+# --- the allowance ends on the first sample that includes the pod --------------------------------
+
+def test_a_pod_is_in_a_sample_taken_a_period_after_it_started():
+    # Node 0 sampled at t=10, node 1 never; period 1 s.
+    got = in_sample([8.0, 9.5, 9.0, NAN, 5.0, 5.0], [0, 0, 0, 0, 1, 7], [10.0, -np.inf], 1.0)
+    assert got.tolist() == [True, False, True, False, False, False]
+
+
+def test_the_allowance_ends_on_the_first_sample_that_includes_the_pod():
+    # One pod of demand (2 cpu, 4 GiB) bound at t=100 on node 0; the monitor samples every second.
+    demand = np.array([[2.0, 4.0]])
+    for sampled_at, expected in ((100.5, [2.0, 4.0]), (100.9, [2.0, 4.0]), (101.0, [0.0, 0.0]), (130.0, [0, 0])):
+        seen = in_sample([100.0], [0], [sampled_at], 1.0)
+        got = assumed(demand, [100.0], [0], sampled_at + 0.2, 30.0, 1, included=seen)
+        np.testing.assert_allclose(got[0], expected, err_msg=f"sampled at {sampled_at}")
+    # Without a sample that includes it, ramp_up is the upper limit.
+    never = in_sample([100.0], [0], [-np.inf], 1.0)
+    np.testing.assert_allclose(assumed(demand, [100.0], [0], 129.0, 30.0, 1, included=never)[0], [2.0, 4.0])
+    np.testing.assert_allclose(assumed(demand, [100.0], [0], 130.0, 30.0, 1, included=never)[0], [0.0, 0.0])
+    # What its own measured usage already shows is not counted twice.
+    np.testing.assert_allclose(
+        assumed(demand, [100.0], [0], 100.5, 30.0, 1, measured=[[0.5, 1.0]], included=[False])[0], [1.5, 3.0])
 
 
 # --- properties -------------------------------------------------------------------------------
@@ -230,23 +209,3 @@ def test_harvestable_is_between_zero_and_t_alloc_times_capacity(sample):
     ceiling = np.clip(np.nan_to_num(t_alloc), 0, 1) * np.maximum(np.nan_to_num(cap), 0)
     assert np.all(got >= 0)
     assert np.all(got <= ceiling)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    hnp.arrays(np.float64, st.tuples(st.integers(0, 8), st.just(2)), elements=st.floats(0, 10)),
-    st.data(),
-)
-def test_assignment_never_overfills_either_pool(demands, data):
-    p = demands.shape[0]
-    may = data.draw(hnp.arrays(np.bool_, (p,)))
-    reg = data.draw(hnp.arrays(np.float64, (2,), elements=st.floats(0, 20)))
-    opp = data.draw(hnp.arrays(np.float64, (2,), elements=st.floats(0, 20)))
-    result = assign_on_node_detailed(demands, may, reg, opp)
-    regular = demands[result.classes == REGULAR].sum(axis=0)
-    placed = demands[result.classes != NOT_PLACED].sum(axis=0)
-    tol = 1e-6 * (1 + np.maximum(reg, opp))
-    assert np.all(regular <= reg + tol)
-    # Opportunistic pods only get the harvestable room the new regular pods left (Alg. 1 l.22).
-    assert np.all(placed - regular <= np.maximum(opp - regular, 0) + tol)
-    assert not np.any((result.classes == OPPORTUNISTIC) & ~may)
