@@ -53,8 +53,14 @@ class RunningPod:
     """Its Stowage queue; None for a pod outside Stowage (it counts on its node, in no queue)."""
     opportunistic: bool = False
     bound_at_s: float | None = None
-    """When it was bound (clock seconds): an opportunistic pod counts at full demand for ``harvest.ramp_up_s``
-    after it (``S``); None counts as just bound."""
+    """When it was bound (clock seconds): a pod counts in ``S`` (``harvest.assumed``) from then until a sample
+    includes it, ``harvest.ramp_up_s`` at most; None counts as just bound."""
+    started_at_s: float | None = None
+    """When its containers started (clock seconds; None: not yet): a node sample taken a sampling period after it
+    includes its usage (``harvest.in_sample``)."""
+    key: str = ""
+    """``namespace/name``: the pod a promotion patches."""
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
