@@ -244,7 +244,8 @@ def promotions(
             continue
         q = int(qix[i])
         if quota is not None and 0 <= q < quota.shape[0]:
-            if not (d[i] <= np.nan_to_num(quota[q], nan=0.0) * (1.0 + alignment.FEASIBILITY_RTOL)).all():
+            left = np.where(np.isnan(quota[q]), 0.0, quota[q])  # +inf (no quota) stays +inf
+            if not (d[i] <= left * (1.0 + alignment.FEASIBILITY_RTOL)).all():
                 continue
             quota[q] -= d[i]
         reg[n] = np.maximum(reg[n] - d[i], 0.0)

@@ -124,7 +124,8 @@ def test_a_queue_below_its_floor_is_named_to_a_queue_even_with_it() -> None:
 
 
 def test_an_opportunistic_pod_without_fresh_samples_waits_for_a_sample_naming_nodes_and_ages() -> None:
-    inp = decide_input(nodes=[(4, 16), (4, 16), (4, 16)], free=[(4, 16)] * 3, groups=[("q", 1, 1)],
+    # No regular room (a "true" task takes regular room first): it waits for harvested room.
+    inp = decide_input(nodes=[(4, 16), (4, 16), (4, 16)], free=[(0, 0)] * 3, groups=[("q", 1, 1)],
                        intent=[decide.INTENT_TRUE], harvestable=[(0, 0)] * 3, sample_age_s=[45.0, np.inf, np.nan])
     assert holds(inp) == {0: holding.Hold(
         "sample", "no fresh utilization sample from the 2 node(s) that could take it: n0 (45 s old), n1 (none); "
@@ -132,7 +133,7 @@ def test_an_opportunistic_pod_without_fresh_samples_waits_for_a_sample_naming_no
 
 
 def test_an_opportunistic_pod_with_fresh_samples_but_no_harvestable_room_waits_for_room() -> None:
-    inp = decide_input(nodes=[(4, 16)], free=[(4, 16)], groups=[("q", 1, 1)], intent=[decide.INTENT_TRUE],
+    inp = decide_input(nodes=[(4, 16)], free=[(0, 0)], groups=[("q", 1, 1)], intent=[decide.INTENT_TRUE],
                        harvestable=[(0.5, 8)], sample_age_s=[2.0])
     assert holds(inp) == {0: holding.Hold(
         "room", "no node has room for a task: cpu 1 needed, 500m harvestable on n0 (the closest of 1 nodes)")}

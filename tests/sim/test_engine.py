@@ -104,17 +104,17 @@ def test_disk_over_allocation_slows_the_tasks_sharing_it(flat_config: SimConfig)
 
 
 def test_an_opportunistic_task_runs_on_reserved_but_idle_cpu(flat_config: SimConfig) -> None:
-    # One 4-cpu node, fully requested by a task that uses half. Harvestable cpu = 0.9·4 − 2 = 1.6 once the
-    # regular task's 30 s ramp-up allowance (its full demand, while its usage may not show yet) expires,
-    # so the 1.5-cpu opportunistic task arriving at 1 s starts at 30 s beside it (JCT 29 + 10 s);
-    # 2 + 1.5 < 4 cpus: nobody slows down.
+    # One 4-cpu node, fully requested by a task that uses half. Harvestable cpu = 0.9·4 − 2 = 1.6 once a
+    # sample includes the regular task (the monitor samples every second: its allowance ends at 1 s), so the
+    # 1.5-cpu opportunistic task arriving at 1 s starts at once beside it (JCT 10 s); 2 + 1.5 < 4 cpus: nobody
+    # slows down.
     wl = workload(nodes(1, cpu=4.0), [
         job("reg", 0, group("g", 1, 100.0, cpu=4.0, memory=1.0, usage=0.5)),
         job("opp", 1, group("g", 1, 10.0, cpu=1.5, memory=1.0, usage=1.0), opportunistic=Opportunistic.TRUE),
     ])
     result = simulate(wl, "ubis", config=flat_config)
     assert result.summary["opportunistic_fraction"] == pytest.approx(0.5)
-    assert result.jct.tolist() == pytest.approx([100.0, 39.0])
+    assert result.jct.tolist() == pytest.approx([100.0, 10.0])
     # kube-default has no harvesting: the second job waits for the first.
     assert simulate(wl, "kube-default", config=flat_config).jct[1] == pytest.approx(109.0)
 

@@ -230,15 +230,19 @@ def test_unknown_preset_names_the_choices() -> None:
         presets.make("fair")
 
 
-def test_stowage_counts_the_declared_bandwidth_of_opportunistic_pods() -> None:
-    # The extender's bandwidth filter sums every pod's declared disk/network (opportunistic pods
-    # keep their annotations). A regular task needing 60 of the node's 100 disk waits while an
-    # opportunistic one holds 60; it does not land beside it and slow both down.
+def test_stowage_gives_a_true_task_regular_room_first_and_promotes_it_when_room_frees() -> None:
+    # UBIS Alg. 1: regular room first, whatever the intent ("first"); "second" finds none (the node's 2 cpus
+    # are requested) and runs on harvested room (the running task uses half of its request); when "first"
+    # finishes at 20 s, regular room frees on the node and "second" is promoted in place (§IV-D).
     from stowage.labels import Opportunistic
 
-    wl = workload(nodes(1, cpu=8.0, memory=16.0, disk=100.0), [
-        job("opp", 0, group("g", 1, 10.0, cpu=1.0, disk=60.0, usage=0.5), opportunistic=Opportunistic.TRUE),
-        job("reg", 1, group("g", 1, 10.0, cpu=1.0, disk=60.0)),
+    wl = workload(nodes(1, cpu=2.0, memory=16.0), [
+        job("first", 0, group("g", 1, 20.0, cpu=2.0, usage=0.5), opportunistic=Opportunistic.TRUE),
+        job("second", 1, group("g", 1, 60.0, cpu=0.5, usage=0.5), opportunistic=Opportunistic.TRUE),
     ])
     log = placements(wl, "stowage")
-    assert [(t, j, opp) for t, j, _, _, opp in log] == [(0.0, "opp", True), (10.0, "reg", False)]
+    assert [(j, opp) for _, j, _, _, opp in log] == [("first", False), ("second", True)]
+    result = simulate(wl, "stowage", config=SimConfig(usage=FLAT, check=True))
+    assert result.summary["promotions"] == 1
+    assert result.summary["evictions"] == 0
+    assert 0.0 < result.summary["harvested_fraction"] < 1.0
