@@ -17,7 +17,7 @@ from stowage.policy import decide
 from tests.policy.test_decide_holds import GI, decide_input
 
 T, A, F = decide.INTENT_TRUE, decide.INTENT_AUTO, decide.INTENT_FALSE
-R, O = Pool.REGULAR, Pool.OPPORTUNISTIC
+REG, OPP = Pool.REGULAR, Pool.OPPORTUNISTIC
 
 
 def placed(inp: decide.DecideInput) -> list[tuple[int, int, Pool]]:
@@ -27,11 +27,11 @@ def placed(inp: decide.DecideInput) -> list[tuple[int, int, Pool]]:
 
 # One 4-cpu node; one 1-cpu task of the given intent; regular room and harvested room (cpu) as given.
 POOL_CASES = [
-    pytest.param(T, 4, 4, [R], id="true-takes-regular-room-first"),
-    pytest.param(A, 4, 4, [R], id="auto-takes-regular-room-first"),
-    pytest.param(F, 4, 4, [R], id="false-is-regular"),
-    pytest.param(T, 0, 4, [O], id="true-harvests-when-no-regular-room-holds-it"),
-    pytest.param(A, 0.5, 4, [O], id="auto-harvests-when-no-regular-room-holds-it"),
+    pytest.param(T, 4, 4, [REG], id="true-takes-regular-room-first"),
+    pytest.param(A, 4, 4, [REG], id="auto-takes-regular-room-first"),
+    pytest.param(F, 4, 4, [REG], id="false-is-regular"),
+    pytest.param(T, 0, 4, [OPP], id="true-harvests-when-no-regular-room-holds-it"),
+    pytest.param(A, 0.5, 4, [OPP], id="auto-harvests-when-no-regular-room-holds-it"),
     pytest.param(F, 0, 4, [], id="false-never-harvests"),
     pytest.param(T, 0, 0.5, [], id="true-waits-when-neither-holds-it"),
 ]
@@ -51,10 +51,10 @@ def test_regular_room_is_handed_out_before_harvested_room_whatever_the_order_of_
     inp = decide_input(nodes=[(4, 16)], free=[(2, 16)], groups=[("q", 1, 1), ("q", 1, 1), ("q", 1, 1)],
                        intent=[T, T, F], harvestable=[(4, 16)], explain=False)
     got = sorted((g, pool) for g, _, pool in placed(inp))
-    assert got == [(0, R), (1, R)]  # "false" (group 2) waits: no regular room left, and it never harvests
+    assert got == [(0, REG), (1, REG)]  # "false" (group 2) waits: no regular room left, and it never harvests
     inp = replace(inp, intent=np.array([F, T, T]))
     got = sorted((g, pool) for g, _, pool in placed(inp))
-    assert got == [(0, R), (1, R), (2, O)]
+    assert got == [(0, R), (1, R), (2, OPP)]
 
 
 def promotable(*rows: tuple[float, int, int]) -> decide.Promotable:
@@ -79,7 +79,7 @@ def test_a_decision_promotes_before_it_places_anything_new() -> None:
     assert decision.placements == []
     # Without promotion the same room goes to the waiting task.
     assert [(g, n, pool) for g, n, pool in decide.Decider(StowageSettings()).decide(
-        replace(inp, promotable=None)).placements] == [(0, 0, R)]
+        replace(inp, promotable=None)).placements] == [(0, 0, REG)]
 
 
 def test_promotion_respects_the_queues_regular_quota_and_is_off_without_promotable_pods() -> None:
