@@ -20,10 +20,11 @@ copy of the orchestration below.
    ``DecideInput.harvestable``; only groups that fit some node's harvestable room are asked about.
 
 The regular pass caps disk and network at what the regular pods' declared bandwidth leaves (the extender's
-filter; the opportunistic pass has measured room on them). Both passes share queues per pool by weighted DRF over time (decayed usage, a floor) with the fairness knob,
-order jobs per queue (FIFO, SRTF, FSP), boost groups at the barrier, apply queue quotas and the starvation
-guard, and pick by Tetris alignment + remaining work. A placement's demand comes off its node's free vector
-before the next one is chosen, so a decision never places more than fits.
+filter; the opportunistic pass has measured room on them). Both passes share queues per pool by weighted DRF
+over time (decayed usage, a floor) with the fairness knob, order jobs per queue (FIFO, SRTF, FSP), boost groups
+at the barrier, apply queue quotas and the starvation guard, and pick by Tetris alignment + remaining work. A
+placement's demand comes off its node's free vector before the next one is chosen, so a decision never places
+more than fits.
 
 State kept between decisions (``Decider``): the classifier, the duration priors per queue and the recurring
 jobs' history (what the estimator learns), FSP trackers per queue, the starvation guard's skip counts and held

@@ -54,7 +54,7 @@ def test_regular_room_is_handed_out_before_harvested_room_whatever_the_order_of_
     assert got == [(0, REG), (1, REG)]  # "false" (group 2) waits: no regular room left, and it never harvests
     inp = replace(inp, intent=np.array([F, T, T]))
     got = sorted((g, pool) for g, _, pool in placed(inp))
-    assert got == [(0, R), (1, R), (2, OPP)]
+    assert got == [(0, REG), (1, REG), (2, OPP)]
 
 
 def promotable(*rows: tuple[float, int, int]) -> decide.Promotable:
