@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy import harvest
+from stowage.policy import room
 
 if TYPE_CHECKING:
     from stowage.sim.engine import Simulation
@@ -88,16 +88,15 @@ class Preset:
         return int(best[self.view.rng.integers(best.size)])
 
     def _harvestable(self) -> NDArray[np.float64]:
-        """``A_opp`` per node (UBIS Alg. 1 l.21), from a fresh-enough monitor sample."""
+        """``A_opp`` per node (UBIS Alg. 1 l.21), from a fresh-enough monitor sample, by the cluster's rule
+        (:mod:`stowage.policy.room`): every running task until the monitor's latest sample includes it."""
         v = self.view
         c, settings = v.cluster, v.settings
-        usage = v.usage(settings.contention.sample_interval_s)
+        period = settings.contention.sample_interval_s
+        usage = v.usage(period)  # sampled again when a period old: always fresh, and a finished task is gone
         run = v.running  # every running row, regular or opportunistic: any new task's usage lags U
-        monitor = v._sim.monitor
-        seen = harvest.in_sample(run.start, run.node, np.full(c.n, monitor.last_sample),
-                                 settings.contention.sample_interval_s)
-        assumed = harvest.assumed(v.spec.g_demand[run.group], run.start, run.node, v.now, settings.harvest.ramp_up_s,
-                                  c.n, included=seen)
-        a = harvest.harvestable(c.cap, usage, c.blocked, assumed, settings.harvest.t_alloc.array(c.resources))
-        a[~c.harvest] = 0.0
-        return a
+        sampled = np.full(c.n, v._sim.monitor.last_sample)
+        assumed = room.assumed_usage(v.spec.g_demand[run.group], run.start, run.start, run.node, sampled, v.now,
+                                     ramp_up_s=settings.harvest.ramp_up_s, period_s=period)
+        return room.harvested_room(c.cap, usage, np.ones(c.n, dtype=bool), c.blocked, assumed,
+                                   settings.harvest.t_alloc.array(c.resources), c.harvest)
