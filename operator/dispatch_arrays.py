@@ -2,7 +2,8 @@
 
 ``view_arrays`` lines nodes, running pods, queues and groups up on cpu, memory, disk, network, then extended
 resource names; the job helpers give per-job queue and arrival; ``bandwidth_room`` is what declared bandwidth
-leaves, ``harvestable`` the opportunistic pool's free vectors. Pure: no state, no I/O.
+leaves regular pods, ``harvestable`` the opportunistic pool's free vectors, both by :mod:`stowage.policy.room`'s
+rules (the extender's and the simulator's). Pure: no state, no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from numpy.typing import NDArray
 from stowage.operator.dispatch_records import DispatchView, PendingGroup, QueueRecord
 
 from stowage.config import HarvestSettings
-from stowage.policy import harvest
+from stowage.policy import room
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK, ResourceVector
 
 __all__ = [
@@ -51,7 +52,12 @@ class ViewArrays:
     bound_pods: tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]] = (
         np.zeros((0, 0)), np.zeros(0, np.int64), np.zeros(0))
     """Bound pods, regular and opportunistic: demand (P, R), node, bind time (the ramp-up allowance ``S``:
-    any new pod's usage is not yet in ``U``, as the extender counts it)."""
+    any new pod's usage is not yet in ``U``, as the extender counts it). The dispatcher appends the pods it
+    released and has not seen bound (bind time NaN: just bound)."""
+    bound_started: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """When the containers of ``bound_pods``' first rows started (NaN: not yet), in their order; rows past its
+    end (released, not bound) have not started. A node sample taken a period after it includes the pod's usage
+    (``harvest.in_sample``): its allowance ends there."""
 
 
 class VectorRows:
@@ -117,6 +123,8 @@ def view_arrays(view: DispatchView) -> ViewArrays:
                   np.array([math.nan if p.bound_at_s is None else p.bound_at_s for p, m in zip(pods, mine,
                                                                                               strict=True) if m],
                            dtype=np.float64))
+    a.bound_started = np.array([math.nan if p.started_at_s is None else p.started_at_s
+                                for p, m in zip(pods, mine, strict=True) if m], dtype=np.float64)
     a.groups = [g for g in view.groups if g.queue in q_index]  # a group of an unknown queue waits for it
     a.demand = rows.of([g.demand for g in a.groups])
     a.queue = np.array([q_index[g.queue] for g in a.groups], dtype=np.int64)
@@ -151,22 +159,36 @@ def bandwidth_mask(a: ViewArrays) -> NDArray[np.bool_]:
 
 
 def bandwidth_room(a: ViewArrays) -> NDArray[np.float64]:
-    """(N, R) ``allocatable − every pod's declared demand``: what the extender's filter leaves on the bandwidth
-    columns for any pod, regular or opportunistic (read on ``bandwidth_mask``'s columns only)."""
-    return a.alloc - a.reg_alloc - a.opp_alloc
+    """(N, R) ``allocatable − the regular pods' declared demand`` (``room.bandwidth_room``): what the extender's
+    filter leaves on the bandwidth columns for a regular pod (read on ``bandwidth_mask``'s columns only).
+    Opportunistic pods reserve no declared bandwidth: theirs is measured, in ``U``, and they fit the harvested
+    room (:func:`harvestable`) on every resource, disk and network included."""
+    return room.bandwidth_room(a.alloc, a.reg_alloc)
 
 
-def harvestable(h: HarvestSettings, view: DispatchView, a: ViewArrays, now: float) -> NDArray[np.float64]:
-    """``A_opp`` per node (UBIS Alg. 1 l.21, OPERA Eq. 4); nodes without a usage sample harvest nothing."""
+def harvestable(h: HarvestSettings, view: DispatchView, a: ViewArrays, now: float, *,
+                period_s: float = 1.0) -> NDArray[np.float64]:
+    """``A_opp`` per node (UBIS Alg. 1 l.21, OPERA Eq. 4) by :mod:`stowage.policy.room`'s rule, as the extender
+    and the simulator compute it: nodes without a fresh usage sample (none, or older than
+    ``harvest.utilization_stale_after_s``; a node with usage and no age counts as fresh) harvest nothing; a
+    bound pod counts its demand in ``S`` until its node's latest sample (taken ``sample_age_s`` before ``now``)
+    includes it, ``harvest.ramp_up_s`` at most. ``period_s`` is the node monitor's sampling period
+    (``contention.sample_interval_s``)."""
     assert a.rows is not None
-    sampled = np.array([n.usage is not None for n in view.nodes], dtype=bool)
+    present = np.array([n.usage is not None for n in view.nodes], dtype=bool)
+    age = np.array([n.sample_age_s if math.isfinite(n.sample_age_s) else 0.0 for n in view.nodes], dtype=np.float64)
     usage = np.full(a.alloc.shape, np.nan)
-    usage[sampled] = a.rows.of([n.usage for n in view.nodes if n.usage is not None])
+    usage[present] = a.rows.of([n.usage for n in view.nodes if n.usage is not None])
     blocked = np.zeros(a.alloc.shape)
     has_block = np.array([n.blocked is not None for n in view.nodes], dtype=bool)
     blocked[has_block] = a.rows.of([n.blocked for n in view.nodes if n.blocked is not None])
     demands, nodes, bound = a.bound_pods
-    assumed = harvest.assumed(demands, bound, nodes, now, h.ramp_up_s, len(a.node_names))
-    out = harvest.harvestable(a.alloc, usage, blocked, assumed, h.t_alloc.array(a.resources))
-    out[~sampled | ~np.array([n.harvest for n in view.nodes], dtype=bool)] = 0.0
-    return out
+    started = np.full(bound.shape[0], np.nan)
+    k = min(a.bound_started.shape[0], started.shape[0])
+    started[:k] = a.bound_started[:k]
+    assumed = room.assumed_usage(demands.reshape(-1, len(a.resources)), bound, started, nodes,
+                                 np.where(present, room.sampled_at(now, age), np.nan), now,
+                                 ramp_up_s=h.ramp_up_s, period_s=period_s)
+    return room.harvested_room(a.alloc, usage, room.fresh(present, age, h.utilization_stale_after_s), blocked,
+                               assumed, h.t_alloc.array(a.resources),
+                               np.array([n.harvest for n in view.nodes], dtype=bool))

@@ -295,13 +295,74 @@ def test_recently_bound_pods_count_at_full_demand(opportunistic: bool) -> None:
     assert released(d2.decide(dataclasses.replace(base, running=[*base.running, recent])))["yes"] == 4
 
 
+@pytest.mark.parametrize(("started_at", "sample_age", "expected"), [
+    pytest.param(None, 0.0, 1, id="not-started-is-assumed"),
+    pytest.param(95.0, 10.0, 1, id="sample-taken-before-it-started"),
+    pytest.param(95.0, 4.5, 1, id="sample-inside-its-first-period"),
+    pytest.param(95.0, 4.0, 4, id="first-sample-that-includes-it-ends-the-allowance"),
+    pytest.param(95.0, 0.0, 4, id="later-samples-include-it-too"),
+    pytest.param(95.0, 31.0, 0, id="stale-sample-harvests-nothing"),
+])
+def test_the_allowance_ends_on_the_first_sample_that_includes_the_pod(
+    started_at: float | None, sample_age: float, expected: int
+) -> None:
+    # 6.2 cores harvestable by usage; a pod of 5 bound at 90 (now 100, ramp-up 30 s) started at 95. A sample
+    # taken a sampling period (1 s) or more after it started has its usage in U: from then on it is not in S
+    # (policy.room.assumed_usage), so the 4 one-core tasks fit; before that it counts at full demand (1.2 left).
+    base = _full_node_view(grp("yes", intent=Opportunistic.TRUE, tasks=4))
+    recent = RunningPod("n1", rv(cpu=5.0, memory=1 * GI), queue="q", bound_at_s=90.0, started_at_s=started_at)
+    n = dataclasses.replace(base.nodes[0], sample_age_s=sample_age)
+    view = dataclasses.replace(base, nodes=[n], running=[*base.running, recent])
+    got = Dispatcher(StowageSettings(), clock=lambda: 100.0).decide(view)
+    assert released(got).get("yes", 0) == expected
+
+
+def _bandwidth_view(net_usage: float, *groups: PendingGroup) -> DispatchView:
+    # One node declaring 100 B/s of network; a regular pod declared 60 of it, an opportunistic one 30.
+    n = NodeRecord("n1", rv(cpu=8.0, memory=32 * GI, network=100.0), True,
+                   rv(cpu=1.0, memory=4 * GI, network=net_usage), sample_age_s=0.0)
+    running = [RunningPod("n1", rv(cpu=1.0, memory=GI, network=60.0), queue="q", bound_at_s=-1e6),
+               RunningPod("n1", rv(cpu=1.0, memory=GI, network=30.0), queue="q", opportunistic=True,
+                          bound_at_s=-1e6)]
+    return DispatchView([n], running, [QueueRecord("q")], list(groups))
+
+
+def test_only_regular_pods_declarations_take_declared_bandwidth_room() -> None:
+    # The new rule: opportunistic pods reserve no declared bandwidth, so a regular pod declaring 40 fits the
+    # 100 − 60 left by the regular pod (the opportunistic pod's 30 no longer counts: it used to leave 10).
+    view = _bandwidth_view(0.0, dataclasses.replace(grp("reg", tasks=2),
+                                                    demand=rv(cpu=1.0, memory=2 * GI, network=40.0)))
+    got = Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(view)
+    assert released(got) == Counter({"reg": 1})  # the second would over-declare
+    assert all(r.pod_class is PodClass.REGULAR for r in got)
+
+
+@pytest.mark.parametrize(("net_usage", "expected"), [(0.0, 1), (60.0, 0)])
+def test_an_opportunistic_pods_bandwidth_fits_the_measured_harvested_room(net_usage: float, expected: int) -> None:
+    # An opportunistic task declaring 50 B/s: the declared room is 100 − 60 = 40, but it is measured like cpu
+    # and memory: 0.9·100 − the measured network use. Idle network (90 harvestable) holds it, 60 in use does not.
+    # No regular room: the node's cpu is all requested.
+    view = _bandwidth_view(net_usage, dataclasses.replace(grp("opp", intent=Opportunistic.TRUE),
+                                                          demand=rv(cpu=1.0, memory=2 * GI, network=50.0)))
+    full = RunningPod("n1", rv(cpu=6.0, memory=GI), queue="q", bound_at_s=-1e6)
+    got = Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(dataclasses.replace(
+        view, running=[*view.running, full]))
+    assert released(got).get("opp", 0) == expected
+    assert all(r.pod_class is PodClass.OPPORTUNISTIC for r in got)
+
+
 def test_regular_tasks_released_in_the_same_pass_or_unbound_count_in_the_ramp_up_allowance() -> None:
-    # An idle 8-core node: 0.9·8 = 7.2 cores harvestable by usage. The regular pass releases 4 one-core tasks;
-    # they bind first and are then pods just bound (S at full demand, as the extender counts them): 3.2 left.
-    view = DispatchView([node("n1", usage=rv())], [], [QueueRecord("q")],
+    # An idle 8-core node, 4 cores requested long ago by an idle pod: 0.9·8 = 7.2 cores harvestable by usage,
+    # 4 cores of regular room. The regular pass releases 4 one-core tasks (regular room first, UBIS Alg. 1: the
+    # "true" group would take regular room too, but none is left); they bind first and are then pods just bound
+    # (S at full demand, as the extender counts them): 3.2 harvested cores left for the "true" group.
+    idle = RunningPod("n1", rv(cpu=4.0, memory=4 * GI), queue="q", bound_at_s=-1e6)
+    view = DispatchView([node("n1", usage=rv())], [idle], [QueueRecord("q")],
                         [grp("reg", tasks=4), grp("opp", tasks=10, intent=Opportunistic.TRUE)])
     d = Dispatcher(StowageSettings(), clock=lambda: 0.0)
-    assert released(d.decide(view)) == Counter({"reg": 4, "opp": 3})
+    got = d.decide(view)
+    assert released(got) == Counter({"reg": 4, "opp": 3})
+    assert {r.group_key: r.pod_class for r in got}["opp"] is PodClass.OPPORTUNISTIC
     # Next pass, nothing bound yet: the 4 + 3 released tasks still count where they were released.
     later = dataclasses.replace(view, groups=[grp("reg", tasks=0, remaining=4, unbound=4),
                                               grp("opp", tasks=7, remaining=10, intent=Opportunistic.TRUE, unbound=3)])
