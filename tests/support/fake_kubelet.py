@@ -18,16 +18,32 @@ What it does, per node it registered (:meth:`FakeKubelet.add_nodes`):
   and keeps those on its nodes; a ``410 Gone`` or a broken watch leads to a relist, with bounded backoff;
 - moves a bound pod Pending → Running after ``start_delay_s`` (podIP ``10.244.x.y`` unique in this
   process, hostIP, Initialized/ContainersReady/Ready conditions, running container statuses), then to
-  Succeeded after the pod's ``fake-kubelet.stowage.io/run-seconds`` annotation (absent: runs forever), or
-  to Failed when ``fake-kubelet.stowage.io/exit-code`` is non-zero. Status goes through the ``status``
-  subresource as a strategic merge patch, so conditions other writers added (``DisruptionTarget``) stay;
+  Succeeded once its work is done, or to Failed when ``fake-kubelet.stowage.io/exit-code`` is non-zero.
+  Status goes through the ``status`` subresource as a strategic merge patch, so conditions other writers
+  added (``DisruptionTarget``) stay;
+- **progress under contention**: a pod's work is its ``fake-kubelet.stowage.io/run-seconds`` annotation at full
+  speed (absent: runs forever). Every usage tick it advances by the elapsed time × its rate, and the rate is
+  the simulator's contention model (:func:`stowage.sim.cluster.contention_table`, through
+  :func:`progress_rates`) on its node given every running pod's usage: cpu goes to regular pods first and
+  opportunistic pods (``stowage.io/class: opportunistic``, the minimum ``cpu.weight``) get what is left;
+  disk and network are shared in proportion; memory is not a slowdown. Capacity is the node's allocatable
+  (bandwidth: the node's ``stowage.io/*-bandwidth`` annotations; none declared, never short). The finish is
+  timed from the work left and the rate, so a pod that is never slowed runs exactly its run-seconds.
+  ``contention=False`` runs every pod at full speed. What each pod did is kept (:meth:`FakeKubelet.outcomes`);
+- **in-place resize, as a v1.30 kubelet with ``InPlacePodVerticalScaling``**: container statuses carry
+  ``allocatedResources`` and ``resources``; when a running pod's spec resources differ from what was last
+  actuated, :func:`resize_actuation` decides (``Infeasible`` above the node's allocatable, ``Deferred`` while
+  the other pods' allocations leave no room, else actuate): ``status.resize`` goes ``InProgress``, then the
+  statuses take the spec's resources and ``status.resize`` is cleared. A deferred resize is tried again every
+  usage tick;
 - finishes graceful deletions (an Eviction API eviction, a ``kubectl delete``): containers terminated
   (exit code 143, phase Failed), then a delete with grace period 0 and a uid precondition;
 - writes each running pod's usage into a cgroup v2 tree per node, laid out like the kubelet's systemd
   driver (:class:`stowage.node_monitor.synthetic.SyntheticNode`, the same writer the node-monitor tests
   use): ``<cgroup_root>/<node>/kubepods.slice/...``, and ``<cgroup_root>/_proc/<node>/net/dev``
   (``_`` cannot occur in a node name). Usage comes from ``usage_model(node, pod, t)`` every
-  ``usage_interval_s``; a pod's cgroup is removed when it stops.
+  ``usage_interval_s`` (the demand-driven usage, as the simulator's node monitor samples it: not the share
+  contention leaves the pod); a pod's cgroup is removed when it stops.
 
 Nothing here runs a node-lifecycle controller: Nodes stay Ready whatever their heartbeat.
 """
@@ -40,12 +56,14 @@ import heapq
 import itertools
 import json
 import logging
+import math
 import platform
 import secrets
 import shutil
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -53,24 +71,35 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import urllib3
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
+from numpy.typing import NDArray
 from stowage.node_monitor.cgroups import Driver, QoS
 from stowage.node_monitor.synthetic import PodState, SyntheticNode
 
-from stowage.labels import pod_intent
+from stowage.labels import PodClass, node_bandwidth_capacity, pod_class, pod_intent
 from stowage.resources import CPU, DISK, MEMORY, NETWORK, ResourceVector, format_quantity, parse_quantity, pod_demand
+from stowage.sim.cluster import contention_table
 
 __all__ = [
     "ANN_EXIT_CODE",
     "ANN_RUN_SECONDS",
     "DEFAULT_CAPACITY",
+    "PROGRESS_RESOURCES",
     "FakeKubelet",
     "KubeletCounters",
     "NodeSpec",
+    "Resize",
     "UsageModel",
+    "actuated_fields",
+    "container_resources",
+    "is_opportunistic",
+    "progress_rates",
     "requests_fraction",
+    "resize_actuation",
+    "usage_demand",
 ]
 
 log = logging.getLogger("tests.fake_kubelet")
@@ -126,15 +155,7 @@ def requests_fraction(fraction: float = 0.5, min_cpu: float = 0.01, min_memory: 
         uid = (pod.get("metadata") or {}).get("uid", "")
         if uid in cache:
             return cache[uid]
-        try:
-            intent = pod_intent(pod)
-            base = intent.demand if intent.is_opportunistic and intent.demand is not None else pod_demand(pod)
-            vector = base + intent.bandwidth
-        except (ValueError, TypeError, KeyError):  # IntentError / QuantityError: a bad annotation uses nothing extra
-            try:
-                vector = pod_demand(pod)
-            except (ValueError, TypeError, KeyError):
-                vector = ResourceVector()
+        vector = usage_demand(pod)
         if len(cache) > 200_000:
             cache.clear()
         cache[uid] = vector
@@ -152,6 +173,156 @@ def requests_fraction(fraction: float = 0.5, min_cpu: float = 0.01, min_memory: 
     return model
 
 
+def usage_demand(pod: Mapping[str, Any]) -> ResourceVector:
+    """What a pod asks for, as its usage and its progress see it: an opportunistic pod's ``stowage.io/demand``
+    annotation (its requests are zeroed), else its requests (:func:`stowage.resources.pod_demand`), plus the
+    ``stowage.io/*-bandwidth`` annotations. A bad annotation adds nothing."""
+    try:
+        intent = pod_intent(pod)
+        base = intent.demand if intent.is_opportunistic and intent.demand is not None else pod_demand(pod)
+        return base + intent.bandwidth
+    except (ValueError, TypeError, KeyError):  # IntentError / QuantityError: a bad annotation uses nothing extra
+        try:
+            return pod_demand(pod)
+        except (ValueError, TypeError, KeyError):
+            return ResourceVector()
+
+
+def is_opportunistic(pod: Mapping[str, Any]) -> bool:
+    """The class the kernel sees: ``stowage.io/class: opportunistic`` gets the minimum ``cpu.weight`` (a bad
+    label: regular, as the node monitor never evicts such a pod)."""
+    try:
+        return pod_class(((pod.get("metadata") or {}).get("labels")) or {}) is PodClass.OPPORTUNISTIC
+    except (ValueError, TypeError):
+        return False
+
+
+# --- progress under contention: the simulator's model ---------------------------------------------------
+
+#: The resources :func:`progress_rates` reads, in its columns' order (usage keys of a :data:`UsageModel`).
+PROGRESS_RESOURCES: tuple[str, ...] = (CPU, MEMORY, DISK, NETWORK)
+
+
+def progress_rates(capacity: NDArray[np.float64], node: NDArray[np.int64], opportunistic: NDArray[np.bool_],
+                   usage: NDArray[np.float64], uses: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """Each running pod's progress rate (fraction of full speed), by the simulator's contention model.
+
+    ``capacity`` (N, R) per node, columns :data:`PROGRESS_RESOURCES` (``inf``: never short); per pod (P rows):
+    ``node`` its row in ``capacity``, ``opportunistic`` its class, ``usage`` (P, R) what it uses now, ``uses``
+    (P, R) the resources its demand names (> 0), the simulator's resource mask. The per-node sums go to
+    :func:`stowage.sim.cluster.contention_table`, the very function the simulator's engine calls, and each pod
+    reads its cell (class, mask, node) as the engine's ``RateTracker`` does.
+    """
+    node = np.asarray(node, dtype=np.int64)
+    p = node.size
+    if p == 0:
+        return np.ones(0)
+    capacity = np.asarray(capacity, dtype=np.float64)
+    usage = np.asarray(usage, dtype=np.float64).reshape(p, -1)
+    opp = np.asarray(opportunistic, dtype=bool)
+    n, r = capacity.shape
+    both = np.zeros((2 * n, r))
+    slot = node + n * opp.astype(np.int64)
+    for j in range(r):
+        both[:, j] = np.bincount(slot, weights=usage[:, j], minlength=2 * n)
+    masks, mask_of = np.unique(np.asarray(uses, dtype=bool).reshape(p, -1), axis=0, return_inverse=True)
+    table = contention_table(both[:n], both[n:], capacity, PROGRESS_RESOURCES.index(CPU),
+                             PROGRESS_RESOURCES.index(MEMORY), masks)
+    if table is None:
+        return np.ones(p)
+    return table[opp.astype(np.int64), mask_of.reshape(-1), node]
+
+
+# --- in-place resize, as a v1.30 kubelet with InPlacePodVerticalScaling -----------------------------------
+
+#: What a container's ``status.resources`` reports (the runtime's actual cpu and memory).
+_RUNTIME_RESOURCES = (CPU, MEMORY)
+
+
+def container_resources(pod: Mapping[str, Any]) -> dict[str, dict[str, dict[str, str]]]:
+    """Each container's ``{"requests": …, "limits": …}`` as its spec states them (by container name)."""
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for c in ((pod.get("spec") or {}).get("containers")) or []:
+        res = c.get("resources") or {}
+        out[c["name"]] = {k: {r: str(q) for r, q in (res.get(k) or {}).items()} for k in ("requests", "limits")}
+    return out
+
+
+def _amounts(resources: Mapping[str, Mapping[str, Mapping[str, str]]]) -> dict[tuple[str, str, str], float]:
+    """Every quantity as a number, so that ``1`` and ``1000m`` compare equal."""
+    out = {}
+    for name, kinds in resources.items():
+        for kind, quantities in kinds.items():
+            for r, q in quantities.items():
+                try:
+                    out[(name, kind, r)] = parse_quantity(q)
+                except ValueError:
+                    out[(name, kind, r)] = math.nan
+    return out
+
+
+def _requests_total(resources: Mapping[str, Mapping[str, Mapping[str, str]]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for kinds in resources.values():
+        for r, q in (kinds.get("requests") or {}).items():
+            try:
+                total[r] = total.get(r, 0.0) + parse_quantity(q)
+            except ValueError:
+                continue
+    return total
+
+
+@dataclass(frozen=True)
+class Resize:
+    """What the kubelet does about a pod whose spec resources differ from what it actuated.
+
+    ``state``: ``"InProgress"`` (actuate now: :meth:`container_fields`, then clear ``status.resize``),
+    ``"Deferred"`` (no room on the node now; tried again later) or ``"Infeasible"`` (more than the node's
+    allocatable). ``resources``: the spec's, by container.
+    """
+
+    state: str
+    resources: dict[str, dict[str, dict[str, str]]]
+    reason: str = ""
+
+    def container_fields(self, name: str) -> dict[str, Any]:
+        """The container status fields a v1.30 kubelet writes once actuated: ``allocatedResources`` (the
+        requests) and ``resources`` (the runtime's requests and limits of cpu and memory)."""
+        return actuated_fields(self.resources.get(name) or {})
+
+
+def actuated_fields(resources: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+    """``allocatedResources`` and ``resources`` of a container status, from one container's actuated resources."""
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    runtime = {k: {r: q for r, q in v.items() if r in _RUNTIME_RESOURCES} for k, v in (("requests", requests),
+                                                                                         ("limits", limits))}
+    return {"allocatedResources": dict(requests), "resources": {k: v for k, v in runtime.items() if v}}
+
+
+def resize_actuation(pod: Mapping[str, Any], actuated: Mapping[str, Mapping[str, Mapping[str, str]]], *,
+                     allocatable: Mapping[str, float] | None = None,
+                     others: Mapping[str, float] | None = None) -> Resize | None:
+    """The kubelet's answer to a running pod's spec resources (``None``: they are what it last ``actuated``).
+
+    As the v1.30 kubelet's ``canResizePod``: the pod's new requests above the node's ``allocatable`` →
+    ``Infeasible``; above what the ``others`` (Σ the requests the node's other pods were allocated) leave →
+    ``Deferred``; else ``InProgress``: actuate. Without ``allocatable`` every resize is actuated.
+    """
+    wanted = container_resources(pod)
+    if _amounts(wanted) == _amounts(actuated):
+        return None
+    if allocatable is not None:
+        need, used = _requests_total(wanted), dict(others or {})
+        for r in (CPU, MEMORY):
+            if r in allocatable and need.get(r, 0.0) > allocatable[r] + 1e-9:
+                return Resize("Infeasible", wanted, f"{r} {need[r]:g} > allocatable {allocatable[r]:g}")
+        for r in (CPU, MEMORY):
+            if r in allocatable and need.get(r, 0.0) + used.get(r, 0.0) > allocatable[r] + 1e-9:
+                return Resize("Deferred", wanted, f"{r} {need[r]:g} + others {used.get(r, 0.0):g} > "
+                                                  f"allocatable {allocatable[r]:g}")
+    return Resize("InProgress", wanted)
+
+
 @dataclass
 class KubeletCounters:
     """What the fake kubelet did (monotonic counts)."""
@@ -163,6 +334,8 @@ class KubeletCounters:
     killed: int = 0  # terminated because of a graceful deletion (eviction)
     deleted: int = 0  # pods of ours that disappeared from the API (any reason)
     errors: int = 0  # API calls that failed for good
+    resized: int = 0  # in-place resizes actuated
+    resize_deferred: int = 0  # resizes answered Deferred or Infeasible (each time the answer was written)
 
 
 # --- small helpers --------------------------------------------------------------------------------
@@ -299,6 +472,22 @@ class _Pod:
     deleting: bool = False
     gone: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Progress (FakeKubelet._progress_lock): work in seconds at full speed, advanced by elapsed × rate.
+    run_s: float | None = None  # the work; None: runs forever
+    work_left: float = math.inf
+    rate: float = 1.0
+    progressed_at: float = 0.0  # wall clock up to which work_left is counted
+    work_done: float = 0.0  # seconds at full speed
+    finish_gen: int = 0  # a scheduled finish whose generation is not this one is stale
+    opportunistic: bool = False  # class now (the label), as the kernel's cpu.weight sees it
+    was_opportunistic: bool = False
+    opportunistic_s: float = 0.0  # wall seconds run as opportunistic (on harvested capacity)
+    promoted_at: float | None = None  # class went opportunistic → regular while running
+    shape_rv: str | None = None  # resourceVersion ``uses`` was read from
+    uses: tuple[bool, ...] = (True, True, False, False)  # the resources its demand names (PROGRESS_RESOURCES)
+    # In-place resize: what was last actuated, per container ({"requests": …, "limits": …}).
+    actuated: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    resize_state: str | None = None  # status.resize as last written (None: cleared)
 
     @property
     def key(self) -> str:
@@ -334,6 +523,8 @@ class FakeKubelet:
         workers: int = 8,
         request_timeout_s: float = 30.0,
         retry_for_s: float = 120.0,
+        contention: bool = True,
+        history: int = 100_000,
     ) -> None:
         self.api = api_client
         self.cgroup_root = Path(cgroup_root) if cgroup_root is not None else None
@@ -345,6 +536,8 @@ class FakeKubelet:
         self.usage_interval_s = usage_interval_s
         self.request_timeout_s = request_timeout_s
         self.retry_for_s = retry_for_s
+        self.contention = contention
+        self.history_size = history
         self.counters = KubeletCounters()
         self._counters_lock = threading.Lock()
         self._nodes: dict[str, NodeSpec] = {}
@@ -355,6 +548,9 @@ class FakeKubelet:
         self._overrides: dict[str, Mapping[str, float] | None] = {}
         self._cgroups: dict[str, str] = {}  # uid → node of every pod cgroup written; usage thread only
         self.last_usage_tick_s = 0.0  # how long the last usage tick took (thousands of pods: seconds)
+        self._progress_lock = threading.Lock()  # every record's progress fields
+        self._history: OrderedDict[str, dict[str, Any]] = OrderedDict()  # uid → outcome; bounded (history)
+        self._capacity: dict[str, NDArray[np.float64]] = {}  # node → PROGRESS_RESOURCES capacity
         self._stop = threading.Event()
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fake-kubelet")
         self._timer: list[tuple[float, int, Callable[[], None]]] = []
@@ -366,7 +562,7 @@ class FakeKubelet:
             threading.Thread(target=self._watch_loop, name="fake-kubelet-watch", daemon=True),
             threading.Thread(target=self._timer_loop, name="fake-kubelet-timer", daemon=True),
         ]
-        if self.cgroup_root is not None:
+        if self.cgroup_root is not None or self.contention:
             self._threads.append(threading.Thread(target=self._usage_loop, name="fake-kubelet-usage", daemon=True))
         self._started = False
 
@@ -459,6 +655,23 @@ class FakeKubelet:
         """``ns/name`` of the pods this kubelet runs now (on ``node``, or on any of its nodes)."""
         with self._lock:
             return [r.key for r in self._pods.values() if r.phase == "Running" and (node is None or r.node == node)]
+
+    def rates(self, node: str | None = None) -> dict[str, float]:
+        """``ns/name`` → the progress rate (fraction of full speed) each running pod had at the last usage tick."""
+        with self._lock:
+            records = [r for r in self._pods.values() if r.phase == "Running" and (node is None or r.node == node)]
+        with self._progress_lock:
+            return {r.key: r.rate for r in records}
+
+    def outcomes(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """What each pod this kubelet ran did, once it ended (the last ``history`` pods), oldest first: ``name``,
+        ``namespace``, ``uid``, ``node``, ``run_s`` (its work at full speed; ``None``: none stated),
+        ``started_at`` / ``ended_at`` (wall clock), ``outcome`` (``Succeeded``, ``Failed``, ``Killed``: a graceful
+        deletion such as an eviction), ``work_done`` (seconds at full speed), ``opportunistic_s`` (wall seconds run
+        as opportunistic, i.e. on harvested capacity), ``was_opportunistic``, ``promoted_at`` (wall clock the class
+        went regular while it ran; ``None``: never), ``opportunistic_at_end``."""
+        with self._progress_lock:
+            return [dict(o) for o in self._history.values() if namespace is None or o["namespace"] == namespace]
 
     def finish_now(self, namespace: str, prefix: str = "") -> list[str]:
         """End the running pods of ``namespace`` whose names start with ``prefix`` now, as if their run time had
@@ -816,6 +1029,8 @@ class FakeKubelet:
                 self._submit(self._retrying, self._terminate, record)
             return
         if not fresh:
+            if record.phase == "Running":
+                self._noticed(record)
             return
         phase = status.get("phase") or "Pending"
         if phase in ("Succeeded", "Failed"):
@@ -824,7 +1039,12 @@ class FakeKubelet:
             record.phase, record.started, record.ip = "Running", status.get("startTime"), status.get("podIP")
             record.started_at = _parse_time(record.started) or time.time()
             record.container_ids = {c["name"]: c.get("containerID", "") for c in status.get("containerStatuses") or []}
-            self._schedule_finish(record)
+            record.actuated = container_resources(pod)
+            now = time.time()
+            with self._progress_lock:  # what it did before is unknown: as if at full speed
+                self._begin_progress(record, now)
+                record.work_left = max(0.0, record.work_left - (now - record.started_at))
+                self._reschedule(record, now)
         else:
             self._schedule_retrying(self.start_delay_s, self._start, record)
 
@@ -834,25 +1054,87 @@ class FakeKubelet:
     def _annotation(record: _Pod, key: str) -> str | None:
         return ((record.obj.get("metadata") or {}).get("annotations") or {}).get(key)
 
-    def _schedule_finish(self, record: _Pod) -> None:
+    def _run_seconds(self, record: _Pod) -> float | None:
         raw = self._annotation(record, ANN_RUN_SECONDS)
         if raw is None:
-            return
+            return None
         try:
-            run_s = max(0.0, float(raw))
+            run_s = float(raw)
         except ValueError:
+            run_s = math.nan
+        if not math.isfinite(run_s):
             log.warning("fake kubelet: %s: %s=%r is not a number; runs forever", record.key, ANN_RUN_SECONDS, raw)
-            return
-        assert record.started_at is not None
-        self._schedule_retrying(max(0.0, record.started_at + run_s - time.time()), self._finish, record)
+            return None
+        return max(0.0, run_s)
+
+    # --- progress (callers hold _progress_lock) ----------------------------------------------------
+
+    def _begin_progress(self, record: _Pod, now: float) -> None:
+        """Work = the run-seconds, at full speed until the next usage tick says otherwise."""
+        record.run_s = self._run_seconds(record)
+        record.work_left = math.inf if record.run_s is None else record.run_s
+        record.work_done, record.rate, record.progressed_at = 0.0, 1.0, now
+        record.opportunistic = record.was_opportunistic = is_opportunistic(record.obj)
+
+    @staticmethod
+    def _advance(record: _Pod, now: float) -> None:
+        """Count the work done since ``progressed_at`` at the rate in effect since then."""
+        elapsed = max(0.0, now - record.progressed_at)
+        record.work_left -= elapsed * record.rate
+        record.work_done += elapsed * record.rate
+        if record.opportunistic:
+            record.opportunistic_s += elapsed
+        record.progressed_at = max(record.progressed_at, now)
+
+    def _reschedule(self, record: _Pod, now: float) -> None:
+        """Time the finish from the work left and the rate; any finish timed before is stale from now on."""
+        record.finish_gen += 1
+        if record.run_s is None or record.rate <= 0:
+            return  # runs forever, or stalled until a tick gives it a rate
+        delay = max(0.0, record.work_left) / record.rate - max(0.0, time.time() - now)
+        self._schedule_retrying(max(0.0, delay), self._finish, record, record.finish_gen)
+
+    def _ended(self, record: _Pod, outcome: str) -> None:
+        """Keep what the pod did (bounded history) and stop its progress."""
+        now = time.time()
+        with self._progress_lock:
+            self._advance(record, now)
+            record.finish_gen += 1
+            self._history[record.uid] = {
+                "namespace": record.namespace, "name": record.name, "uid": record.uid, "node": record.node,
+                "run_s": record.run_s, "started_at": record.started_at, "ended_at": now, "outcome": outcome,
+                "work_done": record.work_done, "opportunistic_s": record.opportunistic_s,
+                "was_opportunistic": record.was_opportunistic, "promoted_at": record.promoted_at,
+                "opportunistic_at_end": record.opportunistic,
+            }
+            while len(self._history) > self.history_size:
+                self._history.popitem(last=False)
+
+    def _noticed(self, record: _Pod) -> None:
+        """A running pod changed in the API: a class change takes effect now; a resize is actuated."""
+        opp = is_opportunistic(record.obj)
+        with self._progress_lock:
+            if opp != record.opportunistic and record.phase == "Running":
+                now = time.time()
+                self._advance(record, now)  # the work so far at the old class's rate
+                if record.opportunistic and not opp:
+                    record.promoted_at = now
+                record.opportunistic = opp
+                record.was_opportunistic = record.was_opportunistic or opp
+        if _amounts(container_resources(record.obj)) != _amounts(record.actuated):
+            self._submit(self._retrying, self._resize, record)
 
     def _patch_pod_status(self, record: _Pod, status: Mapping[str, Any]) -> None:
         self._call("PATCH", f"/api/v1/namespaces/{record.namespace}/pods/{record.name}/status",
                    {"metadata": {"uid": record.uid}, "status": status},
                    content_type="application/strategic-merge-patch+json")
 
-    def _container_statuses(self, record: _Pod, state: Mapping[str, Any], ready: bool) -> dict[str, Any]:
+    def _container_statuses(self, record: _Pod, state: Mapping[str, Any], ready: bool,
+                            actuated: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None) -> dict[str, Any]:
+        """Every container's status; with the resources actuated (``record.actuated`` unless given): the API
+        server keeps ``allocatedResources`` and ``resources`` only with ``InPlacePodVerticalScaling`` on."""
         spec = record.obj.get("spec") or {}
+        actuated = record.actuated if actuated is None else actuated
         out: dict[str, Any] = {"containerStatuses": []}
         for c in spec.get("containers") or []:
             cid = record.container_ids.setdefault(c["name"], f"containerd://{secrets.token_hex(32)}")
@@ -860,6 +1142,7 @@ class FakeKubelet:
             out["containerStatuses"].append({
                 "name": c["name"], "image": image, "imageID": f"{image}@sha256:{'0' * 64}", "containerID": cid,
                 "ready": ready, "started": "running" in state, "restartCount": 0, "state": dict(state),
+                **(actuated_fields(actuated[c["name"]]) if c["name"] in actuated else {}),
             })
         inits = spec.get("initContainers") or []
         if inits:
@@ -883,6 +1166,9 @@ class FakeKubelet:
                 return
             now = _now()
             record.started, record.started_at = now, time.time()
+            record.actuated = container_resources(record.obj)
+            with self._progress_lock:
+                self._begin_progress(record, record.started_at)
             record.ip = record.ip or _next_pod_ip()
             types = ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"]
             have = {c.get("type") for c in (record.obj.get("status") or {}).get("conditions") or []}
@@ -896,7 +1182,8 @@ class FakeKubelet:
             self._patch_pod_status(record, status)
             record.phase = "Running"
         self._count("started")
-        self._schedule_finish(record)
+        with self._progress_lock:
+            self._reschedule(record, time.time())
 
     def _terminal_status(self, record: _Pod, exit_code: int, reason: str, phase: str) -> dict[str, Any]:
         now = _now()
@@ -909,7 +1196,12 @@ class FakeKubelet:
             c["state"]["terminated"] = {**c["state"]["terminated"], "containerID": c["containerID"]}
         return status
 
-    def _finish(self, record: _Pod) -> None:
+    def _finish(self, record: _Pod, generation: int | None = None) -> None:
+        """The pod's work is done (``generation``: the finish timed then, stale if the rate changed since;
+        ``None``: now, whatever is left)."""
+        with self._progress_lock:
+            if generation is not None and generation != record.finish_gen:
+                return
         with record.lock:
             if record.deleting or record.gone or record.phase != "Running":
                 return
@@ -922,6 +1214,7 @@ class FakeKubelet:
             self._patch_pod_status(record, self._terminal_status(record, code, "Completed" if code == 0 else "Error",
                                                                  phase))
             record.phase = phase
+            self._ended(record, phase)
         self._count("succeeded" if code == 0 else "failed")
 
     def _terminate(self, record: _Pod) -> None:
@@ -932,6 +1225,7 @@ class FakeKubelet:
             if record.phase == "Running":
                 self._patch_pod_status(record, self._terminal_status(record, 143, "Error", "Failed"))
                 record.phase = "Failed"
+                self._ended(record, "Killed")
                 self._count("killed")
             self._delete_pod(record)
 
@@ -943,6 +1237,57 @@ class FakeKubelet:
         except client.ApiException as exc:
             if exc.status not in (404, 409):  # gone already, or a new pod of that name (uid precondition)
                 raise
+
+    # --- in-place resize ---------------------------------------------------------------------------
+
+    def _node_allocatable(self, node: str) -> dict[str, float]:
+        with self._lock:
+            spec = self._nodes.get(node)
+        if spec is None:
+            return {}
+        out = {}
+        for r, q in spec.resolved_allocatable().items():
+            with contextlib.suppress(ValueError):
+                out[r] = parse_quantity(q)
+        return out
+
+    def _allocated_to_others(self, record: _Pod) -> dict[str, float]:
+        """Σ the requests the node's other pods were allocated (actuated, or their spec before they started)."""
+        with self._lock:
+            others = [r for r in self._pods.values() if r.node == record.node and r is not record and not r.gone
+                      and r.phase in ("Pending", "Running")]
+        total: dict[str, float] = {}
+        for r in others:
+            for k, v in _requests_total(r.actuated or container_resources(r.obj)).items():
+                total[k] = total.get(k, 0.0) + v
+        return total
+
+    def _resize(self, record: _Pod) -> None:
+        """Actuate a running pod's resized spec as a v1.30 kubelet does (:func:`resize_actuation`)."""
+        with record.lock:
+            if record.deleting or record.gone or record.phase != "Running":
+                return
+            decision = resize_actuation(record.obj, record.actuated, allocatable=self._node_allocatable(record.node),
+                                        others=self._allocated_to_others(record))
+            if decision is None:
+                return
+            if decision.state != "InProgress":
+                if record.resize_state != decision.state:
+                    log.info("fake kubelet: %s: resize %s: %s", record.key, decision.state, decision.reason)
+                    self._patch_pod_status(record, {"resize": decision.state})
+                    record.resize_state = decision.state
+                    self._count("resize_deferred")
+                return
+            if record.resize_state != "InProgress":
+                self._patch_pod_status(record, {"resize": "InProgress"})
+                record.resize_state = "InProgress"
+            status = {"resize": None, **self._container_statuses(
+                record, {"running": {"startedAt": record.started}}, ready=True, actuated=decision.resources)}
+            self._patch_pod_status(record, status)
+            record.actuated, record.resize_state = decision.resources, None
+        with self._progress_lock:
+            record.shape_rv = None  # its demand may name other resources now
+        self._count("resized")
 
     # --- usage ----------------------------------------------------------------------------------------
 
@@ -967,6 +1312,22 @@ class FakeKubelet:
             overrides = dict(self._overrides)
             trees = dict(self._trees)
         model = self.usage_model
+        usages: dict[str, Mapping[str, float]] = {}
+        for uid, record in running.items():
+            usage = overrides.get(record.key, overrides.get(record.name))
+            if usage is None:
+                usage = model(record.node, record.obj, now - (record.started_at or now))
+            usages[uid] = usage
+        if self.cgroup_root is not None:
+            self._write_cgroups(running, usages, trees, dt)
+        if self.contention:
+            self._progress_tick(running, usages, now)
+        for record in running.values():
+            if record.resize_state == "Deferred":  # the kubelet tries a deferred resize again as pods come and go
+                self._submit(self._retrying, self._resize, record)
+
+    def _write_cgroups(self, running: Mapping[str, _Pod], usages: Mapping[str, Mapping[str, float]],
+                       trees: Mapping[str, _NodeTree], dt: float) -> None:
         updates: dict[str, dict[str, dict[str, int]]] = {}
         net: dict[str, float] = {}
         stopped: dict[str, list[str]] = {}
@@ -988,9 +1349,7 @@ class FakeKubelet:
             if tree is None:
                 continue
             step = 0.0 if uid in new.get(record.node, {}) else max(0.0, dt)
-            usage = overrides.get(record.key, overrides.get(record.name))
-            if usage is None:
-                usage = model(record.node, record.obj, now - (record.started_at or now))
+            usage = usages[uid]
             state = tree.pods[uid][1]
             disk = float(usage.get("disk", 0.0)) * step
             updates.setdefault(record.node, {})[uid] = {
@@ -1005,3 +1364,52 @@ class FakeKubelet:
         for node, nbytes in net.items():
             if nbytes > 0:
                 trees[node].advance_net("eth0", rx=int(nbytes / 2), tx=int(nbytes - nbytes / 2))
+
+    def _node_capacity(self, node: str) -> NDArray[np.float64]:
+        """The node's capacity in :data:`PROGRESS_RESOURCES`: allocatable cpu and memory, the bandwidth its
+        annotations declare (none: ``inf``, never short)."""
+        cached = self._capacity.get(node)
+        if cached is not None:
+            return cached
+        with self._lock:
+            spec = self._nodes.get(node)
+        out = np.full(len(PROGRESS_RESOURCES), np.inf)
+        if spec is not None:
+            allocatable = self._node_allocatable(node)
+            try:
+                bandwidth = node_bandwidth_capacity(dict(spec.annotations))
+            except ValueError:
+                bandwidth = ResourceVector()
+            for j, r in enumerate(PROGRESS_RESOURCES):
+                value = allocatable.get(r, math.inf) if r in (CPU, MEMORY) else bandwidth[r]
+                out[j] = value if value > 0 else math.inf
+            self._capacity[node] = out
+        return out
+
+    def _progress_tick(self, running: Mapping[str, _Pod], usages: Mapping[str, Mapping[str, float]],
+                       now: float) -> None:
+        """Every running pod's rate by the simulator's contention model; work advanced, finishes re-timed."""
+        records = list(running.values())
+        if not records:
+            return
+        names = sorted({r.node for r in records})
+        row = {n: i for i, n in enumerate(names)}
+        for r in records:
+            rv = (r.obj.get("metadata") or {}).get("resourceVersion")
+            if r.shape_rv is None or r.shape_rv != rv:
+                demand = usage_demand(r.obj)
+                r.uses, r.shape_rv = tuple(demand[k] > 0 for k in PROGRESS_RESOURCES), rv
+        rates = progress_rates(
+            np.array([self._node_capacity(n) for n in names]),
+            np.array([row[r.node] for r in records], dtype=np.int64),
+            np.array([r.opportunistic for r in records], dtype=bool),
+            np.array([[float(usages[r.uid].get(k, 0.0)) for k in PROGRESS_RESOURCES] for r in records]),
+            np.array([r.uses for r in records], dtype=bool))
+        with self._progress_lock:
+            for r, rate in zip(records, rates.tolist(), strict=True):
+                if r.phase != "Running" or r.gone:
+                    continue
+                self._advance(r, now)
+                if abs(rate - r.rate) > 1e-9:
+                    r.rate = rate
+                    self._reschedule(r, now)
