@@ -495,6 +495,21 @@ def _limit_bounds(pod: Mapping[str, Any]) -> dict[str, float]:
             for r in names if all(r in lim for lim in per)}
 
 
+def _converted_requests(pod: Mapping[str, Any]) -> bool:
+    """Every container requests at most the conversion's cpu (``1m``) and no memory: a converted pod's (by
+    hand, or before), which states its use by its limits only."""
+    floor = parse_quantity(CONVERTED_CPU_REQUEST, CPU)
+    for container in _containers(dict(pod.get("spec") or {})):
+        requests = (container.get("resources") or {}).get("requests") or {}
+        try:
+            if parse_quantity(requests.get(CPU, "0"), CPU) > floor or parse_quantity(requests.get(MEMORY, "0"),
+                                                                                      MEMORY) > 0:
+                return False
+        except InvalidInput:
+            return False
+    return True
+
+
 def _demand(pod: Mapping[str, Any]) -> ResourceVector:
     """What an opportunistic pod will use: the demand it states, the rest from its requests or limits.
 
@@ -511,7 +526,7 @@ def _demand(pod: Mapping[str, Any]) -> ResourceVector:
               if labels.ANN_DEMAND in annotations else ResourceVector())
     resources = "spec.containers[*].resources"
     derived = {k: v for k, v in tracked(_parse(lambda: pod_demand(pod))).items() if v > 0}
-    if not derived:
+    if not derived or _converted_requests(pod):
         derived = {k: v for k, v in tracked(_parse(lambda: container_limits(pod))).items() if v > 0}
     demand = ResourceVector({**derived, **stated.as_dict()})
     if not demand:
@@ -526,11 +541,37 @@ def _demand(pod: Mapping[str, Any]) -> ResourceVector:
     return demand
 
 
+#: The cpu request every container of a converted pod keeps (:func:`convert_opportunistic`).
+CONVERTED_CPU_REQUEST = "1m"
+
+
+def _original_requests(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Each container's cpu and memory requests as the API server would store them unconverted: the request,
+    else the limit (Kubernetes defaults a missing request to the limit), else none. By container name, for
+    ``stowage.io/requests`` (what a promotion restores)."""
+    out: dict[str, dict[str, str]] = {}
+    for container in spec.get("containers") or []:
+        if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+            continue
+        resources = container.get("resources") or {}
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        kept = {}
+        for r in (CPU, MEMORY):
+            value = requests.get(r, limits.get(r))
+            if value is not None:
+                kept[r] = str(value)
+        out[container["name"]] = kept
+    return out
+
+
 def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The pod, converted to run on harvested capacity (a deep copy; ``pod`` is not changed).
 
-    Exactly as docs/operator.md says: every container's (and init container's) cpu and memory
-    requests become an explicit ``"0"`` (an absent key would be defaulted to the limit), limits stay;
+    Exactly as docs/operator.md says: every container's (and init container's) cpu request becomes
+    ``"1m"`` and memory request ``"0"``, explicit (an absent key would be defaulted to the limit), limits
+    stay; annotation ``stowage.io/requests`` keeps each container's cpu and memory requests from before
+    (:func:`_original_requests`), which a promotion restores in place (``stowage.operator.promotion``);
     the first container requests and is limited to ``stowage.io/harvested: "1"`` (routes the pod
     through the extender's harvest check); annotation ``stowage.io/demand`` holds the demand the pod
     states, completed from its original requests (limits where no request), as JSON quantities
@@ -539,6 +580,14 @@ def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
     admission plugin fills them in again from the class, and refuses values that disagree with it);
     label ``stowage.io/class: opportunistic``.
 
+    Why ``1m`` and not ``0``: a pod's QoS class can never change, and a BestEffort pod (no cpu or memory
+    request or limit above zero in any container) cannot gain requests by an in-place resize (KEP-1287). A pod
+    with only requests would turn BestEffort at ``"0"`` and could never be promoted; ``1m`` keeps every
+    converted pod Burstable. It costs nothing: the kubelet gives a cpu request of 0 or 1m the same kernel cpu
+    weight (shares are clamped to their minimum, 2), and kube-scheduler counts a millicore per container.
+    The extended resource ``stowage.io/harvested: 1`` stays for the pod's life: extended resources cannot be
+    resized in place.
+
     Raises :class:`IntentError` when the pod states no demand and has no requests and no limits (it
     would fit anywhere), or states a demand above its limits.
     """
@@ -546,11 +595,13 @@ def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
     demand = _demand(out)
     meta = _child(out, "metadata")
     _child(meta, "labels")[labels.LABEL_CLASS] = labels.PodClass.OPPORTUNISTIC.value
-    _child(meta, "annotations")[labels.ANN_DEMAND] = json.dumps(demand.as_quantities())
+    annotations = _child(meta, "annotations")
+    annotations[labels.ANN_DEMAND] = json.dumps(demand.as_quantities())
     spec = _child(out, "spec")
+    annotations[labels.ANN_REQUESTS] = json.dumps(_original_requests(spec), sort_keys=True)
     for container in _containers(spec):
         requests = _child(_child(container, "resources"), "requests")
-        requests[CPU] = "0"
+        requests[CPU] = CONVERTED_CPU_REQUEST
         requests[MEMORY] = "0"
     first = (spec.get("containers") or [None])[0]
     if isinstance(first, dict):
@@ -583,6 +634,10 @@ def _admitted(pod: Mapping[str, Any], queue: str, intent: labels.Opportunistic, 
     pod_labels[labels.LABEL_QUEUE] = queue
     meta["labels"] = pod_labels
     annotations = dict(meta.get("annotations") or {})
+    if labels.ANN_REQUESTS in annotations:  # only the conversion writes it (a promotion restores it)
+        warnings.append(f"annotation {labels.ANN_REQUESTS} removed: only Stowage sets it, when it converts a pod")
+        del annotations[labels.ANN_REQUESTS]
+        meta["annotations"] = annotations
     spec = _child(out, "spec")
     spec["schedulerName"] = labels.SCHEDULER_NAME
     _strip_harvest_resource(spec)
@@ -607,9 +662,10 @@ def _gate(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 #: What admission decided on a pod, kept for its life: the system labels, the intent (``class: opportunistic``
-#: with ``opportunistic: "false"`` would make the node monitor protect a converted pod), the demand annotation.
+#: with ``opportunistic: "false"`` would make the node monitor protect a converted pod), the demand annotation and
+#: the requests a promotion restores.
 PROTECTED_LABELS: tuple[str, ...] = (*labels.SYSTEM_LABELS, labels.LABEL_OPPORTUNISTIC)
-PROTECTED_ANNOTATIONS: tuple[str, ...] = (labels.ANN_DEMAND,)
+PROTECTED_ANNOTATIONS: tuple[str, ...] = (labels.ANN_DEMAND, labels.ANN_REQUESTS)
 _UPDATE_ALLOWED = "set by Stowage at admission; only Stowage's own service accounts may change it"
 
 

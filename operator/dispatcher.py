@@ -92,6 +92,11 @@ class Dispatcher:
         self._released: dict[str, list[tuple[str, str]]] = {}  # group key → (node, pool) of recent releases
         self.holds: dict[str, holding.Hold] = {}
         """group key → why its tasks wait, at the last decision (``holding``): the groups it left waiting."""
+        self.promote: Callable[[RunningPod], bool] | None = None
+        """Which running opportunistic pods may be promoted in place (UBIS §IV-D); None: promotion is off (the
+        cluster cannot resize pods). The operator sets it once it knows."""
+        self.promoted: list[RunningPod] = []
+        """The running pods the last decision promoted, in order (``decide.Decision.promoted``)."""
 
     @property
     def classifier(self) -> classifier.ShortLongClassifier:
@@ -177,13 +182,28 @@ class Dispatcher:
         now = self.clock()
         a = self._arrays(view, trim=True)
         self._forget({g.key for g in a.groups})
-        inp = self.decide_input(view, a, now)
+        pods = self._promotable(view, a)
+        inp = self.decide_input(view, a, now, pods)
         decision = self.decider.decide(inp)
         self.holds = {a.groups[g].key: hold for g, hold in decision.holds.items()}
+        self.promoted = [pods[i] for i in decision.promoted.tolist()]
         return self._releases(a, decision.placements)
 
-    def decide_input(self, view: DispatchView, a: ViewArrays, now: float) -> decide.DecideInput:
-        """The view as ``decide.DecideInput`` (the arrays ``_arrays`` built, unbound releases reserved)."""
+    def _promotable(self, view: DispatchView, a: ViewArrays) -> list[RunningPod]:
+        """The running opportunistic pods of known queues on known nodes that ``promote`` accepts, oldest first
+        (by start, else bind time: the most work at stake first); [] while promotion is off."""
+        if self.promote is None:
+            return []
+        queues = {q.name for q in queue_records(view)}
+        nodes = set(a.node_names)
+        pods = [p for p in view.running if p.opportunistic and p.queue in queues and p.node in nodes and p.key
+                and self.promote(p)]
+        return sorted(pods, key=lambda p: (_started(p), p.key))
+
+    def decide_input(self, view: DispatchView, a: ViewArrays, now: float,
+                     promotable: Sequence[RunningPod] | None = None) -> decide.DecideInput:
+        """The view as ``decide.DecideInput`` (the arrays ``_arrays`` built, unbound releases reserved);
+        ``promotable``: the running opportunistic pods promotion may walk, in order (None: promotion is off)."""
         queues = queue_records(view)
         groups = a.groups
         n = len(groups)
@@ -214,7 +234,22 @@ class Dispatcher:
             queue_alloc=a.queue_alloc, pool_total=a.alloc.sum(axis=0), node_key=a.node_names,
             harvestable=lambda: harvestable(self.settings.harvest, view, a, now), queue_quota=self._quota(a, queues),
             features=lambda g: self._features(a, g, mean_cap), explain=self.explain, resources=a.resources,
-            sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64))
+            sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64),
+            promotable=self._promotable_arrays(a, queues, promotable))
+
+    @staticmethod
+    def _promotable_arrays(a: ViewArrays, queues: Sequence[QueueRecord],
+                           pods: Sequence[RunningPod] | None) -> decide.Promotable | None:
+        """``pods`` on the view's axes: demand rows, node and queue indices."""
+        if pods is None or a.rows is None:
+            return None if pods is None else decide.Promotable(np.zeros((0, len(a.resources))),
+                                                               np.zeros(0, np.int64), np.zeros(0, np.int64))
+        node = {name: i for i, name in enumerate(a.node_names)}
+        queue = {q.name: i for i, q in enumerate(queues)}
+        return decide.Promotable(
+            demand=a.rows.of([p.demand for p in pods]).reshape(len(pods), len(a.resources)),
+            node=np.array([node.get(p.node, -1) for p in pods], dtype=np.int64),
+            queue=np.array([queue.get(p.queue, -1) if p.queue is not None else -1 for p in pods], dtype=np.int64))
 
     def _releases(self, a: ViewArrays, placed: Sequence[tuple[int, int, Pool]]) -> list[Release]:
         """Aggregate placements per (group, class, node), first-chosen first; remember where each went."""
@@ -354,6 +389,14 @@ class Dispatcher:
         if job is None:
             job = estimates.recurring_key(group.namespace, (group.job or group.key).rsplit("/", 1)[-1])
         return dispatch.task_features(group.queue, job, group.group, demand, group.job_progress)
+
+
+def _started(pod: RunningPod) -> float:
+    """When the pod started (else was bound; +inf when neither is known): promotion walks the oldest first."""
+    for t in (pod.started_at_s, pod.bound_at_s):
+        if t is not None and math.isfinite(t):
+            return t
+    return math.inf
 
 
 def _regular_slot(a: ViewArrays, planned: int, demand: NDArray[np.float64]) -> int:

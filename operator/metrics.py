@@ -14,6 +14,8 @@
 | ``stowage_pass_errors_total`` | counter | stage | dispatch passes that did not complete, by the stage that failed |
 | ``stowage_last_pass_age_seconds`` | gauge | | seconds since the last dispatch pass completed |
 | ``stowage_bad_objects_total`` | counter | kind | Jobs failed, gated pods held, bound pods and nodes read in part |
+| ``stowage_promotion_enabled`` | gauge | | 1 when running opportunistic pods are promoted in place (pods resize) |
+| ``stowage_promotions_total`` | counter | | running opportunistic pods promoted to regular in place |
 
 The queue gauges are computed at scrape time from the last numbers the dispatch loop published
 (:meth:`OperatorMetrics.publish_queues`, :meth:`OperatorMetrics.publish_holds`), so a deleted queue's series
@@ -198,6 +200,14 @@ class OperatorMetrics:
             METRICS.BAD_OBJECTS_TOTAL.removesuffix("_total"), "Objects that could not be read, each counted once: "
             "Jobs failed, gated pods held, bound pods and nodes read in part or left out of the cluster model",
             "kind", self.bad_objects.counts))
+
+        self.promotion_enabled = Gauge(
+            METRICS.PROMOTION_ENABLED, "1 when the operator promotes running opportunistic pods in place (the cluster "
+            "can resize pods: Kubernetes 1.33+, or the feature gate InPlacePodVerticalScaling), else 0",
+            registry=self.registry)
+        self.promotions = Counter(
+            METRICS.PROMOTIONS_TOTAL.removesuffix("_total"), "Running opportunistic pods promoted to regular in "
+            "place (requests restored, class regular)", registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -14,8 +14,9 @@ What runs (one :class:`OperatorRuntime` per operator process)::
       2. Job plans (tasks.plan_job) → status (with the last decision's estimates), Events, deletions
          (JobBook.apply); finished tasks → classifier, duration priors, recurring history; stowage_estimate_ratio
       3. view = DispatchView(nodes, running pods, queues, pending groups of Jobs, gated plain pods, utilization)
-      4. releases = Dispatcher.decide(view)
-      5. apply: create the Job pods (converted when opportunistic) / remove the gate of plain pods;
+      4. releases = Dispatcher.decide(view) (and Dispatcher.promoted: running opportunistic pods to promote)
+      5. apply: promote those pods in place first (promotion.Promoter; UBIS Alg. 1 promotes before it allocates),
+         then create the Job pods (converted when opportunistic) / remove the gate of plain pods;
          every release is remembered until the cache shows it, so nothing is released twice
       6. every status_interval_s: Queue status + queue gauges; every state_interval_s: the classifier's
          state into the ConfigMap ``stowage-operator-state`` (loaded again at start)
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stowage.operator import admission, crd, holds, jobs, queues, tasks
+from stowage.operator import admission, crd, holds, jobs, promotion, queues, tasks
 from stowage.operator.dispatcher import (
     Dispatcher,
     DispatchView,
@@ -239,6 +240,9 @@ class OperatorRuntime:
         self._stage = PASS_STAGES[0]  # where the running pass is (what a failure is counted as)
         self._acting_now = acting is None  # whether the last pass found this replica acting
         self._acted = False  # whether this replica ever acted: only then is its learned state worth saving
+        self.promoter = promotion.Promoter(client, dry_run=dry_run, clock=clock,
+                                           on_change=lambda on: self.metrics.promotion_enabled.set(int(on)))
+        self._promoting: dict[str, float] = {}  # uid → when promoted, until the cache shows it regular
         self.metrics.last_pass_age.set_function(self.last_pass_age)
         self.metrics.bad_objects.model = lambda: self.cluster.bad_objects_total
 
@@ -265,6 +269,7 @@ class OperatorRuntime:
 
     def start(self) -> OperatorRuntime:
         self.load_state()
+        self.detect_promotion()
         self._informers = [i.start() for i in self.informers()]
         if self.utilization._reader is not None:
             self.utilization.start()
@@ -289,6 +294,20 @@ class OperatorRuntime:
         # Only the replica that acts last saves: a standby's state is older than what the leader wrote.
         if not self.dry_run and self._acted and self._acting_now:
             self.save_state(force=True)
+
+    def detect_promotion(self) -> bool:
+        """Whether the cluster can resize pods in place, asked once (``promotion.detect``; said in the log and in
+        ``stowage_promotion_enabled``): the dispatcher promotes only then."""
+        try:
+            self.promoter.detect()
+        except Exception as exc:  # whatever the client does, the operator runs on, without promotion
+            self.promoter.turn_off(f"{type(exc).__name__}: {exc}")
+        self._sync_promotion()
+        return self.promoter.enabled
+
+    def _sync_promotion(self) -> None:
+        skipped = self.promoter.skipped
+        self.dispatcher.promote = (lambda p: p.uid not in skipped) if self.promoter.enabled else None
 
     def synced(self) -> bool:
         return bool(self._informers) and all(i.synced.is_set() for i in self._informers)
@@ -401,6 +420,7 @@ class OperatorRuntime:
         self._stage = "decide"
         releases = self.dispatcher.decide(view)
         self._stage = "release"
+        self._promote(self.dispatcher.promoted, now)
         taken: dict[str, int] = {}  # group key → tasks of its plan used by this pass's earlier releases
         applied = [r for r in releases if self._apply_release_isolated(r, plans, taken)]
         self._stage = "publish"
@@ -584,8 +604,35 @@ class OperatorRuntime:
         return out
 
     def _running(self) -> list[RunningPod]:
-        return [RunningPod(node=p.node, demand=p.demand, queue=p.queue, opportunistic=p.opportunistic,
-                           bound_at_s=p.bound_at_s) for p in self.cluster.pods()]
+        """The bound pods; one promoted by an earlier pass counts as regular until the cache shows it so."""
+        promoting = self._promoting
+        if promoting:
+            now = self.clock()
+            shown = {p.uid for p in self.cluster.pods() if p.uid in promoting and not p.opportunistic}
+            for uid in [u for u, at in promoting.items() if u in shown or now - at > IN_FLIGHT_TTL_S]:
+                del promoting[uid]
+        return [RunningPod(node=p.node, demand=p.demand, queue=p.queue,
+                           opportunistic=p.opportunistic and p.uid not in promoting, bound_at_s=p.bound_at_s,
+                           started_at_s=p.start_time_s, key=f"{p.namespace}/{p.name}", uid=p.uid)
+                for p in self.cluster.pods()]
+
+    # --- promotion -------------------------------------------------------------------------------
+
+    def _promote(self, pods: Sequence[RunningPod], now: float) -> int:
+        """Promote the pods the decision chose, in order (``promotion.Promoter``); how many were promoted. A 422
+        that shows the cluster cannot resize turns promotion off for the rest of the operator's life."""
+        done = 0
+        for pod in pods:
+            if not self.promoter.enabled:
+                break
+            outcome = self.promoter.promote(pod.key, pod.uid, pod.node)
+            if outcome is promotion.Outcome.PROMOTED:
+                done += 1
+                self._promoting[pod.uid] = now
+                self.metrics.promotions.inc()
+        if not self.promoter.enabled:
+            self._sync_promotion()
+        return done
 
     def _queue_records(self) -> list[QueueRecord]:
         return [QueueRecord(name=q.name, weight=q.weight, opportunistic=q.opportunistic is QueueOpportunistic.ALLOW,

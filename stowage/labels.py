@@ -22,6 +22,7 @@ __all__ = [
     "ANN_DISK_BANDWIDTH",
     "ANN_EXPECTED_DURATION",
     "ANN_NETWORK_BANDWIDTH",
+    "ANN_REQUESTS",
     "API_GROUP",
     "API_VERSION",
     "CONDITION_HELD",
@@ -92,6 +93,9 @@ SYSTEM_LABELS: tuple[str, ...] = (LABEL_CLASS, LABEL_QUEUE, LABEL_JOB, LABEL_TAS
 
 # --- annotations --------------------------------------------------------------------------------
 ANN_DEMAND = f"{DOMAIN}/demand"  # JSON map: an opportunistic pod's real demand (stated, or written at admission)
+#: System-set on a converted pod: JSON ``{container name: {"cpu": q, "memory": q}}``, each container's cpu and memory
+#: requests before the conversion (absent: none), which a promotion restores in place. Users cannot set it.
+ANN_REQUESTS = f"{DOMAIN}/requests"
 ANN_DISK_BANDWIDTH = f"{DOMAIN}/disk-bandwidth"  # pod demand or node capacity, bytes/s quantity
 ANN_NETWORK_BANDWIDTH = f"{DOMAIN}/network-bandwidth"
 ANN_EXPECTED_DURATION = f"{DOMAIN}/expected-duration"  # seconds
@@ -141,6 +145,10 @@ class METRICS:
     LAST_PASS_AGE = "stowage_last_pass_age_seconds"
     #: Counter of objects left out or failed because they could not be read, label ``kind`` (job, pod, node).
     BAD_OBJECTS_TOTAL = "stowage_bad_objects_total"
+    #: Gauge 0/1: whether the operator promotes running opportunistic pods in place (the cluster can resize pods).
+    PROMOTION_ENABLED = "stowage_promotion_enabled"
+    #: Counter of running opportunistic pods promoted to regular in place.
+    PROMOTIONS_TOTAL = "stowage_promotions_total"
 
 
 class Opportunistic(enum.StrEnum):

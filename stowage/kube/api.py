@@ -38,6 +38,7 @@ __all__ = [
     "MERGE_PATCH",
     "NODES",
     "PODS",
+    "STRATEGIC_MERGE_PATCH",
     "ApiConfig",
     "ApiError",
     "ApiUnreachable",
@@ -51,6 +52,8 @@ NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+#: Lists merge by their key (a pod's containers by name): a patch names only the containers it changes.
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 EVICTION_API_VERSION = "policy/v1"
 DEFAULT_PAGE_SIZE = 500
 """Objects per list page: client-go's reflector pages by 500 too; bounds one response's size."""
@@ -328,6 +331,12 @@ class KubeClient:
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Obj:
         return self._json("GET", path, params=params)
+
+    def get_text(self, path: str) -> str:
+        """GET a non-JSON endpoint (``/metrics``) as text; raises :class:`ApiError` like the JSON verbs."""
+        response = self._send("GET", path)
+        _raise_for(response)
+        return response.text
 
     def list(
         self,

@@ -302,6 +302,9 @@ RBAC_CASES = [
     ("operator", "create", "mutatingwebhookconfigurations", "", "admissionregistration.k8s.io", "", "", False),
     ("operator", "patch", "nodes", "", "", "", "", False),
     ("operator", "create", "pods", "batch", "", "p", "eviction", False),
+    # Promotion: a patch of the pod (v1.30 with the gate) or of its resize subresource (v1.33+).
+    ("operator", "patch", "pods", "batch", "", "p", "resize", True),
+    ("node-monitor", "patch", "pods", "batch", "", "p", "resize", False),
 ]
 
 
@@ -312,6 +315,20 @@ def test_rbac_grants_each_component_what_it_needs_and_no_more(
         installed: Installed, component: str, verb: str, resource: str, namespace: str, group: str, name: str,
         sub: str, expected: bool) -> None:
     assert _allowed(installed, component, verb, resource, namespace, group, name, sub) is expected
+
+
+def test_only_the_operator_reads_the_api_servers_metrics(installed: Installed) -> None:
+    # Promotion's one look at start: the gauge kubernetes_feature_enabled{name="InPlacePodVerticalScaling"}.
+    def allowed(component: str) -> bool:
+        user = f"system:serviceaccount:{NAMESPACE}:{SA[component]}"
+        review = client.AuthorizationV1Api(installed.api).create_subject_access_review({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": ["system:serviceaccounts", "system:authenticated"],
+                     "nonResourceAttributes": {"verb": "get", "path": "/metrics"}}})
+        return bool(review.status.allowed)
+
+    assert allowed("operator")
+    assert not allowed("node-monitor")
 
 
 #: (role bound in the namespace, verb, resource, allowed in that namespace?) for `kubectl auth can-i`.

@@ -528,11 +528,15 @@ def test_the_opportunistic_conversion_exactly_as_documented() -> None:
     # requests (limits where none), the init container's peak included: max(1 + 0.5, 4) cpu
     assert json.loads(meta["annotations"][labels.ANN_DEMAND]) == {"cpu": "4", "memory": "2304Mi"}
     main, sidecar = spec["containers"]
-    assert main["resources"] == {"requests": {"cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"},
+    # cpu 1m, not 0: the pod stays Burstable, so a promotion can resize it (KEP-1287: QoS never changes)
+    assert main["resources"] == {"requests": {"cpu": "1m", "memory": "0", labels.HARVEST_RESOURCE: "1"},
                                  "limits": {"memory": "3Gi", labels.HARVEST_RESOURCE: "1"}}
-    assert sidecar["resources"] == {"requests": {"cpu": "0", "memory": "0"},
+    assert sidecar["resources"] == {"requests": {"cpu": "1m", "memory": "0"},
                                     "limits": {"cpu": "500m", "memory": "256Mi"}}
-    assert spec["initContainers"][0]["resources"]["requests"] == {"cpu": "0", "memory": "0"}
+    assert spec["initContainers"][0]["resources"]["requests"] == {"cpu": "1m", "memory": "0"}
+    # what a promotion restores: each container's requests, the limit where none (as the API server defaults)
+    assert json.loads(meta["annotations"][labels.ANN_REQUESTS]) == {
+        "main": {"cpu": "1", "memory": "2Gi"}, "sidecar": {"cpu": "500m", "memory": "256Mi"}}
     assert spec["priorityClassName"] == labels.OPPORTUNISTIC_PRIORITY_CLASS
     assert "priority" not in spec and "preemptionPolicy" not in spec  # the Priority plugin recomputes them
     assert spec["schedulingGates"] == [{"name": labels.GATE_ADMISSION}]
@@ -544,6 +548,62 @@ def test_a_pod_converted_by_hand_gets_its_demand_from_its_limits() -> None:
                       limits={"memory": "2Gi", labels.HARVEST_RESOURCE: "1"})
     admitted = _admit(_pod(OPP, containers=[hand]))
     assert json.loads(admitted["metadata"]["annotations"][labels.ANN_DEMAND]) == {"memory": "2Gi"}
+
+
+def _qos(pod: dict) -> str:
+    """Kubernetes' QoS class of a pod (``qos.GetPodQOS``: only amounts above zero count)."""
+    from stowage.resources import parse_quantity
+
+    spec = pod["spec"]
+    containers = [*spec.get("containers", []), *spec.get("initContainers", [])]
+    requests: dict[str, float] = {}
+    limits: dict[str, float] = {}
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        req = {r: parse_quantity(v) for r, v in (res.get("requests") or {}).items() if r in ("cpu", "memory")}
+        lim = {r: parse_quantity(v) for r, v in (res.get("limits") or {}).items() if r in ("cpu", "memory")}
+        requests.update({r: v for r, v in req.items() if v > 0})
+        limits.update({r: v for r, v in lim.items() if v > 0})
+        if set(lim) != {"cpu", "memory"} or any(req.get(r, lim[r]) != lim[r] for r in lim):
+            guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+@pytest.mark.parametrize("resources", [
+    pytest.param({"requests": {"cpu": "2", "memory": "1Gi"}}, id="requests-only"),
+    pytest.param({"limits": {"cpu": "2", "memory": "1Gi"}}, id="guaranteed-by-limits"),
+    pytest.param({"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+                 id="guaranteed"),
+    pytest.param({"requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}, id="burstable"),
+])
+def test_every_converted_pod_is_burstable_so_that_it_can_be_promoted(resources: dict) -> None:
+    # KEP-1287: a pod's QoS class never changes, and a BestEffort pod cannot gain requests in place.
+    converted = admission.convert_opportunistic(_pod(OPP, containers=[{"name": "main", "image": "x",
+                                                                       "resources": resources}]))
+    assert _qos(converted) == "Burstable"
+    requests = converted["spec"]["containers"][0]["resources"]["requests"]
+    assert (requests["cpu"], requests["memory"]) == (admission.CONVERTED_CPU_REQUEST, "0")
+
+
+def test_a_converted_pod_converted_again_keeps_its_demand_from_its_limits() -> None:
+    once = admission.convert_opportunistic(_pod(OPP, containers=[_container(limits={"cpu": "2", "memory": "1Gi"})]))
+    del once["metadata"]["annotations"]
+    again = admission.convert_opportunistic(once)
+    assert json.loads(again["metadata"]["annotations"][labels.ANN_DEMAND]) == {"cpu": "2", "memory": "1Gi"}
+
+
+def test_a_users_requests_annotation_goes_with_a_warning() -> None:
+    pod = _pod({}, {labels.ANN_REQUESTS: '{"main": {"cpu": "64"}}'}, containers=[_container(requests={"cpu": "1"})])
+    result = admission.admit_pod(pod, exists)
+    admitted = jsonpatch.apply_patch(pod, result.patch)
+    assert labels.ANN_REQUESTS not in (admitted["metadata"].get("annotations") or {})
+    assert any(labels.ANN_REQUESTS in w for w in result.warnings)
+    opp = _pod(OPP, {labels.ANN_REQUESTS: '{"main": {"cpu": "64"}}'}, containers=[_container(requests={"cpu": "1"})])
+    admitted = jsonpatch.apply_patch(opp, admission.admit_pod(opp, exists).patch)
+    assert json.loads(admitted["metadata"]["annotations"][labels.ANN_REQUESTS]) == {"main": {"cpu": "1"}}
 
 
 def test_the_gate_is_added_once_next_to_the_users_gates() -> None:
@@ -579,7 +639,9 @@ def test_convert_opportunistic_is_usable_on_a_task_pod() -> None:
     assert converted["metadata"]["labels"] == {labels.LABEL_JOB: "j", labels.LABEL_TASK_GROUP: "g",
                                                labels.LABEL_QUEUE: "batch", labels.LABEL_CLASS: "opportunistic"}
     assert converted["spec"]["containers"][0]["resources"]["requests"] == {
-        "cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"}
+        "cpu": "1m", "memory": "0", labels.HARVEST_RESOURCE: "1"}
+    assert json.loads(converted["metadata"]["annotations"][labels.ANN_REQUESTS]) == {
+        "main": {"cpu": "2", "memory": "1Gi"}}
     assert "schedulingGates" not in converted["spec"]
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2", "memory": "1Gi"}
 

@@ -101,7 +101,7 @@ def test_an_evicted_opportunistic_task_is_rerun_and_the_job_still_succeeds(opera
     victim = wait_for(running_victim, 180, "an opportunistic task running")
     assert victim.metadata.labels[labels.LABEL_CLASS] == "opportunistic"
     assert victim.spec.priority_class_name == labels.OPPORTUNISTIC_PRIORITY_CLASS
-    assert victim.spec.containers[0].resources.requests["cpu"] == "0", "converted: requests zeroed"
+    assert victim.spec.containers[0].resources.requests["cpu"] == "1m", "converted: requests at the floor (Burstable)"
     assert labels.ANN_DEMAND in victim.metadata.annotations
     stack.core.create_namespaced_pod_eviction(
         victim.metadata.name, ns,

@@ -76,6 +76,11 @@ MISSING_ASSETS_HELP = (
     "from the project root"
 )
 
+#: Feature gates of every control-plane process: in-place pod resize (KEP-1287, alpha in v1.30), which the
+#: operator's promotion of running opportunistic pods needs (docs/operator.md "Promotion"). One control plane for
+#: every test, so on for all of them; nothing else changes with it while no pod is resized.
+FEATURE_GATES = "InPlacePodVerticalScaling=true"
+
 #: Controllers that need a cloud, a kubelet or a node IPAM, none of which exist here.
 CONTROLLERS = "*,-nodeipam,-nodelifecycle,-service,-route,-cloud-node-lifecycle,-persistentvolume-binder,-attachdetach"
 
@@ -436,6 +441,7 @@ class ControlPlane:
             "--endpoint-reconciler-type": "none",
             "--disable-admission-plugins": ",".join(disabled),
             "--profiling": "false",
+            "--feature-gates": FEATURE_GATES,
             # Benchmarks create thousands of pods quickly; the admin token is exempt from fairness anyway.
             "--max-requests-inflight": "1000",
             "--max-mutating-requests-inflight": "500",
@@ -451,7 +457,7 @@ class ControlPlane:
                 f"--root-ca-file={p / 'ca.crt'}", f"--cluster-signing-cert-file={p / 'ca.crt'}",
                 f"--cluster-signing-key-file={p / 'ca.key'}", f"--controllers={CONTROLLERS}",
                 "--kube-api-qps=500", "--kube-api-burst=1000", "--concurrent-deployment-syncs=10",
-                "--concurrent-replicaset-syncs=10", "--concurrent-gc-syncs=40"]
+                "--concurrent-replicaset-syncs=10", "--concurrent-gc-syncs=40", f"--feature-gates={FEATURE_GATES}"]
 
     # --- waiting --------------------------------------------------------------------------------
 
@@ -607,7 +613,8 @@ class ControlPlane:
         path.write_text(yaml.safe_dump(self.scheduler_config(base)))
         kc = str(self.kubeconfig)
         argv = [str(self.assets / SCHEDULER), f"--config={path}", f"--authentication-kubeconfig={kc}",
-                f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", "--secure-port=0", "--v=2"]
+                f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", "--secure-port=0", "--v=2",
+                f"--feature-gates={FEATURE_GATES}"]
         handle = SchedulerHandle(name, path, _Process(name, lambda: argv, self.logs / f"{name}.log"), self)
         self.schedulers[name] = handle
         return handle.start(ready_timeout_s or self.ready_timeout_s)
