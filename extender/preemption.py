@@ -1,6 +1,9 @@
 """Preempt: which of the scheduler's candidate victims Stowage accepts.
 
-- An opportunistic victim is always acceptable: it runs on borrowed capacity.
+- An opportunistic victim is always acceptable: it runs on borrowed capacity. The class is the label
+  ``stowage.io/class`` as it is now: a pod the operator promoted in place is regular here, though its
+  priority class stays ``stowage-opportunistic`` (immutable) and kube-scheduler offers it as a victim to
+  any pod of higher priority.
 - A regular victim is acceptable only if its queue is above its fair share
   (weighted DRF over the regular pool, ``policy.fairness``, with the Queues' live
   weights); a regular pod without a queue, or one Stowage has never seen, is protected.

@@ -203,9 +203,10 @@ class _TimedClient(KubeClient):
         super().__init__(*args, **kwargs)
         self.evictions: list[float] = []
 
-    def evict(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any]:
+    def evict(self, namespace: str, name: str, uid: str | None = None,
+              resource_version: str | None = None) -> dict[str, Any]:
         self.evictions.append(time.monotonic())
-        return super().evict(namespace, name, uid)
+        return super().evict(namespace, name, uid, resource_version)
 
 
 def measure_reaction(kubeconfig: Path, interval_s: float = 1.0, sustained_count: int = 3, pods: int = 110,

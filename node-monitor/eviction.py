@@ -3,8 +3,11 @@
 ``policy/v1`` Evictions go through the API server's PodDisruptionBudget check:
 ``429 Too Many Requests`` means a budget forbids this one now, and the caller
 moves on to its next candidate. ``404`` means the pod is already gone (its
-resources are leaving anyway). Every eviction writes a Warning Event on the pod
-and one on the Node saying which resource, how much, and which threshold.
+resources are leaving anyway). Each eviction names the pod's uid and the
+resourceVersion the monitor saw it labelled opportunistic at: ``409`` means it
+changed since (promoted to regular in place, say), and it is not evicted.
+Every eviction writes a Warning Event on the pod and one on the Node saying
+which resource, how much, and which threshold.
 With ``dry_run`` nothing is written; the decision is logged and counted.
 """
 
@@ -45,6 +48,7 @@ class Outcome(enum.StrEnum):
     EVICTED = "evicted"
     REFUSED = "refused"  # 429: a PodDisruptionBudget forbids it now
     GONE = "gone"  # 404: already deleted
+    CHANGED = "changed"  # 409: the pod changed since it was seen (e.g. promoted to regular): not evicted now
     FAILED = "failed"  # any other error; the pod is skipped this round
     DRY_RUN = "dry-run"
 
@@ -108,7 +112,8 @@ class Evictor:
             return Outcome.DRY_RUN
         assert self.client is not None
         try:
-            self.client.evict(pod.namespace, pod.name, pod.uid)
+            # As seen: the class read from this version of the pod is the class it has when it is evicted.
+            self.client.evict(pod.namespace, pod.name, pod.uid, pod.resource_version or None)
         except ApiError as exc:
             if exc.status == 429:
                 # A PodDisruptionBudget forbids it now (the message names the budget), or the server is throttling.
@@ -117,6 +122,10 @@ class Evictor:
                 return Outcome.REFUSED
             if exc.status == 404:
                 return Outcome.GONE
+            if exc.status == 409:
+                log.info("eviction of %s/%s skipped: the pod changed since it was seen (%s); the next tick decides "
+                         "on it as it is now", pod.namespace, pod.name, exc.message)
+                return Outcome.CHANGED
             log.warning("eviction of %s/%s failed: %s", pod.namespace, pod.name, exc)
             return Outcome.FAILED
         except Exception as exc:  # network trouble: skip this pod now, the next tick retries

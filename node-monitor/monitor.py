@@ -161,7 +161,7 @@ class NodeMonitor:
                 outcome = self.evictor.evict(info, pressure, used)
                 outcomes.append((info, outcome))
                 candidate[i] = False
-                if outcome in (Outcome.REFUSED, Outcome.FAILED):
+                if outcome in (Outcome.REFUSED, Outcome.FAILED, Outcome.CHANGED):
                     replan = True  # choose again: another pod must free what this one would have
                     break
                 projected = projected - pod_usage[i]

@@ -43,6 +43,8 @@ class PodInfo:
     started_at_s: float
     terminating: bool
     grace_s: float = DEFAULT_GRACE_S
+    resource_version: str = ""
+    """The version seen: an eviction names it (a pod changed since, e.g. promoted to regular, is not evicted)."""
 
     @property
     def opportunistic(self) -> bool:
@@ -89,6 +91,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
         started_at_s=started,
         terminating=terminating,
         grace_s=float(grace) if isinstance(grace, int | float) and grace >= 0 else DEFAULT_GRACE_S,
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

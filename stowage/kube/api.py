@@ -398,13 +398,16 @@ class KubeClient:
     def watch_pods(self, node: str, resource_version: str | None, timeout_s: float = 300) -> WatchStream:
         return self.watch(PODS, on_node(node), resource_version, timeout_s)
 
-    def evict(self, namespace: str, name: str, uid: str | None = None) -> Obj:
-        """Create a ``policy/v1`` Eviction; the server checks PodDisruptionBudgets (429 when one forbids it)."""
+    def evict(self, namespace: str, name: str, uid: str | None = None, resource_version: str | None = None) -> Obj:
+        """Create a ``policy/v1`` Eviction; the server checks PodDisruptionBudgets (429 when one forbids it).
+
+        ``uid``: only the pod we measured, not a same-named successor; ``resource_version``: only the pod as we
+        saw it (409 Conflict when it changed since, e.g. promoted to regular)."""
         body: Obj = {"apiVersion": EVICTION_API_VERSION, "kind": "Eviction",
                      "metadata": {"name": name, "namespace": namespace}}
-        if uid:
-            # Only evict the pod we measured, not a same-named successor.
-            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if preconditions:
+            body["deleteOptions"] = {"preconditions": preconditions}
         return self.create(f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> Obj:

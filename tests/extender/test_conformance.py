@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from stowage.extender.messages import REASONS
 
-from stowage.labels import SCHEDULER_NAME
+from stowage.labels import LABEL_CLASS, SCHEDULER_NAME
 from tests.extender.conftest import World, WorldFactory
 from tests.extender.objects import GI, extender_args, node, opportunistic_pod, preemption_args, regular_pod
 
@@ -209,7 +209,8 @@ def test_declared_bandwidth_is_never_over_allocated(make_world: WorldFactory) ->
     assert body["FailedNodes"]["d1"] == REASONS["bandwidth"]
     crowded = world.post("filter", extender_args(pod, nodes[:1], cache=True)).json()
     assert crowded["NodeNames"] == []
-    assert "disk bandwidth 80.0Mi/s > free 50.0Mi/s (node declares 200Mi/s, pods declared 150.0Mi/s)" in (
+    # The new rule names whose declarations count: only regular pods reserve declared bandwidth.
+    assert "disk bandwidth 80.0Mi/s > free 50.0Mi/s (node declares 200Mi/s, regular pods declared 150.0Mi/s)" in (
         world.event_about("io-1")["message"]
     )
 
@@ -392,6 +393,27 @@ def test_preempt_leaves_other_schedulers_candidates_alone(crowded: World) -> Non
     args["NodeNameToMetaVictims"]["n2"]["NumPDBViolations"] = 2
     body = crowded.post("preempt", args).json()
     assert body == {"NodeNameToMetaVictims": {"n2": {"Pods": [{"UID": "uid-fair-0"}], "NumPDBViolations": 2}}}
+
+
+def _promoted(name: str, queue: str, node_name: str) -> dict[str, Any]:
+    """A pod the operator promoted in place: converted once (priority class stowage-opportunistic, immutable, and
+    the extended resource stowage.io/harvested, not resizable), now labelled regular with its requests restored."""
+    pod = opportunistic_pod(name, cpu="2", memory="3Gi", queue=queue, node_name=node_name)
+    pod["metadata"]["labels"][LABEL_CLASS] = "regular"
+    pod["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "2", "memory": "3Gi"})
+    return pod
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["meta-victims", "full-victims"])
+def test_preempt_treats_a_promoted_pod_as_regular_whatever_its_priority(make_world: WorldFactory,
+                                                                         cache: bool) -> None:
+    # Its priority stays negative (a priority class is immutable), so kube-scheduler offers it as a victim to any
+    # pod; preempt accepts it only as it accepts a regular pod: from a queue above its fair share.
+    fair, hoggish = _promoted("etl-fair", "research", "n3"), _promoted("etl-hog", "hog", "n4")
+    world = make_world(NODES, pods=RUNNING + HOG_ELSEWHERE + [fair, hoggish], samples=SAMPLES)
+    body = world.post("preempt", preemption_args(regular_pod("new-0", queue="research"),
+                                                 {"n3": [fair], "n4": [hoggish]}, cache=cache)).json()
+    assert body["NodeNameToMetaVictims"] == {"n4": {"Pods": [{"UID": "uid-etl-hog"}], "NumPDBViolations": 0}}
 
 
 # --- errors ---------------------------------------------------------------------------------------

@@ -212,3 +212,15 @@ def test_only_opportunistic_pods_of_this_node_are_ever_evicted(emulator: Emulato
                 assert world.evicted(), "sustained memory contention, evictable pods, yet no eviction"
         finally:
             world.close()
+
+
+def test_a_pod_promoted_in_place_is_no_longer_a_victim(make_world) -> None:
+    # The operator promoted opp-new (label stowage.io/class: regular, its requests restored): the watch's MODIFIED
+    # event reaches the store, and the monitor reads the class as it is now, not as the pod was converted.
+    world = make_world([REGULAR, OLD, MIDDLE, NEW])
+    (promoted,) = [p for p in world.emulator.live("v1/pods")
+                   if p["metadata"]["namespace"] == world.namespace and p["metadata"]["name"] == "opp-new"]
+    promoted["metadata"]["labels"]["stowage.io/class"] = "regular"
+    world.store.apply({"type": "MODIFIED", "object": promoted})
+    world.tick(3)
+    assert world.evicted() == [("opp-middle", 201), ("opp-old", 201)]  # newest first among those still opportunistic

@@ -21,11 +21,12 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from stowage.node_monitor.eviction import Evictor, Outcome
-from stowage.node_monitor.pods import PodInfo, PodStore, PodWatcher
+from stowage.node_monitor.pods import PodInfo, PodStore, PodWatcher, pod_info
 
 from stowage.errors import ConfigError
 from stowage.kube import api, credentials
 from stowage.kube.api import ApiConfig, ApiError, KubeClient, load_config
+from stowage.labels import LABEL_CLASS
 from tests.support.kube import gone_once, kube_emulator, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -488,6 +489,21 @@ def test_a_watch_streams_changes_and_interrupt_ends_it_promptly(admin: KubeClien
     started = time.monotonic()
     admin.interrupt_watch()
     assert done.wait(10) and time.monotonic() - started < 10  # far below the 300 s server timeout
+
+
+def test_a_pod_promoted_since_it_was_seen_is_not_evicted(admin: KubeClient) -> None:
+    # The monitor evicts a pod as it saw it labelled opportunistic (uid + resourceVersion preconditions): the
+    # operator's promotion (class → regular) in between makes the eviction a 409, and the pod stays.
+    pod = admin.create("/api/v1/namespaces/default/pods", _real_pod("promoted"))
+    admin.patch("/api/v1/namespaces/default/pods/promoted", {"metadata": {"labels": {LABEL_CLASS: "opportunistic"}}})
+    seen = pod_info(admin.get("/api/v1/namespaces/default/pods/promoted"))
+    assert seen is not None and seen.opportunistic and seen.resource_version
+    admin.patch("/api/v1/namespaces/default/pods/promoted", {"metadata": {"labels": {LABEL_CLASS: "regular"}}})
+    assert Evictor(admin, "api-test-node").evict(seen, [], "1Gi memory") is Outcome.CHANGED
+    assert admin.get("/api/v1/namespaces/default/pods/promoted")["metadata"].get("deletionTimestamp") is None
+    now = pod_info(admin.get("/api/v1/namespaces/default/pods/promoted"))
+    assert now is not None and not now.opportunistic  # the next tick sees it regular: never a candidate
+    assert pod["metadata"]["uid"] == now.uid
 
 
 def test_a_disruption_budget_429_is_a_refusal_with_the_budget_named(
