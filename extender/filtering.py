@@ -9,14 +9,16 @@ Checks, in order; the first that fails names the node's message (reason keys in
    no harvestable capacity we could vouch for. Regular pods pass (fail safe).
 2. ``contention`` — every Stowage pod: the node monitor reports sustained contention
    (fresh samples only; without samples we know nothing and block nothing).
-3. ``bandwidth`` — every Stowage pod: declared disk/network bandwidth would exceed the
-   node's declared bandwidth less what its pods declared. Nodes declaring none are
-   not checked.
+3. ``bandwidth`` — regular Stowage pods: declared disk/network bandwidth would exceed the
+   node's declared bandwidth less what its regular pods declared (``policy.room.bandwidth_room``).
+   Nodes declaring none are not checked. Opportunistic pods reserve no declared bandwidth:
+   their disk and network are checked against ``A_opp`` (measured) in check 6, like cpu and memory.
 4. ``harvest-disabled`` — opportunistic: node labelled ``stowage.io/harvest: "false"``
    (unresolvable: preemption cannot change a label).
 5. ``utilization-unavailable`` — opportunistic: no fresh samples, so ``A_opp`` is 0.
-6. ``harvest-capacity`` — opportunistic: ``d_r > A_opp_r`` on some resource
-   (``policy.alignment.feasible``).
+6. ``harvest-capacity`` — opportunistic: ``d_r > A_opp_r`` on some resource, disk and network
+   included (``policy.alignment.feasible``); a node with no disk/network capacity at all is not
+   checked on it.
 
 Each rejected node gets its reason's fixed phrase (``messages.REASONS``): kube-scheduler groups
 identical phrases in its ``FailedScheduling`` event ("0/500 nodes are available: 480 stowage:
@@ -68,6 +70,19 @@ _KEYS = {
 _UNRESOLVABLE = frozenset({_MISSING, _DISABLED})
 #: Columns of a harvest detail row: the numbers behind ``A_opp = T_alloc·C − U − B − S``.
 AVAILABLE, CAPACITY, USED, BLOCKED, ASSUMED = range(5)
+
+
+def _harvestable_checked(snap: Snapshot, cols: list[int]) -> np.ndarray:
+    """``A_opp`` as an opportunistic pod must fit it: every resource is measured, disk and network included (no
+    declared bandwidth is reserved for it); a node with no disk/network capacity (none declared, none reported)
+    is not checked on it, as regular pods are not."""
+    avail = snap.harvestable
+    if cols:
+        unknown = ~(snap.capacity[:, cols] > 0)
+        if unknown.any():
+            avail = avail.copy()
+            avail[:, cols] = np.where(unknown, np.inf, avail[:, cols])
+    return avail
 
 
 def _bandwidth_columns(snap: Snapshot) -> list[int]:
@@ -128,7 +143,7 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
         if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + alignment.FEASIBILITY_RTOL):
             parts.append(
                 f"{res} bandwidth {human(float(demand[r]), res)} > free {human(max(cap - used, 0.0), res)}"
-                f" (node declares {human(cap, res, exact=True)}, pods declared {human(used, res)})"
+                f" (node declares {human(cap, res, exact=True)}, regular pods declared {human(used, res)})"
             )
     return "; ".join(parts)
 
@@ -151,7 +166,7 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
         mark(~snap.known, _UNKNOWN)
     mark(snap.contended.any(axis=1), _CONTENTION)
     cols = _bandwidth_columns(snap)
-    if cols and demand[cols].any():
+    if not pod.opportunistic and cols and demand[cols].any():
         cap = snap.declared_capacity[:, cols]
         free = np.maximum(cap - snap.bandwidth_allocated[:, cols], 0.0)
         over = (cap > 0) & (demand[cols][None, :] > free * (1.0 + alignment.FEASIBILITY_RTOL))
@@ -159,9 +174,7 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
     if pod.opportunistic:
         mark(~snap.harvest_enabled, _DISABLED)
         mark(~snap.fresh, _NO_UTILIZATION)
-        check = demand.copy()
-        check[cols] = 0.0  # bandwidth was checked against declarations above
-        mark(~alignment.feasible(check, snap.harvestable), _CAPACITY)
+        mark(~alignment.feasible(demand, _harvestable_checked(snap, cols)), _CAPACITY)
 
     out = FilterOutcome(passed=np.flatnonzero(reason == 0), codes=reason)
     if out.passed.size == n:
@@ -183,14 +196,15 @@ def _closeness(pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
     need = demand > 0
     if not need.any():
         return np.zeros(rows.size)
-    ratio = snap.harvestable[rows][:, need] / demand[need][None, :]
+    ratio = _harvestable_checked(snap, _bandwidth_columns(snap))[rows][:, need] / demand[need][None, :]
     return np.nan_to_num(ratio.min(axis=1), nan=-np.inf)
 
 
 def _harvest_detail(pod: PodRequest, snap: Snapshot, i: int) -> str:
     demand = pod.demand_array(snap.resources)
     parts = []
-    for r in np.flatnonzero(demand > snap.harvestable[i] * (1.0 + alignment.FEASIBILITY_RTOL)).tolist():
+    checked = _harvestable_checked(snap, _bandwidth_columns(snap))[i]
+    for r in np.flatnonzero(demand > checked * (1.0 + alignment.FEASIBILITY_RTOL)).tolist():
         res = snap.resources[r]
         values = np.array([[snap.harvestable[i, r], snap.capacity[i, r], snap.usage[i, r], snap.blocked[i, r],
                             snap.assumed[i, r]]])

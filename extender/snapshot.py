@@ -1,14 +1,18 @@
 """One request's view of the cluster: model rows + utilization samples → the two availabilities.
 
 Built once per request from copies, so the decision code never holds a lock.
-Availability per class (DESIGN.md "The policy"):
+Availability per class (DESIGN.md "The policy"), by :mod:`stowage.policy.room`'s rules, the
+dispatcher's and the simulator's:
 
-- regular: ``A_reg = allocatable − Σ regular requests`` (policy.harvest.regular_available);
-- opportunistic: ``A_opp = T_alloc·C − U − B − S`` (policy.harvest.harvestable), where
+- regular: ``A_reg = allocatable − Σ regular requests`` (policy.harvest.regular_available), and on
+  disk/network the declared room ``C − Σ regular pods' declared bandwidth`` (policy.room.bandwidth_room:
+  opportunistic pods reserve none);
+- opportunistic: ``A_opp = T_alloc·C − U − B − S`` (policy.room.harvested_room), where
   ``U`` is NaN (so ``A_opp`` = 0) on every node whose samples are missing or older than
-  ``harvest.utilization_stale_after_s``, and ``S`` (policy.harvest.assumed) counts pods
-  bound or provisionally placed within ``harvest.ramp_up_s`` (the model keeps it per node:
-  :meth:`ClusterModel.assumed_for`).
+  ``harvest.utilization_stale_after_s`` (policy.room.fresh), ``U`` is without the pods that have
+  finished (prom: policy.room.usage_after_departures), and ``S`` counts pods bound or provisionally
+  placed within ``harvest.ramp_up_s`` until a sample of their node includes them (the model keeps it
+  per node: :meth:`ClusterModel.assumed_for`, given each node's sample time, fetch time − age).
 
 ``C`` is the node's ``status.allocatable`` (disk/network from its bandwidth annotations) —
 the same basis as the node monitor's contention threshold, which measures the kubepods
@@ -20,9 +24,9 @@ Most of this changes only when the model or the utilization snapshot does, so
 model's ``version`` or the utilization snapshot changes, and a request only gathers
 its rows from it. ``A_opp`` is computed per table with ``S = 0``; each request then
 recomputes, with the policy function, only the rows where its assumed set ``S`` is
-non-zero (a few: pods bound or placed in the last ``ramp_up_s``). Freshness moves
-with the clock, so the table's fresh mask is recomputed per request and ``U``/``A_opp``
-are rebuilt when it changes.
+non-zero (a few: pods bound or placed in the last ``ramp_up_s`` and not in a sample yet).
+Freshness moves with the clock, so the table's fresh mask is recomputed per request and
+``U``/``A_opp`` are rebuilt when it changes.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import numpy as np
 
 from stowage.config import StowageSettings
 from stowage.kube.cluster import ClusterModel, ModelTable
-from stowage.policy import harvest
+from stowage.policy import harvest, room
 from stowage.prom import Utilization, UtilizationSnapshot
 
 __all__ = ["ScoringView", "Snapshot", "Snapshots", "StateTable", "take"]
@@ -59,7 +63,12 @@ class StateTable:
         self.t_alloc = settings.harvest.t_alloc.array(table.resources)
         self.capacity = np.where(table.allocatable > 0, table.allocatable, self.samples.capacity)
         self.regular_available = harvest.regular_available(table.allocatable, table.regular_requests)
-        self.bandwidth_allocated = table.regular_requests + table.opportunistic_demand
+        # Only regular pods reserve declared bandwidth (policy.room.bandwidth_room); read on disk/network only.
+        self.bandwidth_allocated = table.regular_requests
+        # Each model row's latest sample time (Unix seconds; NaN: none): which recent pods it includes.
+        sampled = self.samples.sampled_at_s
+        self.sampled_at = sampled if sampled is not None else np.full(self.samples.present.shape[0], np.nan)
+        self.period_s = settings.contention.sample_interval_s
         self._fresh: np.ndarray | None = None
         self.usage = np.zeros(0)
         self.harvestable_unassumed = np.zeros(0)
@@ -73,14 +82,12 @@ class StateTable:
         if self.samples.error is not None:
             fresh = np.zeros(self.samples.present.shape[0], dtype=bool)
         else:
-            fresh = self.samples.present & (self.samples.age_s + elapsed_s <= self.stale_after_s)
+            fresh = room.fresh(self.samples.present, self.samples.age_s + elapsed_s, self.stale_after_s)
         with self._lock:
             if self._fresh is None or not np.array_equal(fresh, self._fresh):
                 usage = np.where(fresh[:, None], self.samples.usage, np.nan)
-                a_opp = harvest.harvestable(
-                    self.capacity, usage, self.samples.blocked, np.zeros_like(usage), self.t_alloc
-                )
-                a_opp[~self.model.harvest_enabled] = 0.0
+                a_opp = room.harvested_room(self.capacity, usage, fresh, self.samples.blocked, np.zeros_like(usage),
+                                            self.t_alloc, self.model.harvest_enabled)
                 self._fresh, self.usage, self.harvestable_unassumed = fresh, usage, a_opp
             return self._fresh, self.usage, self.harvestable_unassumed
 
@@ -183,11 +190,10 @@ class Snapshot:
         rows = np.flatnonzero(self.assumed.any(axis=1))
         if rows.size:
             at = self._positions[rows]
-            a_opp[rows] = harvest.harvestable(
-                self._table.capacity[at], self._state[1][at], self._table.samples.blocked[at], self.assumed[rows],
-                self.t_alloc,
+            a_opp[rows] = room.harvested_room(
+                self._table.capacity[at], self._state[1][at], self._state[0][at], self._table.samples.blocked[at],
+                self.assumed[rows], self.t_alloc, self._table.model.harvest_enabled[at],
             )
-            a_opp[rows[~self._table.model.harvest_enabled[at]]] = 0.0
         return a_opp
 
     @cached_property
@@ -197,7 +203,8 @@ class Snapshot:
 
     @cached_property
     def bandwidth_allocated(self) -> np.ndarray:
-        """(N,R) what all pods on the node declared (only disk/network columns are meaningful)."""
+        """(N,R) what the regular pods on the node declared (only disk/network columns are meaningful):
+        opportunistic pods reserve no declared bandwidth."""
         return self._table.bandwidth_allocated[self._positions]
 
 
@@ -282,7 +289,10 @@ class Snapshots:
         table = self.table()
         rows, positions = self._rows(table, names)
         # Columns are only ever appended, so a resource named since the table was built is sliced off.
-        assumed = self.model.assumed_for(rows, exclude_pod=exclude_pod)[:, : len(table.resources)]
+        assumed = self.model.assumed_for(
+            rows, exclude_pod=exclude_pod, sampled=(table.model.index_version, table.sampled_at),
+            period_s=table.period_s,
+        )[:, : len(table.resources)]
         elapsed = max(0.0, self.utilization.clock() - table.current.fetched_at_s)
         return Snapshot(table, names, rows, positions, assumed, self.settings, elapsed)
 

@@ -2,8 +2,9 @@
 
 The node monitor exports ``stowage_node_usage``, ``stowage_node_capacity``,
 ``stowage_node_blocked`` and ``stowage_node_contention``, each labelled
-``{node, resource}``, and ``stowage_node_sample_time_seconds{node}`` (names from
-:class:`stowage.labels.METRICS`). Every refresh makes five instant queries:
+``{node, resource}``, ``stowage_node_sample_time_seconds{node}`` and
+``stowage_pod_usage{node, namespace, pod, class, resource}`` (names from
+:class:`stowage.labels.METRICS`). Every refresh makes seven instant queries:
 
 1. usage smoothed over a window, ``max_over_time(stowage_node_usage[W])`` (``W`` =
    ``harvest.usage_window_s``): a pod's lifetime decision should not rest on one
@@ -12,7 +13,15 @@ The node monitor exports ``stowage_node_usage``, ``stowage_node_capacity``,
    is judged by when the monitor *sampled*, not when Prometheus scraped: a monitor whose
    sampler is stuck keeps being scraped with the same old numbers, and its sample time
    says so. Node clocks are NTP-synchronised; a second of skew is small against the 30 s
-   limit.
+   limit. The sample's own time (evaluation time − age) says which pods it includes
+   (``policy.harvest.in_sample``: the allowance ``S`` ends there);
+3. the pods that have finished: per node, the sum of the windowed usage of the pods whose
+   ``stowage_pod_usage`` series were in the window but are gone now (the node monitor stops
+   exporting a pod when its cgroup goes, and Prometheus marks the series stale), and the
+   node's latest usage sample where there are such pods. A finished pod then leaves ``U`` at once
+   (``policy.room.usage_after_departures``) instead of staying for the window. Both are reduced
+   by Prometheus: a refresh reads one row per (node, resource) with a departure, never a row per
+   pod.
 
 Scrape interval: the age a reader sees is at most scrape interval + refresh interval
 (5 s) + the sample period (1 s); the 30 s limit (``harvest.utilization_stale_after_s``)
@@ -38,12 +47,28 @@ import numpy as np
 import orjson
 
 from stowage.labels import METRICS
+from stowage.policy import room
 
 __all__ = ["NodeSamples", "PrometheusError", "PrometheusReader", "Utilization", "UtilizationSnapshot"]
 
 log = logging.getLogger(__name__)
 
 _SERIES = (METRICS.NODE_USAGE, METRICS.NODE_CAPACITY, METRICS.NODE_BLOCKED, METRICS.NODE_CONTENTION)
+
+
+#: Series names of the two departure queries (not metric names: keys of :meth:`PrometheusReader.fetch`'s arrays).
+_DEPARTED, _LATEST = "departed", "latest"
+
+
+def departed_query(window: str) -> str:
+    """PromQL: per (node, resource), the summed usage over ``window`` of the pods whose ``stowage_pod_usage``
+    series had samples in it but have none now (the pod finished or was deleted: the node monitor stopped
+    exporting it). Reduced by Prometheus, so the answer has a row per node with a departure, not per pod; a pod
+    whose ``class`` label changed (a promotion) is matched without it, so it does not look gone."""
+    pod = METRICS.POD_USAGE
+    per_pod = "node, namespace, pod, resource"
+    return (f"sum by (node, resource) (max by ({per_pod}) (max_over_time({pod}[{window}]))"
+            f" unless on ({per_pod}) {pod})")
 
 
 class PrometheusError(Exception):
@@ -55,7 +80,8 @@ class NodeSamples:
     """Samples of the nodes of one request, lined up with its node order and resource axis.
 
     ``present`` (N,) False where Prometheus has no usage sample for the node; ``age_s`` (N,)
-    seconds since the oldest usage sample of the node (inf where absent); ``usage`` (N,R) in base
+    seconds since the oldest usage sample of the node (inf where absent); ``sampled_at_s`` (N,) when it was
+    taken (Unix seconds; NaN where absent or unknown); ``usage`` (N,R) in base
     units, NaN where absent (unknown usage harvests nothing); ``capacity``, ``blocked`` (N,R)
     (0 where absent); ``contention`` (N,R)
     True where the node monitor reports sustained contention.
@@ -68,6 +94,7 @@ class NodeSamples:
     blocked: np.ndarray
     contention: np.ndarray
     error: str | None
+    sampled_at_s: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +110,7 @@ class UtilizationSnapshot:
     age_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fetched_at_s: float = 0.0  # monotonic clock of the reader
     error: str | None = "no utilization fetched yet"
+    sampled_at_s: np.ndarray | None = None  # (M,) when each node's sample was taken (Unix seconds); None: unknown
 
     @classmethod
     def unavailable(cls, error: str, fetched_at_s: float = 0.0) -> UtilizationSnapshot:
@@ -95,11 +123,14 @@ class UtilizationSnapshot:
         *,
         age_s: float | Mapping[str, float] = 0.0,
         fetched_at_s: float = 0.0,
+        wall_s: float | None = None,
     ) -> UtilizationSnapshot:
         """Build a snapshot from plain values (bench, simulations, tests).
 
         ``nodes[node][kind][resource]`` with ``kind`` one of ``usage``, ``capacity``,
-        ``blocked``, ``contention`` (0/1); ``age_s`` per node or for all.
+        ``blocked``, ``contention`` (0/1); ``age_s`` per node or for all. ``wall_s``: the
+        Unix time the ages are measured at (each sample was taken at ``wall_s − age``); None:
+        sample times unknown (no pod is known to be in a sample).
         """
         names = list(nodes)
         resources = sorted({r for kinds in nodes.values() for values in kinds.values() for r in values})
@@ -120,6 +151,7 @@ class UtilizationSnapshot:
             age_s=ages,
             fetched_at_s=fetched_at_s,
             error=None,
+            sampled_at_s=None if wall_s is None else wall_s - ages,
         )
 
     def lookup(self, names: Sequence[str], resources: Sequence[str], now_s: float) -> NodeSamples:
@@ -135,7 +167,8 @@ class UtilizationSnapshot:
         have_col = cols >= 0
         if self.age_s.shape[0] == 0:
             zeros = np.zeros((n, r))
-            return NodeSamples(present, np.full(n, np.inf), zeros, zeros, zeros, zeros.astype(bool), self.error)
+            return NodeSamples(present, np.full(n, np.inf), zeros, zeros, zeros, zeros.astype(bool), self.error,
+                               np.full(n, np.nan))
         safe = np.where(present, rows, 0)
         flat = safe[:, None] * max(len(self.resources), 1) + np.where(have_col, cols, 0)[None, :]
         missing = ~(present[:, None] & have_col[None, :])
@@ -146,6 +179,8 @@ class UtilizationSnapshot:
             return out
 
         age = np.where(present, self.age_s[safe] + max(0.0, now_s - self.fetched_at_s), np.inf)
+        sampled = (np.where(present, self.sampled_at_s[safe], np.nan) if self.sampled_at_s is not None
+                   else np.full(n, np.nan))
         return NodeSamples(
             present=present,
             age_s=age,
@@ -154,6 +189,7 @@ class UtilizationSnapshot:
             blocked=take(self.blocked, 0.0),
             contention=take(self.contention, False),
             error=self.error,
+            sampled_at_s=sampled,
         )
 
 
@@ -214,9 +250,11 @@ class PrometheusReader:
             (METRICS.NODE_CAPACITY, METRICS.NODE_CAPACITY),
             (METRICS.NODE_BLOCKED, f"{METRICS.NODE_BLOCKED} > 0"),
             (METRICS.NODE_CONTENTION, f"{METRICS.NODE_CONTENTION} > 0"),
+            (_DEPARTED, departed_query(window)),
+            (_LATEST, f"{METRICS.NODE_USAGE} and on (node, resource) ({departed_query(window)})"),
         ):
             series.extend((name, sample) for sample in self.query(promql)[1])
-        _, ages = self.query(f"time() - {METRICS.SAMPLE_TIME}")
+        evaluated, ages = self.query(f"time() - {METRICS.SAMPLE_TIME}")
         nodes: dict[str, int] = {}
         resources: dict[str, int] = {}
         values: dict[tuple[str, int, int], float] = {}
@@ -236,13 +274,17 @@ class PrometheusReader:
             key = (name, i, j)
             values[key] = max(values.get(key, value), value)  # duplicate scrapes: keep the larger
         shape = (len(nodes), len(resources))
-        arrays = {name: np.zeros(shape) for name in _SERIES}
+        arrays = {name: np.zeros(shape) for name in (*_SERIES, _DEPARTED)}
         # A usage series that is absent (the monitor's first sample, a counter reset) is unknown, not 0:
         # reading it as 0 would harvest that resource as if the node were idle.
         arrays[METRICS.NODE_USAGE] = np.full(shape, np.nan)
+        arrays[_LATEST] = np.full(shape, np.nan)
         for (name, i, j), value in values.items():
             if name in arrays:
                 arrays[name][i, j] = value
+        # A pod that has finished leaves U now, not when it leaves the window.
+        arrays[METRICS.NODE_USAGE] = room.usage_after_departures(
+            arrays[METRICS.NODE_USAGE], arrays[_DEPARTED], arrays[_LATEST])
         present = np.zeros(len(nodes), dtype=bool)
         age = np.full(len(nodes), np.inf)
         newest: dict[str, float] = {}
@@ -271,6 +313,7 @@ class PrometheusReader:
             age_s=age[keep],
             fetched_at_s=fetched_at_s,
             error=None,
+            sampled_at_s=evaluated - age[keep],
         )
 
 

@@ -8,7 +8,8 @@ dict lookup per node name plus fancy indexing (:meth:`ClusterModel.view`).
 Pods bound within ``recent_window_s`` (the harvest ramp-up) are also kept in a
 small side table, together with *provisional* placements the extender makes
 between its answer and the binding it later sees: both feed the assumed set ``S``
-of ``A_opp = T_alloc·C − U − B − S``.
+of ``A_opp = T_alloc·C − U − B − S``, each until a sample of its node includes it
+(:meth:`ClusterModel.assumed_for` with the nodes' sample times; ``policy.harvest.in_sample``).
 
 One bad object costs only itself: an object that cannot be read at all is left out, one
 with an unreadable value is kept with that value as zero (``PodRecord.problem``); either
@@ -318,6 +319,7 @@ class ClusterModel:
                 self._row_of(record.demand),
                 record.bound_at_s,
                 provisional=False,
+                started_at_s=record.start_time_s,
             )
 
     def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
@@ -404,12 +406,17 @@ class ClusterModel:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def _assumed_for(self, rows: np.ndarray, exclude: str | None) -> np.ndarray:
+    def _assumed_for(
+        self, rows: np.ndarray, exclude: str | None, sampled: tuple[int, np.ndarray] | None = None,
+        period_s: float = 1.0,
+    ) -> np.ndarray:
         """``S`` (N,R) on the model ``rows`` of a request (−1: unknown), from the recent pods' ledger."""
         recent = self._recent
         now = self._clock()
         recent.expire(now, self.recent_window_s)
         recent.resolve_rows(self._index, self.index_version, now, self.recent_window_s)
+        if sampled is not None and sampled[0] == self.index_version:  # rows of another index: drop nothing
+            recent.drop_included(sampled[1], period_s)
         return recent.assumed_on(rows, exclude)[:, : len(self._resources)]
 
     def _joined(self, rows: np.ndarray, known: np.ndarray, join: tuple[object, Mapping[str, int]]) -> np.ndarray:
@@ -449,14 +456,24 @@ class ClusterModel:
                 joined=joined,
             )
 
-    def assumed_for(self, rows: np.ndarray, *, exclude_pod: str | None = None) -> np.ndarray:
+    def assumed_for(
+        self,
+        rows: np.ndarray,
+        *,
+        exclude_pod: str | None = None,
+        sampled: tuple[int, np.ndarray] | None = None,
+        period_s: float = 1.0,
+    ) -> np.ndarray:
         """The assumed set ``S`` (N,R) on the model ``rows`` of a request (−1: unknown → 0), in request order.
 
         ``S`` is the demand of pods bound or provisionally placed less than ``recent_window_s``
-        ago (:func:`stowage.policy.harvest.assumed`); ``exclude_pod`` is left out.
+        ago (:func:`stowage.policy.harvest.assumed`); ``exclude_pod`` is left out. ``sampled`` =
+        ``(index_version, sampled_at_s)`` gives each model row's latest sample time (Unix seconds, NaN: none), at
+        that node-index version: a pod whose containers started a sampling period (``period_s``) or more before
+        its node's sample is in ``U`` and leaves ``S`` for good (:func:`stowage.policy.harvest.in_sample`).
         """
         with self._lock:
-            return self._assumed_for(rows, exclude_pod)
+            return self._assumed_for(rows, exclude_pod, sampled, period_s)
 
     def view(
         self,

@@ -2,7 +2,8 @@
 
 This is the assumed set ``S`` of ``A_opp = T_alloc·C − U − B − S``
 (:func:`stowage.policy.harvest.assumed`): every pod placed less than the ramp-up
-window ago counts its whole demand on its node. Expiring slots at the window
+window ago counts its whole demand on its node until a sample of that node includes
+it (:meth:`RecentSlots.drop_included`, ``harvest.in_sample``). Expiring slots at the window
 enforces the time rule; what is left is a per-node sum, which the slots keep as a
 ledger (``put`` adds, ``remove`` subtracts), so a request reads ``S`` for its
 nodes in O(nodes) however many pods a burst has placed. The ledger is rebuilt
@@ -37,6 +38,7 @@ class RecentSlots:
         self.alive = np.zeros(_INITIAL, dtype=bool)
         self.provisional = np.zeros(_INITIAL, dtype=bool)
         self.bound_at_s = np.zeros(_INITIAL)
+        self.started_at_s = np.full(_INITIAL, np.nan)  # when its containers started; NaN: not yet
         self.node_row = np.full(_INITIAL, -1, dtype=np.int64)
         self.demand = np.zeros((_INITIAL, width))
         self.rows_version = -1  # the node-index version node_row was resolved against
@@ -71,10 +73,20 @@ class RecentSlots:
         self.alive = np.pad(self.alive, (0, n))
         self.provisional = np.pad(self.provisional, (0, n))
         self.bound_at_s = np.pad(self.bound_at_s, (0, n))
+        self.started_at_s = np.pad(self.started_at_s, (0, n), constant_values=np.nan)
         self.node_row = np.pad(self.node_row, (0, n), constant_values=-1)
         self.demand = np.pad(self.demand, ((0, n), (0, 0)))
 
-    def put(self, key: str, node: str, node_row: int, demand: np.ndarray, bound_at_s: float, provisional: bool) -> None:
+    def put(
+        self,
+        key: str,
+        node: str,
+        node_row: int,
+        demand: np.ndarray,
+        bound_at_s: float,
+        provisional: bool,
+        started_at_s: float | None = None,
+    ) -> None:
         self.remove(key)
         if not self._free:
             self._grow()
@@ -84,6 +96,7 @@ class RecentSlots:
         self.alive[slot] = True
         self.provisional[slot] = provisional
         self.bound_at_s[slot] = bound_at_s
+        self.started_at_s[slot] = np.nan if started_at_s is None else started_at_s
         self.node_row[slot] = node_row
         self.demand[slot] = 0.0
         # Negative or NaN amounts count as 0, as in policy.harvest.assumed.
@@ -124,6 +137,23 @@ class RecentSlots:
             key = self._keys[slot]
             if key is not None:
                 self.remove(key)
+
+    def drop_included(self, sampled_at_s: np.ndarray, period_s: float) -> int:
+        """Free every slot whose node's latest sample includes it (``harvest.in_sample``); how many were freed.
+
+        ``sampled_at_s`` is indexed by node row (the rows :meth:`resolve_rows` resolved; NaN: no sample). From that
+        sample on the pod's usage is in ``U``: it is not assumed again (a later sample includes it too). Call
+        after :meth:`resolve_rows`.
+        """
+        alive = np.flatnonzero(self.alive & ~np.isnan(self.started_at_s))
+        if alive.size == 0:
+            return 0
+        seen = harvest.in_sample(self.started_at_s[alive], self.node_row[alive], sampled_at_s, period_s)
+        for slot in alive[seen].tolist():
+            key = self._keys[slot]
+            if key is not None:
+                self.remove(key)
+        return int(seen.sum())
 
     def resolve_rows(self, index: Mapping[str, int], version: int, now_s: float, window_s: float) -> None:
         """Re-resolve node rows after nodes were added or removed (rare: only then), and rebuild the ledger.

@@ -29,6 +29,7 @@ __all__ = [
     "parse_timestamp",
     "pod_key",
     "pod_record",
+    "started_at",
     "tracked",
 ]
 
@@ -83,6 +84,8 @@ class PodRecord:
     demand: ResourceVector
     bound_at_s: float
     start_time_s: float | None
+    """When its containers started (Unix seconds; :func:`started_at`), None: not running yet. A node sample taken
+    a sampling period after it includes the pod's usage (``policy.harvest.in_sample``)."""
     scheduler_name: str = ""
     problem: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -174,6 +177,24 @@ def _bound_at(status: Mapping[str, Any], seen_at_s: float) -> float:
     return min(ts, seen_at_s) if ts is not None else seen_at_s
 
 
+def started_at(status: Mapping[str, Any]) -> float | None:
+    """When a pod's containers started: the latest ``state.running.startedAt`` once every container runs; None while
+    one does not (waiting, terminated: its usage is not all in a sample yet). A pod whose status lists no
+    containers (a kubelet that does not report them) has started at its ``status.startTime`` if it has one."""
+    statuses = status.get("containerStatuses")
+    if not isinstance(statuses, list) or not statuses:
+        return parse_timestamp(status.get("startTime"))
+    latest: float | None = None
+    for cs in statuses:
+        state = cs.get("state") if isinstance(cs, Mapping) else None
+        running = state.get("running") if isinstance(state, Mapping) else None
+        at = parse_timestamp(running.get("startedAt")) if isinstance(running, Mapping) else None
+        if at is None:
+            return None
+        latest = at if latest is None else max(latest, at)
+    return latest
+
+
 def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
     """Parse a Pod's JSON; None for pods that occupy no node (pending, succeeded, failed).
 
@@ -224,7 +245,7 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
         queue=queue,
         demand=tracked(demand) + bandwidth,
         bound_at_s=_bound_at(status, seen_at_s),
-        start_time_s=parse_timestamp(status.get("startTime")),
+        start_time_s=started_at(status),
         scheduler_name=_text(spec.get("schedulerName")),
         problem="; ".join(problems) or None,
         labels={k: v for k, v in pod_labels.items() if isinstance(v, str)},

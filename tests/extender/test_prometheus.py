@@ -46,6 +46,8 @@ class Exporter:
         self.blocked = Gauge(METRICS.NODE_BLOCKED, "blocked", labels, registry=self.registry)
         self.contention = Gauge(METRICS.NODE_CONTENTION, "contention", labels, registry=self.registry)
         self.sampled = Gauge(METRICS.SAMPLE_TIME, "sample time", ["node"], registry=self.registry)
+        self.pods = Gauge(METRICS.POD_USAGE, "pod usage", ["node", "namespace", "pod", "class", "resource"],
+                          registry=self.registry)
         for name in ("n1", "n2"):
             self.sampled.labels(name).set_function(time.time)  # a live monitor samples every second
             self.capacity.labels(name, "cpu").set(16)
@@ -212,3 +214,30 @@ def test_usage_is_the_maximum_over_the_window_not_the_last_rate(exporter: Export
     finally:
         reader.close()
     assert windowed.usage[0, 0] == 12 * GI
+
+
+def test_a_finished_pod_leaves_usage_at_once_not_when_it_leaves_the_window(
+    exporter: Exporter, prometheus: str
+) -> None:
+    """A pod that finished inside the usage window is taken off ``U`` (its per-pod series is gone), never below the
+    node's latest sample; a pod whose class label changed (a promotion) is still there and stays in ``U``."""
+    name = "n7"
+    exporter.sampled.labels(name).set_function(time.time)
+    exporter.usage.labels(name, "memory").set(10 * GI)
+    exporter.pods.labels(name, "batch", "done", "opportunistic", "memory").set(7 * GI)
+    exporter.pods.labels(name, "batch", "stays", "opportunistic", "memory").set(2 * GI)
+    wait_for_query(prometheus, f'{METRICS.POD_USAGE}{{node="{name}",pod="done"}}')
+    # "done" finishes (the monitor stops exporting it); "stays" is promoted (its class label changes).
+    exporter.pods.remove(name, "batch", "done", "opportunistic", "memory")
+    exporter.pods.remove(name, "batch", "stays", "opportunistic", "memory")
+    exporter.pods.labels(name, "batch", "stays", "regular", "memory").set(2 * GI)
+    exporter.usage.labels(name, "memory").set(2.5 * GI)
+    wait_for_query(prometheus, f'{METRICS.NODE_USAGE}{{node="{name}",resource="memory"}} == {2.5 * GI}')
+    reader = PrometheusReader(prometheus, usage_window_s=600.0)  # the 10 Gi sample stays inside the window
+    try:
+        got = reader.fetch(fetched_at_s=0.0).lookup([name], ("memory",), now_s=0.0)
+    finally:
+        reader.close()
+    # max(10 − 7 (the finished pod's windowed usage), 2.5 (the latest sample)) = 3 Gi, not the window's 10 Gi
+    assert got.usage[0, 0] == 3 * GI
+    assert got.sampled_at_s is not None and abs(got.sampled_at_s[0] - time.time()) < 60.0
