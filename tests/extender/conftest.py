@@ -59,10 +59,17 @@ class World:
         return self.http.post(f"{self.url}/{verb}", json=body)
 
     def samples(
-        self, nodes: Mapping[str, Mapping[str, Mapping[str, float]]], age_s: float | Mapping[str, float] = 1.0
+        self,
+        nodes: Mapping[str, Mapping[str, Mapping[str, float]]],
+        age_s: float | Mapping[str, float] = 1.0,
+        *,
+        timed: bool = False,
     ) -> None:
+        """Install samples ``age_s`` old; ``timed``: with their sample times on the model's clock (taken at
+        ``clock.now − age``), so the extender knows which pods they include. Else those times are unknown."""
         self.utilization.replace(
-            UtilizationSnapshot.from_nodes(nodes, age_s=age_s, fetched_at_s=self.utilization.clock())
+            UtilizationSnapshot.from_nodes(nodes, age_s=age_s, fetched_at_s=self.utilization.clock(),
+                                           wall_s=self.clock.now if timed else None)
         )
 
 
