@@ -107,7 +107,7 @@ class Snapshot:
     ) -> None:
         self.names = names
         self.rows = rows  # (N,) the model row of each node (−1: unknown)
-        self.assumed = assumed  # ``S`` (N,R) (policy.harvest.assumed), zero on most nodes
+        self.assumed = assumed  # ``S`` (N,R), pods not in a sample yet (policy.room); zero on most nodes
         self.settings = settings
         self.resources = table.resources
         self.stale_after_s = settings.harvest.utilization_stale_after_s
@@ -184,7 +184,7 @@ class Snapshot:
         """``A_opp`` (N,R); zero on nodes labelled ``stowage.io/harvest: "false"``.
 
         The table's ``A_opp`` with ``S = 0``, except on the nodes with recent pods, which
-        :func:`policy.harvest.harvestable` computes again with their ``S``.
+        :func:`policy.room.harvested_room` computes again with their ``S``.
         """
         a_opp = self._state[2][self._positions]
         rows = np.flatnonzero(self.assumed.any(axis=1))
