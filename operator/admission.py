@@ -545,6 +545,19 @@ def _demand(pod: Mapping[str, Any]) -> ResourceVector:
 CONVERTED_CPU_REQUEST = "1m"
 
 
+def _limited(spec: Mapping[str, Any]) -> bool:
+    """Some container limits cpu or memory above zero: the pod is Burstable with zero requests already."""
+    for container in _containers(dict(spec)):
+        limits = (container.get("resources") or {}).get("limits") or {}
+        for r in (CPU, MEMORY):
+            try:
+                if r in limits and parse_quantity(limits[r], r) > 0:
+                    return True
+            except InvalidInput:
+                continue
+    return False
+
+
 def _original_requests(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """Each container's cpu and memory requests as the API server would store them unconverted: the request,
     else the limit (Kubernetes defaults a missing request to the limit), else none. By container name, for
@@ -568,10 +581,11 @@ def _original_requests(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The pod, converted to run on harvested capacity (a deep copy; ``pod`` is not changed).
 
-    Exactly as docs/operator.md says: every container's (and init container's) cpu request becomes
-    ``"1m"`` and memory request ``"0"``, explicit (an absent key would be defaulted to the limit), limits
-    stay; annotation ``stowage.io/requests`` keeps each container's cpu and memory requests from before
-    (:func:`_original_requests`), which a promotion restores in place (``stowage.operator.promotion``);
+    Exactly as docs/operator.md says: every container's (and init container's) cpu and memory requests
+    become an explicit ``"0"`` (an absent key would be defaulted to the limit), or cpu ``"1m"`` in a pod
+    that limits neither cpu nor memory anywhere (below), limits stay; annotation ``stowage.io/requests``
+    keeps each container's cpu and memory requests from before (:func:`_original_requests`), which a
+    promotion restores in place (``stowage.operator.promotion``);
     the first container requests and is limited to ``stowage.io/harvested: "1"`` (routes the pod
     through the extender's harvest check); annotation ``stowage.io/demand`` holds the demand the pod
     states, completed from its original requests (limits where no request), as JSON quantities
@@ -580,11 +594,14 @@ def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
     admission plugin fills them in again from the class, and refuses values that disagree with it);
     label ``stowage.io/class: opportunistic``.
 
-    Why ``1m`` and not ``0``: a pod's QoS class can never change, and a BestEffort pod (no cpu or memory
-    request or limit above zero in any container) cannot gain requests by an in-place resize (KEP-1287). A pod
-    with only requests would turn BestEffort at ``"0"`` and could never be promoted; ``1m`` keeps every
-    converted pod Burstable. It costs nothing: the kubelet gives a cpu request of 0 or 1m the same kernel cpu
-    weight (shares are clamped to their minimum, 2), and kube-scheduler counts a millicore per container.
+    Why ``1m`` there: a pod's QoS class can never change, and a BestEffort pod (no cpu or memory request or
+    limit above zero in any container) cannot gain requests by an in-place resize (KEP-1287). A pod with a
+    limit stays Burstable at zero requests; one with only requests would turn BestEffort at ``"0"`` and could
+    never be promoted, so its cpu requests become ``1m``: every converted pod is Burstable. The kernel sees no
+    difference: the kubelet gives a cpu request of 0 or 1m the same cpu weight (it clamps shares to their
+    minimum, 2). kube-scheduler does: it counts one millicore per container, so such a pod does not fit a node
+    whose cpu requests are already at exactly 100 % of its allocatable (``1m`` only where needed keeps that
+    to the pods without limits).
     The extended resource ``stowage.io/harvested: 1`` stays for the pod's life: extended resources cannot be
     resized in place.
 
@@ -599,9 +616,10 @@ def convert_opportunistic(pod: Mapping[str, Any]) -> dict[str, Any]:
     annotations[labels.ANN_DEMAND] = json.dumps(demand.as_quantities())
     spec = _child(out, "spec")
     annotations[labels.ANN_REQUESTS] = json.dumps(_original_requests(spec), sort_keys=True)
+    cpu = "0" if _limited(spec) else CONVERTED_CPU_REQUEST
     for container in _containers(spec):
         requests = _child(_child(container, "resources"), "requests")
-        requests[CPU] = CONVERTED_CPU_REQUEST
+        requests[CPU] = cpu
         requests[MEMORY] = "0"
     first = (spec.get("containers") or [None])[0]
     if isinstance(first, dict):

@@ -528,12 +528,12 @@ def test_the_opportunistic_conversion_exactly_as_documented() -> None:
     # requests (limits where none), the init container's peak included: max(1 + 0.5, 4) cpu
     assert json.loads(meta["annotations"][labels.ANN_DEMAND]) == {"cpu": "4", "memory": "2304Mi"}
     main, sidecar = spec["containers"]
-    # cpu 1m, not 0: the pod stays Burstable, so a promotion can resize it (KEP-1287: QoS never changes)
-    assert main["resources"] == {"requests": {"cpu": "1m", "memory": "0", labels.HARVEST_RESOURCE: "1"},
+    # limits keep the pod Burstable at zero requests, so a promotion can resize it (KEP-1287: QoS never changes)
+    assert main["resources"] == {"requests": {"cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"},
                                  "limits": {"memory": "3Gi", labels.HARVEST_RESOURCE: "1"}}
-    assert sidecar["resources"] == {"requests": {"cpu": "1m", "memory": "0"},
+    assert sidecar["resources"] == {"requests": {"cpu": "0", "memory": "0"},
                                     "limits": {"cpu": "500m", "memory": "256Mi"}}
-    assert spec["initContainers"][0]["resources"]["requests"] == {"cpu": "1m", "memory": "0"}
+    assert spec["initContainers"][0]["resources"]["requests"] == {"cpu": "0", "memory": "0"}
     # what a promotion restores: each container's requests, the limit where none (as the API server defaults)
     assert json.loads(meta["annotations"][labels.ANN_REQUESTS]) == {
         "main": {"cpu": "1", "memory": "2Gi"}, "sidecar": {"cpu": "500m", "memory": "256Mi"}}
@@ -572,20 +572,22 @@ def _qos(pod: dict) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-@pytest.mark.parametrize("resources", [
-    pytest.param({"requests": {"cpu": "2", "memory": "1Gi"}}, id="requests-only"),
-    pytest.param({"limits": {"cpu": "2", "memory": "1Gi"}}, id="guaranteed-by-limits"),
-    pytest.param({"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+@pytest.mark.parametrize(("resources", "cpu"), [
+    pytest.param({"requests": {"cpu": "2", "memory": "1Gi"}}, "1m", id="requests-only"),
+    pytest.param({"limits": {"cpu": "2", "memory": "1Gi"}}, "0", id="guaranteed-by-limits"),
+    pytest.param({"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}, "0",
                  id="guaranteed"),
-    pytest.param({"requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}, id="burstable"),
+    pytest.param({"requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}, "0", id="burstable"),
+    pytest.param({"requests": {"cpu": "2"}, "limits": {"cpu": "0"}}, "1m", id="zero-limit"),
 ])
-def test_every_converted_pod_is_burstable_so_that_it_can_be_promoted(resources: dict) -> None:
-    # KEP-1287: a pod's QoS class never changes, and a BestEffort pod cannot gain requests in place.
+def test_every_converted_pod_is_burstable_so_that_it_can_be_promoted(resources: dict, cpu: str) -> None:
+    # KEP-1287: a pod's QoS class never changes, and a BestEffort pod cannot gain requests in place. A limit keeps
+    # it Burstable at zero requests; without one, 1m of cpu does (and costs kube-scheduler's fit one millicore).
     converted = admission.convert_opportunistic(_pod(OPP, containers=[{"name": "main", "image": "x",
                                                                        "resources": resources}]))
     assert _qos(converted) == "Burstable"
     requests = converted["spec"]["containers"][0]["resources"]["requests"]
-    assert (requests["cpu"], requests["memory"]) == (admission.CONVERTED_CPU_REQUEST, "0")
+    assert (requests["cpu"], requests["memory"]) == (cpu, "0")
 
 
 def test_a_converted_pod_converted_again_keeps_its_demand_from_its_limits() -> None:
@@ -639,7 +641,7 @@ def test_convert_opportunistic_is_usable_on_a_task_pod() -> None:
     assert converted["metadata"]["labels"] == {labels.LABEL_JOB: "j", labels.LABEL_TASK_GROUP: "g",
                                                labels.LABEL_QUEUE: "batch", labels.LABEL_CLASS: "opportunistic"}
     assert converted["spec"]["containers"][0]["resources"]["requests"] == {
-        "cpu": "1m", "memory": "0", labels.HARVEST_RESOURCE: "1"}
+        "cpu": admission.CONVERTED_CPU_REQUEST, "memory": "0", labels.HARVEST_RESOURCE: "1"}  # no limits: 1m
     assert json.loads(converted["metadata"]["annotations"][labels.ANN_REQUESTS]) == {
         "main": {"cpu": "2", "memory": "1Gi"}}
     assert "schedulingGates" not in converted["spec"]

@@ -62,7 +62,7 @@ def test_a_plain_labelled_pod_is_gated_converted_released_and_bound(operator_sta
     assert created.metadata.labels[labels.LABEL_QUEUE] == "default"
     assert created.spec.priority_class_name == labels.OPPORTUNISTIC_PRIORITY_CLASS
     requests = created.spec.containers[0].resources.requests
-    assert (requests["cpu"], requests["memory"], requests[labels.HARVEST_RESOURCE]) == ("1m", "0", "1")
+    assert (requests["cpu"], requests["memory"], requests[labels.HARVEST_RESOURCE]) == ("0", "0", "1")
     assert json.loads(created.metadata.annotations[labels.ANN_DEMAND]) == {"cpu": "500m", "memory": "512Mi"}
 
     def bound() -> client.V1Pod | None:

@@ -306,7 +306,7 @@ def test_an_opportunistic_pod_is_stored_converted_and_gated(kube: RawApi, ns: st
                               labels.LABEL_CLASS: "opportunistic"}
     assert json.loads(meta["annotations"][labels.ANN_DEMAND]) == {"cpu": "1", "memory": "2Gi"}
     resources = spec["containers"][0]["resources"]
-    assert resources["requests"] == {"cpu": "1m", "memory": "0", labels.HARVEST_RESOURCE: "1"}
+    assert resources["requests"] == {"cpu": "0", "memory": "0", labels.HARVEST_RESOURCE: "1"}
     assert resources["limits"] == {"memory": "3Gi", labels.HARVEST_RESOURCE: "1"}
     # The Priority plugin ran again after our patch and filled these in from the class.
     assert (spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == (

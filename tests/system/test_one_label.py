@@ -145,7 +145,7 @@ def test_a_deployment_a_batch_job_and_a_bare_pod_run_through_stowage_by_one_labe
             assert pod_labels["job-name"] == "etl"
             assert (pod_labels[labels.LABEL_QUEUE], pod_labels[labels.LABEL_CLASS]) == ("default", "opportunistic")
             assert pod.spec.priority_class_name == labels.OPPORTUNISTIC_PRIORITY_CLASS and pod.spec.priority == -10
-            assert pod.spec.containers[0].resources.requests == {"cpu": "1m", "memory": "0",
+            assert pod.spec.containers[0].resources.requests == {"cpu": "0", "memory": "0",
                                                                  labels.HARVEST_RESOURCE: "1"}
             assert json.loads(pod.metadata.annotations[labels.ANN_DEMAND]) == {"cpu": "500m", "memory": "512Mi"}
 
