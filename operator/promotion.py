@@ -268,7 +268,8 @@ class Promoter:
             log.warning("pod %s cannot be promoted: %s", key, exc)
             return Outcome.SKIPPED
         if self.dry_run:
-            log.info("dry run: would promote %s", key)
+            self.skipped.add(uid)  # said once per pod
+            log.info("dry run: would promote %s to regular: %s", key, json.dumps(resize))
             return Outcome.SKIPPED
         try:
             if self.support.mode is Mode.RESIZE:

@@ -258,3 +258,13 @@ def test_an_operator_that_cannot_tell_runs_without_promotion() -> None:
     assert not rt.detect_promotion()
     assert rt.dispatcher.promote is None
     assert rt.metrics.registry.get_sample_value(labels.METRICS.PROMOTION_ENABLED) == 0
+
+
+def test_a_dry_run_says_what_it_would_patch_once_and_writes_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    client = Client(converted())
+    p = promotion.Promoter(client, dry_run=True, clock=lambda: 0.0)  # type: ignore[arg-type]
+    p.detect()
+    with caplog.at_level("INFO", logger="stowage.operator.promotion"):
+        assert p.promote("ns/p", "u1") is promotion.Outcome.SKIPPED
+    assert client.patches == [] and client.events == [] and p.skipped == {"u1"}
+    assert "would promote ns/p" in caplog.text and '"cpu": "2"' in caplog.text
