@@ -248,16 +248,17 @@ def container_resources(pod: Mapping[str, Any]) -> dict[str, dict[str, dict[str,
     return out
 
 
-def _amounts(resources: Mapping[str, Mapping[str, Mapping[str, str]]]) -> dict[tuple[str, str, str], float]:
-    """Every quantity as a number, so that ``1`` and ``1000m`` compare equal."""
-    out = {}
+def _amounts(resources: Mapping[str, Mapping[str, Mapping[str, str]]]) -> dict[tuple[str, str, str], float | str]:
+    """Every quantity as a number, so that ``1`` and ``1000m`` compare equal (one that does not parse: as written,
+    so that it still equals itself)."""
+    out: dict[tuple[str, str, str], float | str] = {}
     for name, kinds in resources.items():
         for kind, quantities in kinds.items():
             for r, q in quantities.items():
                 try:
                     out[(name, kind, r)] = parse_quantity(q)
                 except ValueError:
-                    out[(name, kind, r)] = math.nan
+                    out[(name, kind, r)] = str(q)
     return out
 
 
@@ -1094,9 +1095,8 @@ class FakeKubelet:
         delay = max(0.0, record.work_left) / record.rate - max(0.0, time.time() - now)
         self._schedule_retrying(max(0.0, delay), self._finish, record, record.finish_gen)
 
-    def _ended(self, record: _Pod, outcome: str) -> None:
-        """Keep what the pod did (bounded history) and stop its progress."""
-        now = time.time()
+    def _ended(self, record: _Pod, outcome: str, now: float) -> None:
+        """Keep what the pod did up to ``now`` (bounded history) and stop its progress."""
         with self._progress_lock:
             self._advance(record, now)
             record.finish_gen += 1
@@ -1199,6 +1199,7 @@ class FakeKubelet:
     def _finish(self, record: _Pod, generation: int | None = None) -> None:
         """The pod's work is done (``generation``: the finish timed then, stale if the rate changed since;
         ``None``: now, whatever is left)."""
+        ended = time.time()  # the work is done now; the status patch below takes its time
         with self._progress_lock:
             if generation is not None and generation != record.finish_gen:
                 return
@@ -1214,7 +1215,7 @@ class FakeKubelet:
             self._patch_pod_status(record, self._terminal_status(record, code, "Completed" if code == 0 else "Error",
                                                                  phase))
             record.phase = phase
-            self._ended(record, phase)
+            self._ended(record, phase, ended)
         self._count("succeeded" if code == 0 else "failed")
 
     def _terminate(self, record: _Pod) -> None:
@@ -1223,9 +1224,10 @@ class FakeKubelet:
             if record.gone:
                 return
             if record.phase == "Running":
+                killed = time.time()
                 self._patch_pod_status(record, self._terminal_status(record, 143, "Error", "Failed"))
                 record.phase = "Failed"
-                self._ended(record, "Killed")
+                self._ended(record, "Killed", killed)
                 self._count("killed")
             self._delete_pod(record)
 

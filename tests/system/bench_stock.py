@@ -6,9 +6,13 @@ collects only ``test_*.py``)::
 
 Each workload (:mod:`tests.system.stock`: ``mixed``, ``two-queues``, ``recurring``, ``harvest``) runs on the
 whole stack's three fake nodes (the ``system`` fixture) as ``batch/v1`` Jobs under a plain kube-scheduler
-(started here, stopped by PID), then as Stowage Jobs (``harvest`` also without harvesting), then in
-``stowage simulate`` (``kube-default`` for the stock run, ``stowage`` for the Stowage run) with every job arriving
-when the cluster run submitted it. Printed, and written as Markdown to ``STOWAGE_STOCK_REPORT`` (default
+(started here, stopped by PID), then as Stowage Jobs (``harvest`` also without harvesting: every job
+``opportunistic: "false"``), then in ``stowage simulate`` (``kube-default`` for the stock run, ``stowage`` for the
+Stowage run, ``stowage-regular`` for the one without harvesting) with every job arriving when the cluster run
+submitted it. Beside makespan and mean JCT, what harvesting cost each run, in the cluster (the fake kubelet slows
+pods by the simulator's contention model and records what each pod did) and in the simulator: the regular pods'
+slowdown, the share of task-seconds on harvested capacity, the opportunistic work lost to evictions, promotions.
+Printed, and written as Markdown to ``STOWAGE_STOCK_REPORT`` (default
 ``stock-report.md``) after each workload, with the workload files beside it (``<report>-<workload>-<arm>.yaml``)
 and what each cluster run saw (``<report>-<workload>-<arm>-pods.json``: submissions, every pod's stamps).
 
@@ -67,8 +71,8 @@ def default_scheduler(system: WholeStack) -> Iterator[SchedulerHandle]:
 
 @pytest.fixture(scope="module")
 def report(system: WholeStack) -> dict[str, Any]:
-    return {"sections": {}, "summary": [], "started": dt.datetime.now(dt.UTC), "version": code_version(),
-            "load": [os.getloadavg()[0]]}
+    return {"sections": {}, "summary": [], "costs": [], "started": dt.datetime.now(dt.UTC),
+            "version": code_version(), "load": [os.getloadavg()[0]]}
 
 
 def write_report(state: dict[str, Any], stack: WholeStack) -> str:
@@ -78,7 +82,10 @@ def write_report(state: dict[str, Any], stack: WholeStack) -> str:
              f"(load average {', '.join(f'{x:.1f}' for x in state['load'])} at the start of each workload); "
              f"{len(stack.nodes)} fake nodes of {stock.ALLOCATABLE['cpu']} cpu / {stock.ALLOCATABLE['memory']} "
              f"allocatable ({cores:g} cores).", "",
-             *stock.summary_table(state["summary"]), ""]
+             *stock.summary_table(state["summary"]), "",
+             "What harvesting cost, cluster beside the simulator's prediction (regular slowdown: run time ÷ "
+             "run-seconds − 1 of the regular pods never opportunistic, mean / p95):", "",
+             stock.COST_HEADER, "|---|---|---|---|---|---|---|---|---|---|", *state["costs"], ""]
     for name in WORKLOADS:
         lines += state["sections"].get(name, [])
     text = "\n".join(lines)
@@ -107,11 +114,13 @@ def test_stock_against_stowage(name: str, healthy: WholeStack, default_scheduler
         path.write_text(yaml.safe_dump(stock.simulator_workload(variant, measured.arrival, len(stack.nodes)),
                                        sort_keys=False))
         REPORT.with_name(f"{REPORT.stem}-{path.name}").write_text(path.read_text())
-        sim = stock.simulate(path, "kube-default" if arm is stock.StockArm else "stowage", tmp_path)
+        preset = "kube-default" if arm is stock.StockArm else "stowage" if variant is workload else "stowage-regular"
+        sim = stock.simulate(path, preset, tmp_path)
         pairs.append(stock.Pair(label, measured, sim))
     cores = len(stack.nodes) * stock.cores_of(stock.ALLOCATABLE["cpu"])
     report["sections"][name] = stock.workload_report(workload, pairs, cores)
     for pair in pairs[1:]:
         report["summary"].append((name, pair.label, stock.headline(pairs[0], pair)))
+    report["costs"] += stock.cost_rows(pairs, prefix=f"{name}: ")
     print("\n" + write_report(report, stack))
     assert [p for pair in pairs for p in pair.cluster.problems] == []

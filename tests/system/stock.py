@@ -193,7 +193,7 @@ class Timeline(TaskLedger):
         meta, spec, status = pod.metadata, pod.spec, pod.status
         phase = status.phase if status else None
         with self._lock:
-            s = self.stamps.setdefault(meta.uid, {"name": meta.name, "created": now,
+            s = self.stamps.setdefault(meta.uid, {"name": meta.name, "uid": meta.uid, "created": now,
                                                   "created_api": _ts(meta.creation_timestamp)})
             s["labels"], s["phase"] = dict(meta.labels or {}), phase
             if spec is not None and not spec.scheduling_gates:
@@ -334,6 +334,7 @@ class Run:
     problems: list[str] = field(default_factory=list)
     barrier_seen: dict[tuple[str, str], float] = field(default_factory=dict)
     first_estimate: dict[str, dict[str, Any]] = field(default_factory=dict)  # Stowage: status.estimate.groups
+    outcomes: list[dict[str, Any]] = field(default_factory=list)  # the fake kubelet's: FakeKubelet.outcomes
 
 
 def drive(arm: StowageArm | StockArm, workload: Workload, timeout_s: float, poll_s: float = 0.25) -> Run:
@@ -374,6 +375,7 @@ def run_arm(stack: WholeStack, arm_cls: type[StowageArm] | type[StockArm], workl
             # The watch may trail the last status by a moment: wait until every job's pods show finished.
             wait_for(lambda: _all_finished(timeline, workload), 30, "the pod watch to catch up", interval_s=0.5)
             run.pods = timeline.pod_stamps()
+            run.outcomes = stack.kubelet.outcomes(ns)
             if arm.kind == "stowage":
                 run.problems = timeline.problems(stack.jobs(ns))
         finally:
@@ -388,7 +390,8 @@ def dump(run: Run, path: Path) -> None:
     path.write_text(json.dumps({"arm": run.arm, "workload": dataclasses.asdict(run.workload),
                                 "submitted": run.submitted, "status_done": run.status_done,
                                 "barrier_seen": {f"{j}/{g}": t for (j, g), t in run.barrier_seen.items()},
-                                "problems": run.problems, "pods": run.pods}, indent=1, default=str) + "\n")
+                                "problems": run.problems, "pods": run.pods, "kubelet": run.outcomes},
+                               indent=1, default=str) + "\n")
 
 
 def _namespace_gone(stack: WholeStack, ns: str) -> bool:
@@ -433,6 +436,7 @@ class Measured:
     summary: dict[str, Any] = field(default_factory=dict)  # the simulator's JSON numbers (sim arms only)
     room_waits: list[float] = field(default_factory=list)  # per regular pod: see room_waits()
     first_estimate: dict[str, dict[str, Any]] = field(default_factory=dict)  # job → its status's first estimate
+    cost: HarvestCost | None = None  # what harvesting cost (cluster: the fake kubelet's outcomes; sim: its summary)
 
     @property
     def mean_jct(self) -> float:
@@ -444,6 +448,65 @@ class Measured:
 
     def order(self) -> list[str]:
         return sorted(self.finish, key=lambda n: (self.finish[n], n))
+
+
+@dataclass
+class HarvestCost:
+    """What harvesting cost one run, defined as the simulator's summary defines it (``stowage.sim.metrics``).
+
+    ``regular_slowdown_mean`` / ``_p95``: over the regular pods that were never opportunistic and succeeded, run
+    time ÷ run-seconds − 1 (at least 0, as the simulator clips it); ``harvested_fraction``: task-seconds run on
+    harvested capacity (as opportunistic pods, until promoted) ÷ all task-seconds run (finished and evicted);
+    ``lost_s``: the work the evicted opportunistic pods had done (seconds at full speed), and ``lost_fraction`` that
+    ÷ the harvested task-seconds; ``promotions``: pods promoted in place while running; ``evicted``: opportunistic
+    pods ended by an eviction.
+    """
+
+    regular_slowdown_mean: float
+    regular_slowdown_p95: float
+    harvested_fraction: float
+    lost_s: float
+    lost_fraction: float
+    promotions: int
+    evicted: int
+    regular_pods: int = 0  # the pods the slowdown is over (the simulator's JSON does not say)
+    harvested_s: float = math.nan
+    run_s: float = math.nan
+    regular_killed: int = 0  # regular pods ended by a deletion while running (there should be none)
+
+    @classmethod
+    def from_outcomes(cls, outcomes: Iterable[Mapping[str, Any]]) -> HarvestCost:
+        """From the fake kubelet's record of every pod it ran (:meth:`FakeKubelet.outcomes`): its own start and end
+        times (no watch in between), the work each did and the seconds each ran as opportunistic."""
+        slow: list[float] = []
+        run_s = harvested = lost = 0.0
+        promotions = evicted = regular_killed = 0
+        for o in outcomes:
+            if o.get("started_at") is None or o.get("ended_at") is None:
+                continue
+            took = o["ended_at"] - o["started_at"]
+            run_s += took
+            harvested += o.get("opportunistic_s", 0.0)
+            promotions += o.get("promoted_at") is not None
+            if o["outcome"] == "Killed":
+                if o.get("opportunistic_at_end"):
+                    evicted += 1
+                    lost += o.get("work_done", 0.0)
+                else:
+                    regular_killed += 1
+            elif o["outcome"] == "Succeeded" and not o.get("was_opportunistic") and (o.get("run_s") or 0) > 0:
+                slow.append(max(took / o["run_s"] - 1.0, 0.0))
+        return cls(statistics.fmean(slow) if slow else 0.0, quantile(slow, 0.95) if slow else 0.0,
+                   harvested / run_s if run_s > 0 else 0.0, lost, lost / harvested if harvested > 0 else 0.0,
+                   promotions, evicted, len(slow), harvested, run_s, regular_killed)
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> HarvestCost:
+        """From ``stowage simulate --json``'s summary of one policy (absent keys: 0, an older simulator)."""
+        return cls(float(summary.get("regular_slowdown_mean", 0.0)), float(summary.get("regular_slowdown_p95", 0.0)),
+                   float(summary.get("harvested_fraction", 0.0)), float(summary.get("wasted_work_s", 0.0)),
+                   float(summary.get("lost_fraction", 0.0)), int(summary.get("promotions", 0)),
+                   int(summary.get("evictions", 0)))
 
 
 def cores_of(text: str) -> float:
@@ -538,7 +601,7 @@ def measure(run: Run, allocatable_cores: float = 7.5) -> Measured:
         status_jct={n: run.status_done[n] - run.submitted[n] for n in run.status_done}, phases=phases,
         busy_cores=busy / makespan if makespan > 0 else math.nan, pods=len(mine), failed_attempts=failed,
         opportunistic=opportunistic, problems=problems, room_waits=room_waits(regular, allocatable_cores),
-        first_estimate=run.first_estimate)
+        first_estimate=run.first_estimate, cost=HarvestCost.from_outcomes(run.outcomes) if run.outcomes else None)
 
 
 # --- the simulator --------------------------------------------------------------------------------------------
@@ -577,6 +640,7 @@ def simulate(path: Path, preset: str, folder: Path) -> Measured:
     measured.busy_cores = summary["utilization"]["cpu"]["allocated"] * _cluster_cores(path)
     measured.opportunistic = round(summary.get("opportunistic_fraction", 0.0) * summary.get("tasks", 0))
     measured.failed_attempts = int(summary.get("evictions", 0))
+    measured.cost = HarvestCost.from_summary(summary)
     try:
         from stowage.sim.engine import SimConfig
         from stowage.sim.engine import simulate as engine_simulate
@@ -647,6 +711,45 @@ def headline(stock: Pair, stowage: Pair) -> dict[str, float]:
     }
 
 
+def no_harvest_arm(pairs: Sequence[Pair]) -> Pair | None:
+    """The Stowage arm without harvesting, where a workload runs one."""
+    return next((p for p in pairs if p.label.endswith("no harvest")), None)
+
+
+def _pct(x: float) -> str:
+    return "–" if x is None or math.isnan(x) else f"{100 * x:.1f} %"
+
+
+def _cost_cells(m: Measured) -> list[str]:
+    c = m.cost
+    if c is None:
+        return ["–"] * 5
+    lost = f"{c.lost_s:.0f} ({_pct(c.lost_fraction)})"
+    return [f"{_pct(c.regular_slowdown_mean)} / {_pct(c.regular_slowdown_p95)}", _pct(c.harvested_fraction), lost,
+            str(c.promotions), str(c.evicted)]
+
+
+COST_HEADER = ("| arm | makespan s | makespan ÷ stock | makespan ÷ no harvest | mean JCT s | regular slowdown mean / "
+               "p95 | task-s on harvested capacity | opportunistic work lost, task-s (÷ harvested) | promotions | "
+               "evicted |")
+
+
+def cost_rows(pairs: Sequence[Pair], prefix: str = "") -> list[str]:
+    """Markdown rows: per arm, cluster then simulator, makespan and mean JCT beside what harvesting cost."""
+    stock, base = pairs[0], no_harvest_arm(pairs)
+    out = []
+    for pair in pairs:
+        for m, ref_stock, ref_base, where in ((pair.cluster, stock.cluster, base.cluster if base else None, "cluster"),
+                                              (pair.sim, stock.sim, base.sim if base else None,
+                                               f"sim `{pair.sim.arm.removeprefix('sim ')}`")):
+            mean = m.mean_jct if where == "cluster" else sim_mean(m)
+            cells = [_f(m.makespan), _ratio(m.makespan, ref_stock.makespan),
+                     _ratio(m.makespan, ref_base.makespan) if ref_base is not None else "–", _f(mean),
+                     *_cost_cells(m)]
+            out.append(f"| {prefix}{pair.label}, {where} | " + " | ".join(cells) + " |")
+    return out
+
+
 def workload_report(workload: Workload, pairs: Sequence[Pair], cores: float) -> list[str]:
     """Markdown for one workload: numbers per arm, the ratios, where each pod's time went, finish orders."""
     stock = pairs[0]
@@ -668,6 +771,9 @@ def workload_report(workload: Workload, pairs: Sequence[Pair], cores: float) -> 
             f"| {pair.label}, sim `{s.arm.removeprefix('sim ')}` | {_f(sim_mean(s))} | {_f(sim_p95(s))} | "
             f"{_f(s.makespan)} | {_ratio(sim_mean(s), sim_mean(stock.sim))} | {_ratio(s.makespan, stock.sim.makespan)} "
             f"| | | {_f(s.busy_cores, 1)} | ({s.failed_attempts} evicted, {s.opportunistic}) |")
+    lines += ["", "What harvesting cost (regular slowdown: run time ÷ run-seconds − 1 of the regular pods never "
+              "opportunistic; the fake kubelet slows pods by the simulator's contention model):", "",
+              COST_HEADER, "|---|---|---|---|---|---|---|---|---|---|", *cost_rows(pairs)]
     lines += ["", "Where each succeeded pod's time went, cluster (mean / p95 s; *ready* = the job's submission, or "
               "the end of the groups it depends on):", "",
               "| arm | pods | " + " | ".join(name for name, _, _ in PHASES) + " | ready → finished |",
