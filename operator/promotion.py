@@ -75,6 +75,12 @@ class Support:
     enabled: bool
     mode: Mode
     reason: str
+    settled: bool = True
+    """False when the answer came from a transient error (the API server unreachable, a 5xx): ask again later."""
+
+
+def _transient(exc: Exception) -> bool:
+    return not isinstance(exc, api.ApiError) or exc.status >= 500 or exc.status == 429
 
 
 class Outcome(enum.StrEnum):
@@ -113,7 +119,8 @@ def detect(client: api.KubeClient) -> Support:
     try:
         version = server_version(client.get("/version"))
     except (api.ApiError, OSError) as exc:
-        return Support(False, Mode.PATCH, f"the API server's version could not be read ({exc})")
+        return Support(False, Mode.PATCH, f"the API server's version could not be read ({exc})",
+                       settled=not _transient(exc))
     shown = "unknown" if version is None else f"v{version[0]}.{version[1]}"
     if version is not None and version >= RESIZE_SUBRESOURCE_SINCE:
         return Support(True, Mode.RESIZE, f"Kubernetes {shown} resizes pods through the resize subresource")
@@ -121,7 +128,7 @@ def detect(client: api.KubeClient) -> Support:
         text = client.get_text("/metrics")
     except (api.ApiError, OSError) as exc:
         return Support(False, Mode.PATCH, f"Kubernetes {shown}: the API server's /metrics could not be read to see "
-                       f"whether the feature gate {FEATURE_GATE} is on ({exc})")
+                       f"whether the feature gate {FEATURE_GATE} is on ({exc})", settled=not _transient(exc))
     enabled = feature_gate_enabled(text)
     if enabled:
         return Support(True, Mode.PATCH, f"Kubernetes {shown} with the feature gate {FEATURE_GATE} on")
@@ -224,7 +231,7 @@ class Promoter:
         self.dry_run = dry_run
         self.clock = clock
         self.on_change = on_change  # the gauge stowage_promotion_enabled
-        self.support = Support(False, Mode.PATCH, "not detected yet")
+        self.support = Support(False, Mode.PATCH, "not detected yet", settled=False)
         self.promoted = 0
         self.skipped: set[str] = set()  # uids that cannot be promoted (never asked about again)
 
@@ -233,8 +240,12 @@ class Promoter:
         return self.support.enabled
 
     def detect(self) -> Support:
-        """:func:`detect`, said once in the log and in the gauge."""
+        """:func:`detect`, said in the log and in the gauge (once, unless the answer was not settled: then the
+        operator asks again later, and says so again only when the answer changes)."""
+        before = self.support
         self.support = detect(self.client)
+        if (before.enabled, before.reason) == (self.support.enabled, self.support.reason):
+            return self.support
         if self.support.enabled:
             log.info("promotion of running opportunistic pods is on: %s", self.support.reason)
         else:
@@ -243,7 +254,7 @@ class Promoter:
         return self.support
 
     def turn_off(self, reason: str) -> None:
-        self.support = Support(False, self.support.mode, reason)
+        self.support = Support(False, self.support.mode, reason)  # settled: never asked again
         log.warning("promotion of running opportunistic pods is off: %s", reason)
         self.on_change(False)
 

@@ -80,6 +80,9 @@ PASS_STALE_AFTER_S = 60.0
 #: A Job whose pod create the API server forbids (403: ResourceQuota, PodSecurity, LimitRange, RBAC) waits this
 #: long before its next try, doubling per refusal up to the cap; meanwhile it leaves its queue's order to others.
 REFUSAL_BACKOFF_S = (10.0, 300.0)
+#: Whether pods can be resized is asked once at start; an unsettled answer (the API server unreachable, a 5xx) is
+#: asked again after this long.
+DETECT_AGAIN_S = 60.0
 
 
 def operator_namespace() -> str:
@@ -243,6 +246,7 @@ class OperatorRuntime:
         self.promoter = promotion.Promoter(client, dry_run=dry_run, clock=clock,
                                            on_change=lambda on: self.metrics.promotion_enabled.set(int(on)))
         self._promoting: dict[str, float] = {}  # uid → when promoted, until the cache shows it regular
+        self._detected_at = -math.inf  # time.monotonic() of the last question whether pods can be resized
         self.metrics.last_pass_age.set_function(self.last_pass_age)
         self.metrics.bad_objects.model = lambda: self.cluster.bad_objects_total
 
@@ -298,6 +302,7 @@ class OperatorRuntime:
     def detect_promotion(self) -> bool:
         """Whether the cluster can resize pods in place, asked once (``promotion.detect``; said in the log and in
         ``stowage_promotion_enabled``): the dispatcher promotes only then."""
+        self._detected_at = time.monotonic()
         try:
             self.promoter.detect()
         except Exception as exc:  # whatever the client does, the operator runs on, without promotion
@@ -417,6 +422,8 @@ class OperatorRuntime:
         self._stage = "view"
         self._tell_bad_bound_pods(now)
         view = self.build_view(plans, now)
+        if not self.promoter.support.settled and time.monotonic() - self._detected_at >= DETECT_AGAIN_S:
+            self.detect_promotion()  # the API server did not answer at start: ask again
         self._stage = "decide"
         releases = self.dispatcher.decide(view)
         self._stage = "release"

@@ -54,7 +54,7 @@ class Client:
         return self.pod
 
     def get_text(self, path: str) -> str:
-        if isinstance(self.metrics, api.ApiError):
+        if isinstance(self.metrics, Exception):
             raise self.metrics
         return self.metrics
 
@@ -268,3 +268,15 @@ def test_a_dry_run_says_what_it_would_patch_once_and_writes_nothing(caplog: pyte
         assert p.promote("ns/p", "u1") is promotion.Outcome.SKIPPED
     assert client.patches == [] and client.events == [] and p.skipped == {"u1"}
     assert "would promote ns/p" in caplog.text and '"cpu": "2"' in caplog.text
+
+
+def test_an_unreachable_api_server_at_start_is_asked_again() -> None:
+    unreachable = promotion.detect(Client(metrics=api.ApiUnreachable("down")))  # type: ignore[arg-type]
+    assert not unreachable.enabled and not unreachable.settled
+    forbidden = promotion.detect(Client(metrics=api.ApiError(403, "Forbidden", "no")))  # type: ignore[arg-type]
+    assert not forbidden.enabled and forbidden.settled  # the chart's RBAC is missing: no use asking again
+    client = Client(converted(), metrics=api.ApiUnreachable("down"))  # type: ignore[arg-type]
+    p = promoter(client)
+    assert not p.enabled
+    client.metrics = GATE_ON
+    assert p.detect().enabled
