@@ -22,7 +22,8 @@ What it does, per node it registered (:meth:`FakeKubelet.add_nodes`):
   Status goes through the ``status`` subresource as a strategic merge patch, so conditions other writers
   added (``DisruptionTarget``) stay;
 - **progress under contention**: a pod's work is its ``fake-kubelet.stowage.io/run-seconds`` annotation at full
-  speed (absent: runs forever). Every usage tick it advances by the elapsed time × its rate, and the rate is
+  speed (absent: runs forever). Every usage tick (brought forward when a pod starts, ends or changes class) it
+  advances by the elapsed time × its rate, and the rate is
   the simulator's contention model (:func:`stowage.sim.cluster.contention_table`, through
   :func:`progress_rates`) on its node given every running pod's usage: cpu goes to regular pods first and
   opportunistic pods (``stowage.io/class: opportunistic``, the minimum ``cpu.weight``) get what is left;
@@ -115,6 +116,9 @@ UsageModel = Callable[[str, Mapping[str, Any], float], Mapping[str, float]]
 "disk": bytes/s, "network": bytes/s}`` (missing keys: 0)."""
 
 _TRANSIENT = frozenset({0, 429, 500, 502, 503, 504})
+
+#: The shortest time between two usage ticks when pods start and end (each brings the next tick forward).
+MIN_TICK_GAP_S = 0.1
 
 
 # --- specs and models -------------------------------------------------------------------------------
@@ -550,6 +554,7 @@ class FakeKubelet:
         self._cgroups: dict[str, str] = {}  # uid → node of every pod cgroup written; usage thread only
         self.last_usage_tick_s = 0.0  # how long the last usage tick took (thousands of pods: seconds)
         self._progress_lock = threading.Lock()  # every record's progress fields
+        self._poked = threading.Event()  # set: tick early (a pod started, ended or changed class)
         self._history: OrderedDict[str, dict[str, Any]] = OrderedDict()  # uid → outcome; bounded (history)
         self._capacity: dict[str, NDArray[np.float64]] = {}  # node → PROGRESS_RESOURCES capacity
         self._stop = threading.Event()
@@ -694,6 +699,7 @@ class FakeKubelet:
             with contextlib.suppress(Exception):
                 self.remove_nodes()
         self._stop.set()
+        self._poked.set()
         with self._timer_cv:
             self._timer_cv.notify_all()
         response = self._watch_response
@@ -1109,6 +1115,7 @@ class FakeKubelet:
             }
             while len(self._history) > self.history_size:
                 self._history.popitem(last=False)
+        self._poke()
 
     def _noticed(self, record: _Pod) -> None:
         """A running pod changed in the API: a class change takes effect now; a resize is actuated."""
@@ -1121,6 +1128,7 @@ class FakeKubelet:
                     record.promoted_at = now
                 record.opportunistic = opp
                 record.was_opportunistic = record.was_opportunistic or opp
+                self._poke()
         if _amounts(container_resources(record.obj)) != _amounts(record.actuated):
             self._submit(self._retrying, self._resize, record)
 
@@ -1184,6 +1192,7 @@ class FakeKubelet:
         self._count("started")
         with self._progress_lock:
             self._reschedule(record, time.time())
+        self._poke()
 
     def _terminal_status(self, record: _Pod, exit_code: int, reason: str, phase: str) -> dict[str, Any]:
         now = _now()
@@ -1290,6 +1299,7 @@ class FakeKubelet:
         with self._progress_lock:
             record.shape_rv = None  # its demand may name other resources now
         self._count("resized")
+        self._poke()
 
     # --- usage ----------------------------------------------------------------------------------------
 
@@ -1305,7 +1315,17 @@ class FakeKubelet:
             last = began
             self.last_usage_tick_s = elapsed = time.monotonic() - began
             # Falling behind (thousands of pods): write at most half the time, leave the rest to the API calls.
-            self._stop.wait(max(self.usage_interval_s - elapsed, elapsed))
+            self._poked.wait(max(self.usage_interval_s - elapsed, elapsed))
+            # A pod started, ended or changed class: its node's rates change now, as at the simulator's events; the
+            # tick comes early, but never sooner than MIN_TICK_GAP_S (or three times the tick's own length: at most
+            # a quarter of the time under churn) after the last began.
+            self._poked.clear()
+            self._stop.wait(max(max(3 * elapsed, MIN_TICK_GAP_S) - (time.monotonic() - began), 0.0))
+
+    def _poke(self) -> None:
+        """Bring the next usage tick forward (rates are recomputed there)."""
+        if self.contention:
+            self._poked.set()
 
     def _usage_tick(self, dt: float) -> None:
         now = time.time()
