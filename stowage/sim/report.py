@@ -9,7 +9,9 @@ JSON shape (every number deterministic for a seed; no wall-clock values)::
      "policies": {"<preset>": {"makespan_s", "jct_mean_s", "jct_p50_s", "jct_p95_s",
                                "makespan_lower_bound_s", "jct_mean_lower_bound_s",
                                "utilization": {"<resource>": {"allocated", "used"}},
-                               "opportunistic_fraction", "evictions", "lost_tasks", "time_cap_reached",
+                               "opportunistic_fraction", "harvested_fraction", "lost_fraction", "promotions",
+                               "regular_slowdown_mean", "regular_slowdown_p95", "wasted_work_s",
+                               "evictions", "lost_tasks", "time_cap_reached",
                                "slowed_jobs_fraction", "slowed_vs_fluid_fraction", "jct_mean_fluid_s",
                                "queues_over_time": {"usage_deviation_max", "over_tolerance_fraction",
                                                     "below_floor_longest_s", "usage_samples"},
@@ -152,10 +154,13 @@ def format_table(report: Mapping[str, Any]) -> str:
     reference run did not finish shows as ``-``. ``slow/fluid``: jobs > 10 % later than under fluid
     weighted fair sharing (:mod:`stowage.sim.fluid`); ``slow/drf``: than in the ``drf`` run. ``usage±``: the
     largest deviation of a backlogged queue's decayed usage from its weights' share; ``<floor``: the longest a
-    backlogged queue held less than its floor, in seconds (``metrics.fairness_over_time``).
+    backlogged queue held less than its floor, in seconds (``metrics.fairness_over_time``). ``harvest``: the share
+    of task-seconds run on harvested capacity; ``opp lost``: the opportunistic work evictions threw away, as a
+    share of those task-seconds; ``reg slow``: regular tasks' slowdown against running alone, mean/p95.
     """
     header = ("policy", "makespan", "×kube", "mean JCT", "×kube", "p50", "p95", "÷LB",
-              "cpu alloc/used", "mem alloc/used", "opp", "evict", "lost", "slow/fluid", "slow/drf",
+              "cpu alloc/used", "mem alloc/used", "harvest", "opp lost", "reg slow", "evict", "lost", "slow/fluid",
+              "slow/drf",
               "usage±", "<floor")
     rows = [header]
     listed = list(report["policies"].items())
@@ -177,7 +182,9 @@ def format_table(report: Mapping[str, Any]) -> str:
             f"{p['makespan_to_lower_bound']:.2f}",
             f"{u['cpu']['allocated']:.0%}/{u['cpu']['used']:.0%}",
             f"{u['memory']['allocated']:.0%}/{u['memory']['used']:.0%}",
-            f"{p['opportunistic_fraction']:.0%}",
+            f"{p.get('harvested_fraction', 0.0):.0%}",
+            f"{p.get('lost_fraction', 0.0):.0%}",
+            f"{p.get('regular_slowdown_mean', 0.0):.0%}/{p.get('regular_slowdown_p95', 0.0):.0%}",
             str(p["evictions"] + p.get("oom_kills", 0)),
             str(p["lost_tasks"]),
             f"{p.get('slowed_vs_fluid_fraction', 0.0):.0%}",
