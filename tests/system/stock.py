@@ -157,8 +157,24 @@ def harvest() -> Workload:
                     "second Stowage arm runs every job \"false\" (no harvesting)", jobs, without_harvest=True)
 
 
+def reserved_idle() -> Workload:
+    # `harvest`'s makespan is fixed by its regular jobs: their 22 cores of one- and two-core tasks cannot all fit
+    # in 3 × 7.5 cores at once, so one regular task starts at 40 s and ends at 80 s whatever runs beside it.
+    # Here the regular job fits and reserves 20 of the 22.5 cores for 90 s while using half of them (UBIS §II),
+    # and most of the work may harvest: what UBIS's harvesting is for.
+    jobs = (_one("r20", 20, 1, 90, at_s=0.0),
+            _one("o10a", 10, 1, 20, at_s=0.5, opportunistic="true"),
+            _one("o10b", 10, 1, 20, at_s=1.0, opportunistic="true"),
+            _one("a10", 10, 1, 20, at_s=1.5, opportunistic="auto"))
+    return Workload("reserved-idle", "a regular job reserving 20 of the 22.5 cores for 90 s and using half (r20), and "
+                    "30 one-core 20 s tasks that may harvest: o10a, o10b \"true\", a10 \"auto\"; the stock arm runs "
+                    "them all as ordinary pods, and a second Stowage arm runs every job \"false\"", jobs,
+                    without_harvest=True)
+
+
 WORKLOADS: Mapping[str, Callable[[], Workload]] = {"mixed": mixed, "two-queues": two_queues,
-                                                   "recurring": recurring, "harvest": harvest}
+                                                   "recurring": recurring, "harvest": harvest,
+                                                   "reserved-idle": reserved_idle}
 
 
 def chosen(spec: str | None) -> list[str]:
