@@ -94,6 +94,9 @@ class PendingGroup:
     """The job's key (``namespace/name``); None for a plain gated pod (a one-task job of its own)."""
     group: str = ""
     intent: Opportunistic = Opportunistic.FALSE
+    converted: bool = False
+    """A plain pod converted at admission: its class is fixed (its requests are immutable), so it runs only on
+    harvested room until a promotion gives it regular room on its node (``decide.INTENT_CONVERTED``)."""
     expected_duration_s: float = math.nan
     """The user's hint of one task's duration (``expectedDuration``, ``stowage.io/expected-duration``); NaN: none
     (the decision then estimates it, ``stowage.policy.estimates``)."""

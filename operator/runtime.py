@@ -664,6 +664,7 @@ class OperatorRuntime:
             key=key, queue=intent.queue or labels.DEFAULT_QUEUE, demand=demand + intent.bandwidth, releasable=1,
             namespace=str(meta.get("namespace")), job=None, group=str(meta.get("name")),
             intent=labels.Opportunistic.TRUE if intent.is_opportunistic else labels.Opportunistic.FALSE,
+            converted=intent.is_opportunistic,
             expected_duration_s=min(intent.expected_duration_s, crd.MAX_EXPECTED_DURATION_S)  # as a Job's (tasks)
             if intent.expected_duration_s is not None else math.nan,
             arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=1)

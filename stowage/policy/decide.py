@@ -58,6 +58,7 @@ from stowage.policy import (
 
 __all__ = [
     "INTENT_AUTO",
+    "INTENT_CONVERTED",
     "INTENT_FALSE",
     "INTENT_TRUE",
     "DecideInput",
@@ -73,6 +74,9 @@ INTENT_AUTO: Final = 1
 """``"auto"``: regular while it fits, else opportunistic if the classifier calls it short."""
 INTENT_TRUE: Final = 2
 """``"true"``: may harvest: regular room first, harvested room when no regular room holds it."""
+INTENT_CONVERTED: Final = 3
+"""A plain pod converted at admission (``"true"``): its requests are already 0, so it takes harvested room only;
+promotion (``DecideInput.promotable``) gives it regular room later."""
 
 POOLS: Final = (Pool.REGULAR, Pool.OPPORTUNISTIC)
 
@@ -346,8 +350,9 @@ class Decider:
         intent = np.asarray(inp.intent, dtype=np.int64)
         left: dict[int, holding.PoolLeft] = {}  # pool → what the decision left (explain)
         harvested: list[NDArray[np.float64]] = []  # the harvestable room, once asked
-        if inp.regular_changed and (releasable > 0).any():
-            run(Pool.REGULAR, releasable.copy(), capped(inp.regular_free))
+        regular = np.where(intent != INTENT_CONVERTED, releasable, 0)
+        if inp.regular_changed and (regular > 0).any():
+            run(Pool.REGULAR, regular, capped(inp.regular_free))
         if harvesting:
             assert inp.harvestable is not None
             eligible = (np.asarray(inp.queue_opportunistic, dtype=bool)[inp.group_queue] & (intent != INTENT_FALSE)
@@ -410,7 +415,7 @@ class Decider:
         """``holding.explain`` for the groups with ``waiting`` tasks: ``"true"`` groups wait in the harvested pool
         (when the caller harvests), every other in the regular one (tried first)."""
         n_res = np.asarray(inp.pool_total).shape[0]
-        pool = (np.where(np.asarray(inp.intent) == INTENT_TRUE, 1, 0) if inp.harvestable is not None
+        pool = (np.where(np.asarray(inp.intent) >= INTENT_TRUE, 1, 0) if inp.harvestable is not None
                 else np.zeros(len(inp.group_key), dtype=np.int64))
         ctx = holding.Context(
             capacity=np.asarray(inp.capacity, dtype=np.float64), pool_total=np.asarray(inp.pool_total),

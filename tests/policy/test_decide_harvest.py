@@ -16,7 +16,7 @@ from stowage.model import Pool
 from stowage.policy import decide
 from tests.policy.test_decide_holds import GI, decide_input
 
-T, A, F = decide.INTENT_TRUE, decide.INTENT_AUTO, decide.INTENT_FALSE
+T, A, F, C = decide.INTENT_TRUE, decide.INTENT_AUTO, decide.INTENT_FALSE, decide.INTENT_CONVERTED
 REG, OPP = Pool.REGULAR, Pool.OPPORTUNISTIC
 
 
@@ -34,6 +34,8 @@ POOL_CASES = [
     pytest.param(A, 0.5, 4, [OPP], id="auto-harvests-when-no-regular-room-holds-it"),
     pytest.param(F, 0, 4, [], id="false-never-harvests"),
     pytest.param(T, 0, 0.5, [], id="true-waits-when-neither-holds-it"),
+    pytest.param(C, 4, 4, [OPP], id="a-converted-plain-pod-takes-harvested-room-only"),
+    pytest.param(C, 4, 0.5, [], id="a-converted-plain-pod-waits-for-harvested-room"),
 ]
 
 
