@@ -28,7 +28,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy import alignment, fairness
+from stowage.policy import alignment, fairness, room
 from stowage.resources import CPU, format_quantity
 
 __all__ = ["QUOTA", "REASONS", "ROOM", "SAMPLE", "SHARE", "Context", "Hold", "PoolLeft", "explain"]
@@ -161,7 +161,7 @@ class _Pool:
         if ctx.sample_age_s is None:
             return None
         age = ctx.sample_age_s
-        stale = ~np.isnan(age) & ~(age <= ctx.stale_after_s)
+        stale = ~np.isnan(age) & ~room.fresh(np.ones(age.shape[0], dtype=bool), age, ctx.stale_after_s)  # NaN: off
         if not stale.any():
             return None
         stale[stale] = alignment.feasible(need, ctx.capacity[stale])
