@@ -17,6 +17,7 @@ so an interrupted benchmark resumes. One workload's run again, as the script ran
     .venv/bin/python scripts/random_workloads.py --jobs 1            # all 50 seeds
     .venv/bin/python scripts/random_workloads.py --seeds 5 --jobs 1  # the first 5
     .venv/bin/python scripts/random_workloads.py --without-bandwidth  # declared disk/network dropped
+    .venv/bin/python scripts/random_workloads.py --policy stowage-regular --jobs 2  # + what harvesting adds
 """
 
 from __future__ import annotations
@@ -120,6 +121,46 @@ def table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[int], pre
     return "\n".join(lines)
 
 
+HARVEST_OFF = "stowage-regular"
+USAGE_SPLIT = 0.7  # issue #32's targets hold where the workload's mean usage is at most this
+
+
+def harvest_table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[int], presets: Sequence[str]) -> str:
+    """What harvesting adds and costs (issue #32), for each harvesting preset against ``stowage-regular`` (the same
+    decision with harvesting off), split by the workload's mean usage: makespan and mean JCT ÷ the off run, the
+    share of task-seconds run on harvested capacity, the opportunistic work evictions lost (÷ those task-seconds),
+    the regular tasks' slowdown against running alone (mean, p95)."""
+    done = [s for s in seeds if all((s, p) in rows for p in presets)]
+    harvesting = [p for p in presets if p.startswith("stowage") and p != HARVEST_OFF]
+    if not done or HARVEST_OFF not in presets or not harvesting:
+        return ""
+    lines = ["", f"Harvesting against `{HARVEST_OFF}` (the same decision, harvesting off):", "",
+             "| figure | preset | usage | workloads | min | median | p90 | max | worst seed |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for preset in harvesting:
+        for label, keep in ((f"≤ {USAGE_SPLIT}", lambda u: u <= USAGE_SPLIT), (f"> {USAGE_SPLIT}",
+                                                                                 lambda u: u > USAGE_SPLIT)):
+            part = [k for k in done if keep(rows[(k, preset)]["workload"]["usage_mean"])]
+            if not part:
+                continue
+            s = {k: rows[(k, preset)]["summary"] for k in part}
+            off = {k: rows[(k, HARVEST_OFF)]["summary"] for k in part}
+            figures = {
+                "makespan ÷ off": {k: s[k]["makespan_s"] / off[k]["makespan_s"] for k in part},
+                "mean JCT ÷ off": {k: s[k]["jct_mean_s"] / off[k]["jct_mean_s"] for k in part},
+                "task-seconds harvested": {k: s[k]["harvested_fraction"] for k in part},
+                "opportunistic work lost": {k: s[k]["lost_fraction"] for k in part},
+                "regular slowdown, mean": {k: s[k]["regular_slowdown_mean"] for k in part},
+                "regular slowdown, p95": {k: s[k]["regular_slowdown_p95"] for k in part},
+            }
+            for name, values in figures.items():
+                lines.append(f"| {name} | {preset} | {label} | {len(part)} | {_stats(values)} |")
+        over = [k for k in done if rows[(k, preset)]["summary"]["makespan_s"]
+                > 1.01 * rows[(k, HARVEST_OFF)]["summary"]["makespan_s"]]
+        lines.append(f"| makespan > 1.01 × off | {preset} | all | {len(done)} | seeds: {over or 'none'} |||||")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="run the first N of SEEDS (default: all)")
@@ -152,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"seed {s}: " + ", ".join(f"{r['preset']} {r['wall_s']:.1f}s" for r in done)
                   + f" ({time.perf_counter() - started:.0f}s so far)", file=sys.stderr)
     print(table(rows, seeds, presets))
+    print(harvest_table(rows, seeds, presets))
     return 0
 
 

@@ -15,7 +15,7 @@ import time
 import click
 
 from stowage.sim.cli import oracle_option, pass_delay_option
-from stowage.sim.presets import PRESETS
+from stowage.sim.presets import DEFAULT_PRESETS, PRESETS
 
 __all__ = ["bench_simulator"]
 
@@ -55,7 +55,7 @@ def bench_simulator(workload_spec: str, nodes: int | None, arrivals: str, first_
     config = SimConfig(pass_delay_s=pass_delay_s, max_sim_s=MAX_SIM_S if max_sim_s is None else max_sim_s,
                        oracle_durations=oracle_durations)
     rows = []
-    for name in policies or PRESETS:
+    for name in policies or DEFAULT_PRESETS:
         start, cpu = time.perf_counter(), time.process_time()
         sim = Simulation(workload, presets.make(name), config, seed)
         result = sim.run()

@@ -22,7 +22,7 @@ from stowage.errors import InvalidInput, StowageError
 from stowage.policy.dispatch import PASS_DELAY_S
 from stowage.sim.engine import MAX_SIM_S
 from stowage.sim.metrics import RunResult
-from stowage.sim.presets import PRESETS
+from stowage.sim.presets import DEFAULT_PRESETS, PRESETS
 from stowage.sim.sizing import DEFAULT_MAX_NODES, DEFAULT_MAX_TASKS
 from stowage.sim.usage import UsageModel
 
@@ -110,7 +110,8 @@ def _say(text: str) -> None:
 @click.option("--workload", "workload_spec", default="embedded", show_default=True, metavar="SPEC",
               help="embedded | synthetic | swim | swim:PATH | openb:PODS[,NODES] | FILE (.yaml/.json).")
 @click.option("--policy", "policies", multiple=True, type=click.Choice(PRESETS),
-              help="Preset to run (repeatable). Default: all of them.")
+              help="Preset to run (repeatable). Default: all but stowage-regular and stowage-ungated, which take "
+                   "stowage apart (harvesting off; no classifier gate).")
 @click.option("--nodes", type=int, default=None, help="Number of nodes (default: the workload's own).")
 @click.option("--node-shape", default=None, metavar="SHAPE",
               help="Node capacity, e.g. cpu=16,memory=64Gi,disk=200Mi,network=1250Mi.")
@@ -210,7 +211,7 @@ def simulate(
         workload = workload.sliced(first_jobs=first_jobs, hours=hours)
         if arrivals == "batch":
             workload = workload.with_batch_arrivals()
-        chosen = list(dict.fromkeys(policies)) or list(PRESETS)
+        chosen = list(dict.fromkeys(policies)) or list(DEFAULT_PRESETS)
         config = SimConfig(settings=settings, usage=usage, check=check, max_sim_s=max_sim_s, pass_delay_s=pass_delay_s,
                            oracle_durations=oracle_durations)
         plan = sizing.plan_runs(workload, chosen, config=config, processes=processes, limits=limits)

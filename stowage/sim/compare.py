@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from stowage.errors import StowageError
 from stowage.sim.engine import SimConfig, simulate
 from stowage.sim.metrics import RunResult
-from stowage.sim.presets import PRESETS
+from stowage.sim.presets import DEFAULT_PRESETS
 from stowage.sim.report import format_duration
 from stowage.sim.sizing import reference_runs
 from stowage.sim.workload import Workload
@@ -118,7 +118,7 @@ class Progress:
 
 def run_all(
     workload: Workload,
-    policies: Sequence[str] = PRESETS,
+    policies: Sequence[str] = DEFAULT_PRESETS,
     *,
     config: SimConfig | None = None,
     seed: int = 0,

@@ -15,6 +15,8 @@
   short/long classifier for ``auto`` jobs and the contention policy.
 * ``stowage-regular``: ``stowage`` with harvesting off (every task regular): what harvesting adds is
   ``stowage`` ÷ this, measured in one run.
+* ``stowage-ungated``: ``stowage`` without OPERA's classifier: every ``auto`` task that finds no regular room may
+  harvest (issue #32 §5 measures what the classifier's gate buys).
 
 kube-scheduler places pods one at a time in queue order, and a pod that fits nowhere does not block the pods behind
 it; the kube-like presets check fit on every Kubernetes resource except disk and network bandwidth, which are not
@@ -35,7 +37,7 @@ from stowage.sim.baselines import KubePreset
 from stowage.sim.packing import PackingPreset
 from stowage.sim.preset import Preset
 
-__all__ = ["PRESETS", "Preset", "make"]
+__all__ = ["DEFAULT_PRESETS", "DIAGNOSTIC", "PRESETS", "Preset", "make"]
 
 
 _FACTORIES: dict[str, Callable[[], Preset]] = {
@@ -48,10 +50,18 @@ _FACTORIES: dict[str, Callable[[], Preset]] = {
     "stowage": lambda: PackingPreset("stowage", harvesting=True, job_order=True, classifier=True, guard=True),
     "stowage-regular": lambda: PackingPreset("stowage-regular", harvesting=False, job_order=True, classifier=True,
                                              guard=True),
+    "stowage-ungated": lambda: PackingPreset("stowage-ungated", harvesting=True, job_order=True, classifier=False,
+                                             guard=True),
 }
 
 PRESETS: tuple[str, ...] = tuple(_FACTORIES)
 """The preset names, in report order."""
+
+DIAGNOSTIC: tuple[str, ...] = ("stowage-regular", "stowage-ungated")
+"""Presets that take ``stowage`` apart (run when asked for by name): not schedulers a user would choose."""
+
+DEFAULT_PRESETS: tuple[str, ...] = tuple(p for p in PRESETS if p not in DIAGNOSTIC)
+"""What ``stowage simulate`` compares when no ``--policy`` is given."""
 
 
 def make(name: str) -> Preset:

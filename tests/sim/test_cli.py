@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from stowage.cli import main
 from stowage.sim.cli import parse_usage
-from stowage.sim.presets import PRESETS
+from stowage.sim.presets import DEFAULT_PRESETS
 
 TINY = """
 nodes:
@@ -57,7 +57,7 @@ def test_simulate_writes_the_json_contract_for_every_preset(tiny: Path, tmp_path
     assert doc["engine"] == {"pass_delay_s": 0.0, "oracle_durations": False}
     assert doc["workload"]["jobs"] == 2 and doc["workload"]["tasks"] == 7
     assert doc["workload"]["usage_model"]["mean_fraction"] == 0.5
-    assert list(doc["policies"]) == list(PRESETS)
+    assert list(doc["policies"]) == list(DEFAULT_PRESETS)
     for name, p in doc["policies"].items():
         assert set(p) >= CONTRACT_KEYS, name
         assert p["lost_tasks"] == 0
