@@ -284,7 +284,14 @@ class Promoter:
             return Outcome.SKIPPED
         try:
             if self.support.mode is Mode.RESIZE:
-                self.client.patch(f"{path}/resize", resize, api.STRATEGIC_MERGE_PATCH)
+                try:
+                    self.client.patch(f"{path}/resize", resize, api.STRATEGIC_MERGE_PATCH)
+                except api.ApiError as exc:
+                    if exc.status == 404 and self._exists(path, uid):  # the pod is there, its subresource is not
+                        self.turn_off(f"the API server does not serve pods/resize ({exc.message}): is the feature "
+                                      f"gate {FEATURE_GATE} turned off?")
+                        return Outcome.OFF
+                    raise
                 self.client.patch(path, class_patch(uid), api.STRATEGIC_MERGE_PATCH)
             else:
                 body = {**resize, **class_patch(uid)}
@@ -319,6 +326,12 @@ class Promoter:
         self.skipped.add(uid)
         log.warning("pod %s cannot be promoted: the API server refused it: %s", key, exc.message)
         return Outcome.SKIPPED
+
+    def _exists(self, path: str, uid: str) -> bool:
+        try:
+            return (self.client.get(path).get("metadata") or {}).get("uid") == uid
+        except (api.ApiError, OSError):
+            return False
 
     @staticmethod
     def _failed(key: str, exc: Exception) -> Outcome:

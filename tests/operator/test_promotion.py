@@ -280,3 +280,30 @@ def test_an_unreachable_api_server_at_start_is_asked_again() -> None:
     assert not p.enabled
     client.metrics = GATE_ON
     assert p.detect().enabled
+
+
+def test_from_v1_33_a_missing_resize_subresource_turns_promotion_off() -> None:
+    class NoResize(Client):
+        def patch(self, path: str, body: Any, content_type: str = api.MERGE_PATCH) -> dict[str, Any]:
+            if path.endswith("/resize"):
+                raise api.ApiError(404, "NotFound", "the server could not find the requested resource")
+            return super().patch(path, body, content_type)
+
+    client = NoResize(converted(), minor="33")
+    p = promoter(client)
+    assert p.promote("ns/p", "u1") is promotion.Outcome.OFF
+    assert not p.enabled and "pods/resize" in p.support.reason and client.patches == []
+
+    class GoneMeanwhile(NoResize):
+        reads = 0
+
+        def get(self, path: str, params: Any = None) -> dict[str, Any]:
+            if path.endswith("/pods/p"):
+                self.reads += 1
+                if self.reads > 1:  # deleted between the read and the resize
+                    raise api.ApiError(404, "NotFound", 'pods "p" not found')
+            return super().get(path, params)
+
+    client = GoneMeanwhile(converted(), minor="33")
+    p = promoter(client)
+    assert p.promote("ns/p", "u1") is promotion.Outcome.GONE and p.enabled
