@@ -55,7 +55,7 @@ from stowage import labels
 from stowage.config import StowageSettings, load_settings
 from stowage.sim.usage import UsageModel
 from tests.support.chart_tokens import token_kubeconfig
-from tests.support.controlplane import REPO, ControlPlane, SchedulerHandle, _Process
+from tests.support.controlplane import FEATURE_GATES, REPO, ControlPlane, SchedulerHandle, _Process
 from tests.support.fake_kubelet import ANN_RUN_SECONDS, FakeKubelet, NodeSpec, requests_fraction
 from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
 from tests.support.prometheus import prometheus_binary
@@ -889,7 +889,7 @@ class WholeStack(StartStop, JobApi):
         flags = [a for a in chart_flags if not a.startswith("--config")]
         argv = [str(self.plane.assets / "kube-scheduler"), f"--config={path}",
                 f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1", "--secure-port=0", *flags]
+                "--bind-address=127.0.0.1", "--secure-port=0", *flags, f"--feature-gates={FEATURE_GATES}"]
         name = f"kube-scheduler-{self.release}"
         process = _Process(name, lambda: argv, self.workdir / "logs" / f"{name}.log")
         self.scheduler = SchedulerHandle(name, path, process, self.plane).start(120.0)
