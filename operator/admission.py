@@ -558,10 +558,19 @@ def _limited(spec: Mapping[str, Any]) -> bool:
     return False
 
 
+def _above(value: Any, resource: str, floor: float = 0.0) -> bool:
+    try:
+        return value is not None and parse_quantity(value, resource) > floor
+    except InvalidInput:
+        return False
+
+
 def _original_requests(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """Each container's cpu and memory requests as the API server would store them unconverted: the request,
-    else the limit (Kubernetes defaults a missing request to the limit), else none. By container name, for
-    ``stowage.io/requests`` (what a promotion restores)."""
+    else the limit (Kubernetes defaults a missing request to the limit), else none. A request at or below the
+    conversion's own (a pod converted by hand: cpu 0 or 1m, memory 0) counts as none, as :func:`_demand` reads
+    it. By container name, for ``stowage.io/requests`` (what a promotion restores)."""
+    floor = {CPU: parse_quantity(CONVERTED_CPU_REQUEST, CPU), MEMORY: 0.0}
     out: dict[str, dict[str, str]] = {}
     for container in spec.get("containers") or []:
         if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
@@ -571,9 +580,10 @@ def _original_requests(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         limits = resources.get("limits") or {}
         kept = {}
         for r in (CPU, MEMORY):
-            value = requests.get(r, limits.get(r))
-            if value is not None:
-                kept[r] = str(value)
+            if _above(requests.get(r), r, floor[r]):
+                kept[r] = str(requests[r])
+            elif _above(limits.get(r), r):
+                kept[r] = str(limits[r])
         out[container["name"]] = kept
     return out
 

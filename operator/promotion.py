@@ -182,8 +182,38 @@ def _guaranteed(spec: Mapping[str, Any], requests: Mapping[str, Mapping[str, str
     return True
 
 
+def _demand(pod: Mapping[str, Any]) -> dict[str, float]:
+    """cpu and memory of the pod's ``stowage.io/demand`` ({} when absent or unreadable)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(labels.ANN_DEMAND)
+    try:
+        demand = labels.parse_demand(raw, labels.ANN_DEMAND) if raw is not None else None
+    except InvalidInput:
+        return {}
+    return {r: v for r, v in (demand or {}).items() if r in (CPU, MEMORY) and v > 0}
+
+
+def _fill_from_demand(spec: Mapping[str, Any], targets: dict[str, dict[str, str]], demand: Mapping[str, float]) -> None:
+    """A resource no container recorded (a pod converted by hand that stated its use only in ``stowage.io/demand``)
+    gets the demand's amount, on the containers in order, each up to its limit: a promoted pod reserves at least
+    what the decision counted for it."""
+    containers = [c for c in spec.get("containers") or [] if isinstance(c.get("name"), str)]
+    for r, want in demand.items():
+        if any(r in t for t in targets.values()):
+            continue
+        for c in containers:
+            if want <= 0:
+                break
+            limit = ((c.get("resources") or {}).get("limits") or {}).get(r)
+            room = _amount(limit, r) if limit is not None else want
+            give = min(want, room)
+            if give > 0:
+                targets.setdefault(c["name"], {})[r] = format_quantity(give, r)
+                want -= give
+
+
 def resize_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The containers' part of a promotion: each container's cpu and memory requests as recorded at conversion.
+    """The containers' part of a promotion: each container's cpu and memory requests as recorded at conversion (a
+    resource none recorded: the demand's, :func:`_fill_from_demand`).
 
     Raises :class:`InvalidInput` when the pod has no readable ``stowage.io/requests``. A pod that would turn
     Guaranteed keeps its first container's cpu request 1m below the limit (the QoS class is immutable)."""
@@ -194,6 +224,7 @@ def resize_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
         name = c.get("name")
         if isinstance(name, str) and recorded.get(name):
             targets[name] = dict(recorded[name])
+    _fill_from_demand(spec, targets, _demand(pod))
     if not targets:
         raise InvalidInput(f"metadata.annotations[{labels.ANN_REQUESTS!r}]", json.dumps(recorded),
                            "the requests of at least one of the pod's containers")

@@ -307,3 +307,28 @@ def test_from_v1_33_a_missing_resize_subresource_turns_promotion_off() -> None:
     client = GoneMeanwhile(converted(), minor="33")
     p = promoter(client)
     assert p.promote("ns/p", "u1") is promotion.Outcome.GONE and p.enabled
+
+
+def test_a_pod_converted_by_hand_is_promoted_to_its_stated_demand() -> None:
+    # manifests/examples/opportunistic-pod.yaml's form: requests 0, a memory limit, the demand stated. Converted
+    # again by the webhook, its requests record nothing for cpu: the demand fills it (the room the decision counted).
+    import yaml
+
+    from tests.support.controlplane import REPO
+
+    example = REPO / "manifests" / "examples" / "opportunistic-pod.yaml"
+    (pod,) = [d for d in yaml.safe_load_all(example.read_text()) if d["kind"] == "Pod"]
+    out = admission.convert_opportunistic(pod)
+    recorded = json.loads(out["metadata"]["annotations"][labels.ANN_REQUESTS])
+    assert all("cpu" not in r for r in recorded.values())  # its 0 is the conversion's, not a request
+    requests = promotion.resize_patch(out)["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == {"cpu": "1", "memory": "2Gi"}
+
+
+def test_the_demand_fills_only_what_no_container_recorded() -> None:
+    pod = converted(containers=[{"name": "a", "image": "x", "resources": {"requests": {"memory": "1Gi"}}},
+                                {"name": "b", "image": "x", "resources": {"limits": {"cpu": "1"}}}])
+    pod["metadata"]["annotations"][labels.ANN_DEMAND] = json.dumps({"cpu": "3", "memory": "1Gi"})
+    targets = {c["name"]: c["resources"]["requests"] for c in promotion.resize_patch(pod)["spec"]["containers"]}
+    # cpu was recorded for b (its limit): restored as recorded, the demand does not add to it
+    assert targets == {"a": {"memory": "1Gi"}, "b": {"cpu": "1"}}
