@@ -673,6 +673,14 @@ def test_a_pod_update_names_every_stowage_key_it_changes() -> None:
     assert admission.review_pod_update(old, other) == []
 
 
+def test_a_users_change_to_the_recorded_requests_is_refused() -> None:
+    # What a promotion restores: a user who raised it would get regular room for more than the pod asked.
+    old = _admitted({labels.LABEL_CLASS: "opportunistic"}, {labels.ANN_REQUESTS: '{"main": {"cpu": "1"}}'})
+    new = _admitted({labels.LABEL_CLASS: "opportunistic"}, {labels.ANN_REQUESTS: '{"main": {"cpu": "64"}}'})
+    assert _fields(admission.review_pod_update(old, new)) == [f"metadata.annotations[{labels.ANN_REQUESTS!r}]"]
+    assert labels.ANN_REQUESTS in admission.PROTECTED_ANNOTATIONS
+
+
 def test_the_update_condition_names_every_guarded_key() -> None:
     cel = admission.pod_update_condition()
     for key in (*admission.PROTECTED_LABELS, *admission.PROTECTED_ANNOTATIONS, labels.GATE_ADMISSION):
