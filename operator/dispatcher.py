@@ -233,7 +233,9 @@ class Dispatcher:
             queue_order=[q.job_order for q in queues],
             queue_opportunistic=np.array([q.opportunistic for q in queues], dtype=bool),
             queue_alloc=a.queue_alloc, pool_total=a.alloc.sum(axis=0), node_key=a.node_names,
-            harvestable=lambda: harvestable(self.settings.harvest, view, a, now), queue_quota=self._quota(a, queues),
+            harvestable=lambda: harvestable(self.settings.harvest, view, a, now,
+                                            period_s=self.settings.contention.sample_interval_s),
+            queue_quota=self._quota(a, queues),
             features=lambda g: self._features(a, g, mean_cap), explain=self.explain, resources=a.resources,
             sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64),
             promotable=self._promotable_arrays(a, queues, promotable))

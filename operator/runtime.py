@@ -59,7 +59,7 @@ from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import BOUND_PODS, Informer
 from stowage.kube.records import object_name, parse_timestamp
 from stowage.model import QueueOpportunistic
-from stowage.policy import dispatch, holding
+from stowage.policy import dispatch, holding, room
 from stowage.prom import PrometheusReader, Utilization
 from stowage.resources import CPU, MEMORY, ResourceVector, pod_demand
 
@@ -592,7 +592,7 @@ class OperatorRuntime:
         names = self.cluster.node_names()
         snapshot = self.utilization.current
         samples = snapshot.lookup(names, snapshot.resources, self.utilization.clock())
-        stale = self.settings.harvest.utilization_stale_after_s
+        fresh = room.fresh(samples.present, samples.age_s, self.settings.harvest.utilization_stale_after_s)
         out = []
         for i, name in enumerate(names):
             record = self.cluster.node(name)
@@ -600,7 +600,7 @@ class OperatorRuntime:
                 continue
             usage = blocked = None
             age = float(samples.age_s[i]) if samples.present[i] else math.inf
-            if samples.present[i] and samples.age_s[i] <= stale:
+            if fresh[i]:
                 values = dict(zip(snapshot.resources, samples.usage[i].tolist(), strict=True))
                 # Unknown usage of cpu or memory is not zero usage: such a node harvests nothing.
                 if all(r in values and values[r] == values[r] for r in (CPU, MEMORY)):
