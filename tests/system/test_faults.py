@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from stowage import labels
 from tests.support.stack import TaskLedger, WholeStack, wait_for
+from tests.system.workloads import finished_nothing_lost, plain_pod, plain_pod_problems, plain_pods_done
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -28,11 +30,31 @@ def tasks(name: str, n: int, run_s: float = 4, cpu: str = "1", memory: str = "1G
     return {"name": name, "replicas": n, "cpu": cpu, "memory": memory, "run_s": run_s}
 
 
+class FaultLedger(TaskLedger):
+    """A :class:`TaskLedger` that also remembers every pod it ever saw bound as opportunistic: uid → (name, node).
+
+    A running opportunistic pod is promoted in place (relabelled regular) once its node has regular room
+    (docs/policy.md, "Regular first, then promotion"), so its newest labels alone would hide that it was placed
+    on harvested room.
+    """
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        super().__init__(api, namespace)
+        self.opportunistic: dict[str, tuple[str, str]] = {}
+
+    def _record(self, pod: client.V1Pod) -> None:
+        super()._record(pod)
+        node = pod.spec.node_name if pod.spec else None
+        if node and (pod.metadata.labels or {}).get(labels.LABEL_CLASS) == "opportunistic":
+            with self._lock:
+                self.opportunistic[pod.metadata.uid] = (pod.metadata.name, node)
+
+
 @contextlib.contextmanager
-def workload(stack: WholeStack, prefix: str) -> Iterator[tuple[str, TaskLedger]]:
+def workload(stack: WholeStack, prefix: str) -> Iterator[tuple[str, FaultLedger]]:
     """A fresh namespace and a ledger of every pod created in it."""
     with stack.namespace(prefix) as ns:
-        ledger = TaskLedger(stack.api, ns).start()
+        ledger = FaultLedger(stack.api, ns).start()
         try:
             yield ns, ledger
         finally:
@@ -43,25 +65,52 @@ def submit(stack: WholeStack, ns: str, name: str, *groups: Group, opportunistic:
     stack.create_job(ns, stack.job_body(name, list(groups), opportunistic=opportunistic))
 
 
+def opportunistic_pods(stack: WholeStack, ns: str, prefix: str, n: int, run_s: float = 3,
+                       node: str | None = None) -> list[str]:
+    """``n`` plain pods of 1 cpu / 1Gi labelled ``stowage.io/opportunistic: "true"`` (on ``node``, if given).
+
+    Converted at admission, such a pod runs on harvested room only, whatever regular room is free (a promotion
+    may give it regular room once it runs): the product's way to an opportunistic pod on these idle nodes, where
+    a Job's ``"true"`` task takes regular room first. Nobody runs a plain pod again, so each must succeed.
+    """
+    names = [f"{prefix}-{i}" for i in range(n)]
+    for name in names:
+        pod = plain_pod(stack, name, queue=None, run_s=run_s, extra_labels={labels.LABEL_OPPORTUNISTIC: "true"})
+        if node is not None:
+            pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
+        stack.core.create_namespaced_pod(ns, pod)
+    return names
+
+
 def all_done_nothing_lost(stack: WholeStack, ns: str, ledger: TaskLedger, timeout_s: float = 300.0,
-                          unique_names: bool = True) -> None:
-    """Every Job of ``ns`` Succeeded, every task succeeded exactly once, no pod name created twice."""
-    jobs = stack.wait_jobs_done(ns, timeout_s)
-    # The ledger's watch may trail the operator's by a moment: wait for it to have seen the last pods.
-    with contextlib.suppress(AssertionError):
-        wait_for(lambda: not ledger.problems(jobs, unique_names=unique_names), 30, "the ledger to catch up")
-    assert ledger.problems(jobs, unique_names=unique_names) == []
+                          unique_names: bool = True, plain: list[str] | None = None, jobs: bool = True) -> None:
+    """Every Job of ``ns`` Succeeded, every task succeeded exactly once, no pod name created twice; each of the
+    ``plain`` pods created once and Succeeded. ``jobs=False``: the namespace has plain pods only."""
+    if jobs:
+        problems = finished_nothing_lost(stack, ns, ledger, plain=plain or [], timeout_s=timeout_s,
+                                         unique_names=unique_names)
+    else:
+        plain_pods_done(stack, ns, plain or [], timeout_s)
+        # The ledger's watch may trail the API server by a moment: wait for it to have seen the last pods.
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not plain_pod_problems(ledger, plain or []), 30, "the ledger to catch up")
+        problems = plain_pod_problems(ledger, plain or [])
+    assert problems == []
 
 
 def phase(stack: WholeStack, ns: str, job: str) -> str | None:
     return (stack.job(ns, job).get("status") or {}).get("phase")
 
 
-def opportunistic_bound(ledger: TaskLedger, node: str | None = None) -> set[str]:
-    """Opportunistic pods of the ledger with a node (on ``node``, if given)."""
-    return {name for name, seen in ledger.snapshot().items()
-            if seen["labels"].get(labels.LABEL_CLASS) == "opportunistic" and seen["node"]
-            and (node is None or seen["node"] == node)}
+def opportunistic_bound(ledger: FaultLedger, node: str | None = None) -> set[str]:
+    """Pods of the ledger ever bound as opportunistic (on ``node``, if given), promoted since or not."""
+    with ledger._lock:
+        return {name for name, on in ledger.opportunistic.values() if node is None or on == node}
+
+
+def released_unbound(pod: client.V1Pod) -> bool:
+    """Past the admission gate (the dispatcher released it) and not bound."""
+    return not pod.spec.node_name and not any(g.name == labels.GATE_ADMISSION for g in pod.spec.scheduling_gates or [])
 
 
 def some_done_more_to_release(ledger: TaskLedger, total: int) -> bool:
@@ -83,7 +132,7 @@ def test_prometheus_stopped_no_new_opportunistic_placement_regular_work_goes_on_
         healthy: WholeStack) -> None:
     stack = healthy
     with workload(stack, "prom") as (ns, ledger):
-        submit(stack, ns, "before", tasks("o", 3, run_s=3), opportunistic="true")
+        before = opportunistic_pods(stack, ns, "before", 3)
         wait_for(lambda: opportunistic_bound(ledger), 180, "an opportunistic pod placed while Prometheus runs")
         stale_after_s = stack.settings_loaded().harvest.utilization_stale_after_s
         assert stack.prometheus is not None
@@ -93,7 +142,7 @@ def test_prometheus_stopped_no_new_opportunistic_placement_regular_work_goes_on_
         wait_for(lambda: all(stack.harvestable(n) == 0 for n in stack.nodes), stale_after_s + 60,
                  "every node's utilization stale in the extender")
         placed = opportunistic_bound(ledger)
-        submit(stack, ns, "during-opp", tasks("o", 4, run_s=3), opportunistic="true")
+        during = opportunistic_pods(stack, ns, "during-opp", 4)
         submit(stack, ns, "during-regular", tasks("r", 6, run_s=3))
 
         def nothing_new() -> None:
@@ -103,9 +152,9 @@ def test_prometheus_stopped_no_new_opportunistic_placement_regular_work_goes_on_
         hold_until(lambda: phase(stack, ns, "during-regular") == "Succeeded"
                    and time.monotonic() - stopped > stale_after_s + 5, nothing_new, stale_after_s + 180,
                    "the regular Job to succeed while Prometheus is down, past the staleness limit")
-        assert phase(stack, ns, "during-opp") != "Succeeded"
+        assert not [n for n in during if ledger.snapshot()[n]["node"]], "an opportunistic pod bound meanwhile"
         stack.prometheus.start()
-        all_done_nothing_lost(stack, ns, ledger)
+        all_done_nothing_lost(stack, ns, ledger, plain=before + during)
         assert opportunistic_bound(ledger) - placed, "placement resumed once Prometheus returned"
 
 
@@ -113,6 +162,8 @@ def test_operator_killed_and_restarted_duplicates_and_loses_nothing(healthy: Who
     stack = healthy
     with workload(stack, "opkill") as (ns, ledger):
         submit(stack, ns, "a", tasks("x", 24, run_s=4), tasks("y", 12, run_s=3))
+        # "b" only has to run through the kill: its tasks take regular room first and harvested room only while
+        # "a" fills the nodes (docs/policy.md); which class each task gets is not what this test is about.
         submit(stack, ns, "b", tasks("z", 8, run_s=3), opportunistic="true")
         wait_for(lambda: some_done_more_to_release(ledger, 44), 180, "some tasks done, others not released yet")
         stack.kill("operator")
@@ -126,20 +177,21 @@ def test_extender_killed_fails_closed_and_recovers(healthy: WholeStack) -> None:
     stack = healthy
     with workload(stack, "extkill") as (ns, ledger):
         stack.kill("extender")
-        submit(stack, ns, "opp", tasks("o", 4, run_s=3), opportunistic="true")
+        opp = opportunistic_pods(stack, ns, "opp", 4)
         submit(stack, ns, "regular", tasks("r", 6, run_s=3))
 
         def none_placed() -> None:
             assert not opportunistic_bound(ledger), "an opportunistic pod bound while the extender was down"
 
         def regular_done_and_opportunistic_held() -> bool:
-            held = [p for p in stack.pods(ns, f"{labels.LABEL_CLASS}=opportunistic") if not p.spec.node_name]
+            # Released by the dispatcher, held by kube-scheduler: only the extender's filter can place them.
+            held = [p for p in stack.pods(ns, f"{labels.LABEL_CLASS}=opportunistic") if released_unbound(p)]
             return phase(stack, ns, "regular") == "Succeeded" and bool(held)
 
         hold_until(regular_done_and_opportunistic_held, none_placed, 180,
                    "the regular Job done while the opportunistic pods wait for the extender")
         stack.start_extender()
-        all_done_nothing_lost(stack, ns, ledger)
+        all_done_nothing_lost(stack, ns, ledger, plain=opp)
         assert opportunistic_bound(ledger), "the opportunistic pods bound once the extender was back"
 
 
@@ -151,15 +203,17 @@ def test_node_monitor_killed_that_node_stops_harvesting(healthy: WholeStack) -> 
         wait_for(lambda: stack.harvestable(victim) == 0, 180, f"{victim}'s utilization stale in the extender")
         assert all(stack.harvestable(n) > 0 for n in others), "the other nodes keep harvesting"
         placed_there = opportunistic_bound(ledger, victim)
-        submit(stack, ns, "opp", tasks("o", 8, run_s=3), opportunistic="true")
+        opp = opportunistic_pods(stack, ns, "opp", 8)
 
         def none_on_victim() -> None:
             assert opportunistic_bound(ledger, victim) <= placed_there, f"opportunistic pod placed on {victim}"
 
-        hold_until(lambda: phase(stack, ns, "opp") == "Succeeded", none_on_victim, 240,
-                   "the opportunistic Job done on the nodes whose monitors run")
+        def all_succeeded() -> bool:
+            return all(ledger.snapshot().get(n, {}).get("phase") == "Succeeded" for n in opp)
+
+        hold_until(all_succeeded, none_on_victim, 240, "the opportunistic pods done on the nodes whose monitors run")
         assert opportunistic_bound(ledger) - placed_there, "opportunistic work ran elsewhere"
-        all_done_nothing_lost(stack, ns, ledger)
+        all_done_nothing_lost(stack, ns, ledger, plain=opp, jobs=False)
     stack.start_monitor(victim)
     stack.wait_for_harvest(nodes=[victim])
 
@@ -176,11 +230,13 @@ def test_apiserver_restarted_every_component_resumes_nothing_duplicated(healthy:
         new = stack.add_node()
         stack.wait_for_harvest(nodes=[new])
         submit(stack, ns, "after", tasks("r", 4, run_s=3))
-        for name, intent in (("after-new-node", "false"), ("after-opp-new-node", "true")):
-            body = stack.job_body(name, [tasks("t", 3, run_s=3)], opportunistic=intent)
-            body["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] = new
-            stack.create_job(ns, body)
-        all_done_nothing_lost(stack, ns, ledger)
+        body = stack.job_body("after-new-node", [tasks("t", 3, run_s=3)])
+        body["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] = new
+        stack.create_job(ns, body)
+        # Opportunistic pods pinned there: plain ones, whose class is fixed at admission (a Job's "true" task
+        # would take the new node's free regular room first and prove nothing about its harvest).
+        after_opp = opportunistic_pods(stack, ns, "after-opp-new-node", 3, node=new)
+        all_done_nothing_lost(stack, ns, ledger, plain=after_opp)
         assert opportunistic_bound(ledger, new), f"opportunistic pods bound on {new}, a node added after the restart"
     down = [name for name, proc in [("operator", stack.operator), ("extender", stack.extender),
                                     *stack.monitors.items()] if proc is None or not proc.running]
