@@ -136,13 +136,27 @@ def drive_work(stack: OperatorStack, url: str) -> None:
     """A completed regular Job, an evicted opportunistic task, a rejected opportunistic pod (see the docstring)."""
     stack.create_queue("dashboard", weight=2.0)
     with stack.namespace("dash") as ns:
+        # Regular room first (docs/policy.md): a `"true"` task runs opportunistic only where no regular room holds
+        # it, and a running one is promoted once its node has room for it. So a blocker on every node (bound by
+        # name, outside Stowage, running until the namespace goes) takes all but 3Gi of its memory: the regular
+        # tasks (1Gi) still fit, the opportunistic ones (4Gi) never do. The blocker uses half its request (the
+        # fake kubelet's default), which leaves about 0.9 × 15 − 6 = 7.5Gi harvestable per node.
+        for i, node in enumerate(stack.nodes):
+            stack.core.create_namespaced_pod(ns, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"blocker-{i}"},
+                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "containers": [{
+                    "name": "main", "image": "busybox",
+                    "resources": {"requests": {"cpu": "1", "memory": "12Gi"}, "limits": {"memory": "12Gi"}}}]}})
+        wait_for(lambda: all(stack.core.read_namespaced_pod(f"blocker-{i}", ns).status.phase == "Running"
+                             for i in range(len(stack.nodes))), 120, "the blockers running")
         stack.create_job(ns, job_body("regular", [{"name": "work", "replicas": 3, "run_s": 10, "cpu": "1"}],
                                       stack_id=stack.id))
         stack.create_job(ns, job_body("opp", [{"name": "work", "replicas": 2, "run_s": 90, "cpu": "500m",
-                                               "memory": "512Mi"}], queue="dashboard", opportunistic="true",
+                                               "memory": "4Gi"}], queue="dashboard", opportunistic="true",
                                       stack_id=stack.id))
         victim = wait_for(lambda: next((p for p in stack.pods(ns, "app=opp") if p.status.phase == "Running"), None),
                           240, "an opportunistic task running")
+        assert victim.metadata.labels[labels.LABEL_CLASS] == "opportunistic", "the node monitor evicts only these"
         # 14.6Gi of the node's 15Gi allocatable: memory contention on every sample → the node monitor evicts.
         stack.kubelet.set_usage(f"{ns}/{victim.metadata.name}", {"cpu": 0.5, "memory": 14.6 * GI})
         wait_for(lambda: _first(url, f"sum({labels.METRICS.EVICTIONS_TOTAL})") >= 1, 180,
