@@ -228,7 +228,9 @@ def test_a_converted_pod_admitted_again_keeps_its_demand() -> None:
     assert once is not None
     twice, _ = _admit({**once, "metadata": {**once["metadata"], "labels": {OPP: "true"}}})
     assert twice is not None
-    assert twice["metadata"]["annotations"] == once["metadata"]["annotations"]
+    # Its demand is kept; stowage.io/requests is the system's record of requests before the first conversion,
+    # never taken from the pod (a user's copy is removed), so a promotion restores the stated demand instead.
+    assert twice["metadata"]["annotations"][labels.ANN_DEMAND] == once["metadata"]["annotations"][labels.ANN_DEMAND]
 
 
 # --- the scope: the chart renders what the operator would write ---------------------------------------------
