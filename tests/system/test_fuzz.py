@@ -311,7 +311,7 @@ def segments(touched: list[Path]) -> set[str]:
 #: Doors that are the API server's own, not Stowage's to word, held to 4xx but not to naming a field: its JSON
 #: decoding into Go types, before any schema or webhook (some messages name no field, e.g. ``quantities must match
 #: the regular expression``), and its built-in admission plugins answering 403 (``exceeded quota``, ``no
-#: PriorityClass with name …``).
+#: PriorityClass with name …``, or 409 when two creations raced to update the namespace's ResourceQuota).
 DECODING, BUILT_IN = "api-server decoding", "api-server admission plugin"
 
 
@@ -325,6 +325,8 @@ def door(status: int, message: str) -> str:
         return DECODING
     if status == 403 and "is forbidden" in message:
         return BUILT_IN
+    if status == 409 and "resourcequotas" in message:
+        return BUILT_IN  # the quota plugin lost a race to update the namespace's usage (the operator creates pods too)
     return "api-server validation"
 
 
