@@ -5,7 +5,8 @@ Node monitors run on the first three nodes only (``WholeStack(monitored_nodes=3)
 200 Python processes on a 2-core CI machine. The other 197 nodes run regular work; opportunistic pods may
 only land on the three that harvest. The workload is :func:`tests.system.load.load_jobs` (the load report's,
 smaller, its tasks running half as long: 5–15 s); ``STOWAGE_SCALE_TASKS`` changes its size. The regular work
-is done within a minute; the opportunistic Jobs, on the three harvesting nodes only, take the rest.
+is done within a minute. The `"true"` Jobs' tasks take regular room first (UBIS Alg. 1) and harvest only when
+none holds them; whatever runs opportunistic runs on the three harvesting nodes only (asserted).
 """
 
 from __future__ import annotations
