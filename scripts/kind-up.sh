@@ -7,7 +7,7 @@
 #
 # Environment (defaults in brackets):
 #   CLUSTER [stowage]                      kind cluster name; reused if it exists
-#   KIND_NODE_IMAGE [kindest/node:v1.30.13] node image of a new cluster
+#   KIND_NODE_IMAGE [kindest/node:v1.30.13] node image of a new cluster (created with InPlacePodVerticalScaling on)
 #   ENGINE [docker, else podman]           container engine that builds the image
 #   PROMETHEUS [1]                         0: no kube-prometheus-stack (nothing harvests: opportunistic pods wait)
 #   NAMESPACE [stowage-system]             the chart's namespace
@@ -55,10 +55,15 @@ echo "==> building $image with $ENGINE"
 "$ENGINE" build -t "$image" .
 
 if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-  echo "==> using the existing kind cluster $CLUSTER"
+  echo "==> using the existing kind cluster $CLUSTER (promotion needs InPlacePodVerticalScaling on it: docs/install.md)"
 else
-  echo "==> creating the kind cluster $CLUSTER ($KIND_NODE_IMAGE)"
-  kind create cluster --name "$CLUSTER" --image "$KIND_NODE_IMAGE" --wait 120s
+  echo "==> creating the kind cluster $CLUSTER ($KIND_NODE_IMAGE, InPlacePodVerticalScaling on)"
+  # Promotion resizes a running opportunistic pod in place: an alpha gate before Kubernetes 1.33 (docs/install.md).
+  config=$(mktemp)
+  printf '%s\n' "kind: Cluster" "apiVersion: kind.x-k8s.io/v1alpha4" "featureGates:" \
+    "  InPlacePodVerticalScaling: true" >"$config"
+  kind create cluster --name "$CLUSTER" --image "$KIND_NODE_IMAGE" --config "$config" --wait 120s
+  rm -f "$config"
 fi
 
 echo "==> loading $image into $CLUSTER"

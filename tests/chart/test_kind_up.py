@@ -14,12 +14,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.chart.render import REPO, find_helm, render
 
 SCRIPT = REPO / "scripts" / "kind-up.sh"
 STANDIN = """#!/bin/sh
 { printf '%s' "$(basename "$0")"; for arg in "$@"; do printf '\\t%s' "$arg"; done; echo; } >>"$STANDIN_LOG"
+if [ "$(basename "$0")" = kind ] && [ "$1" = create ]; then
+  for arg in "$@"; do [ -f "$arg" ] && cat "$arg" >>"$STANDIN_LOG.config"; done
+fi
 if [ "$(basename "$0")" = kind ] && [ "$1" = get ] && [ "$2" = clusters ]; then
   printf '%s' "${STANDIN_CLUSTERS:-}"
 fi
@@ -33,7 +37,7 @@ def _run(tmp_path: Path, commands: tuple[str, ...] = ("docker", "kind", "helm", 
         path = bin_dir / name
         path.write_text(STANDIN)
         path.chmod(0o755)
-    for tool in ("sh", "bash", "printf", "sed", "grep", "dirname", "basename", "mktemp", "rm", "env"):
+    for tool in ("sh", "bash", "printf", "sed", "grep", "dirname", "basename", "mktemp", "rm", "env", "cat"):
         found = shutil.which(tool)
         if found and not (bin_dir / tool).exists():
             (bin_dir / tool).symlink_to(found)
@@ -68,7 +72,12 @@ def test_a_fresh_machine_builds_creates_loads_and_installs_in_that_order(tmp_pat
     build = _index(calls, "docker", "build")
     assert calls[build] == ["docker", "build", "-t", "stowage:0.1.0", "."]
     create = _index(calls, "kind", "create", "cluster")
-    assert calls[create][3:] == ["--name", "stowage", "--image", "kindest/node:v1.30.13", "--wait", "120s"]
+    assert calls[create][3:7] == ["--name", "stowage", "--image", "kindest/node:v1.30.13"]
+    assert calls[create][7] == "--config" and calls[create][9:] == ["--wait", "120s"]
+    config = yaml.safe_load((tmp_path / "calls.log.config").read_text())
+    assert config == {"kind": "Cluster", "apiVersion": "kind.x-k8s.io/v1alpha4",
+                      "featureGates": {"InPlacePodVerticalScaling": True}}, "promotion's resize gate on a new cluster"
+    assert not Path(calls[create][8]).exists(), "the config file is removed"
     load = _index(calls, "kind", "load", "docker-image")
     assert calls[load][3:] == ["stowage:0.1.0", "--name", "stowage"]
     kps = _index(calls, "helm", "upgrade", "--install", "kps")
