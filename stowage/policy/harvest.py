@@ -237,10 +237,15 @@ def promotions(
     quota = None if quota_left is None else np.array(quota_left, dtype=np.float64)
     ok = ~np.isnan(d).any(axis=1) & (idx >= 0) & (idx < reg.shape[0])
     d = _amount(d)
+    # Room only shrinks as the walk goes on: a pod that does not fit its node's room now never will, so the
+    # walk visits only those that do (most running opportunistic pods, on most passes, do not).
+    fits_now = np.zeros(p, dtype=bool)
+    at = np.flatnonzero(ok)
+    fits_now[at] = (d[at] <= reg[idx[at]] * (1.0 + alignment.FEASIBILITY_RTOL)).all(axis=1)
     out: list[int] = []
-    for i in np.flatnonzero(ok).tolist():
+    for i in np.flatnonzero(fits_now).tolist():
         n = int(idx[i])
-        if not alignment.feasible(d[i : i + 1], reg[n : n + 1])[0, 0]:
+        if not (d[i] <= reg[n] * (1.0 + alignment.FEASIBILITY_RTOL)).all():
             continue
         q = int(qix[i])
         if quota is not None and 0 <= q < quota.shape[0]:
