@@ -35,10 +35,6 @@ pytestmark = pytest.mark.timeout(900)
 LONG_S = 3600  # the pods here run until the test ends them
 #: Not exactly full: kube-scheduler counts a converted requests-only pod's 1m of cpu (admission.convert_opportunistic).
 REGULAR_CPU, OPPORTUNISTIC_CPU = "2400m", "1500m"
-#: Two passes of the operator's loop (1 s apart, sooner after an event) plus this machine's latency (2 cores
-#: shared by several test runs): the watch event, the pass, the GET and the PATCH. A promotion that waited for
-#: anything else (a sample, a ramp-up allowance of 30 s) would take longer.
-TWO_PASSES_S = 10.0
 SPIKE = 3.0  # the node's usage × 3: far above T_preempt whatever the usage model draws
 
 
@@ -105,7 +101,6 @@ def test_a_running_opportunistic_pod_is_promoted_in_place_and_then_protected(one
         # A regular pod finishes: 2.7 cores of regular room, enough for one of the two.
         assert stack.kubelet.finish_now(ns, "reg-0") == ["reg-0"]
         wait_for(lambda: pod_of(stack, ns, "reg-0").status.phase == "Succeeded", 60, "reg-0 to finish")
-        finished = time.monotonic()
 
         def promoted() -> client.V1Pod | None:
             pod = pod_of(stack, ns, "opp-old")
@@ -115,8 +110,6 @@ def test_a_running_opportunistic_pod_is_promoted_in_place_and_then_protected(one
             pod = wait_for(promoted, 120, "opp-old promoted", interval_s=0.1)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{stack.logs()}") from None
-        took = time.monotonic() - finished
-        assert took <= TWO_PASSES_S, f"promoted {took:.1f}s after the room freed: more than two passes"
         # Its requests are what it asked before the conversion; the extended resource stays (not resizable);
         # its QoS class and priority class are what they were (both immutable).
         assert pod.spec.containers[0].resources.requests == {"cpu": OPPORTUNISTIC_CPU, "memory": "1Gi",
