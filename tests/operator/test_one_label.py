@@ -231,6 +231,7 @@ def test_a_converted_pod_admitted_again_keeps_its_demand() -> None:
     # Its demand is kept; stowage.io/requests is the system's record of requests before the first conversion,
     # never taken from the pod (a user's copy is removed), so a promotion restores the stated demand instead.
     assert twice["metadata"]["annotations"][labels.ANN_DEMAND] == once["metadata"]["annotations"][labels.ANN_DEMAND]
+    assert json.loads(twice["metadata"]["annotations"][labels.ANN_REQUESTS]) == {"main": {}}
 
 
 # --- the scope: the chart renders what the operator would write ---------------------------------------------
