@@ -15,7 +15,8 @@ Failure handling follows the protocol (EXTENDER_PROTOCOL.md §2):
 
 Rejected nodes get their reason's fixed phrase (``messages.REASONS``); when a pod fits
 nowhere, one Event per pod (``events.PodEvents``, rate-limited, posted off the request
-path) carries the numbers: what it needs and what the closest nodes had.
+path) carries the numbers: what it needs and what the closest nodes had. An opportunistic pod placed nowhere
+for missing samples is reported to ``nudge.PodNudges``, which patches it for a retry once they are fresh again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from stowage.extender import filtering, preemption, scoring, snapshot, wire
 from stowage.extender.events import EVENT_INVALID, EVENT_NOT_PLACED, PodEvents
 from stowage.extender.messages import REASONS
 from stowage.extender.metrics import ExtenderMetrics
+from stowage.extender.nudge import MAX_NODES, PodNudges
 from stowage.extender.pods import PodRequest, parse_pod
 from stowage.extender.queues import QueueWeights
 
@@ -215,6 +217,7 @@ class _Extender:
         metrics: ExtenderMetrics,
         queue_weights: QueueWeights,
         events: PodEvents | None = None,
+        nudges: PodNudges | None = None,
     ) -> None:
         self.settings = settings
         self.model = model
@@ -222,6 +225,7 @@ class _Extender:
         self.metrics = metrics
         self.queue_weights = queue_weights
         self.events = events or PodEvents(None)
+        self.nudges = nudges or PodNudges(None)
         self.entries = wire.HostEntries()
         self.snapshots = snapshot.Snapshots(model, utilization, settings)
         self._last_pod: tuple[Mapping[str, Any], PodRequest] | None = None
@@ -271,6 +275,13 @@ class _Extender:
             self.events.emit(raw["Pod"], EVENT_NOT_PLACED,
                              f"Stowage placed {pod.name} on none of {len(names)} nodes: "
                              + filtering.explain(pod, snap, outcome))
+        if pod.opportunistic:
+            if outcome.passed.size:
+                self.nudges.release(pod.key)
+            elif "utilization-unavailable" in outcome.reasons:
+                # Held for samples: retried as soon as they are fresh again (nudge.py), not at kube-scheduler's flush.
+                waiting = filtering.rejected_for(outcome, names, "utilization-unavailable", MAX_NODES)
+                self.nudges.hold(pod.key, raw["Pod"], waiting)
         passed_names = filtering.pick(names, outcome.passed)
         self._last_filter = (pod.key, time.monotonic(), names, snap, passed_names, outcome.passed)
         for reason, count in outcome.reasons.items():
@@ -394,6 +405,7 @@ def create_app(
     metrics: ExtenderMetrics | None = None,
     queue_weights: QueueWeights | None = None,
     events: PodEvents | None = None,
+    nudges: PodNudges | None = None,
     informers: Sequence[Informer] = (),
 ) -> FastAPI:
     """Build the extender app over a cluster model and a utilization feed (both owned by the caller).
@@ -404,6 +416,8 @@ def create_app(
     ``queue_weights``: the live Queue weights preempt uses (fed by the caller's Queue informer); without
     it every queue weighs 1 and ``/readyz`` says the Queues were never read.
     ``events``: where Events about pods placed nowhere go (started and stopped by the caller); none by default.
+    ``nudges``: where pods held for missing samples are reported, to be patched for a retry once the samples are
+    fresh (started and stopped by the caller); none by default.
     """
 
     def harvestable() -> tuple[list[str], tuple[str, ...], Any]:
@@ -413,7 +427,7 @@ def create_app(
 
     metrics = metrics or ExtenderMetrics(harvestable, bad_objects=lambda: model.bad_objects_total)
     weights = queue_weights if queue_weights is not None else QueueWeights()
-    ext = _Extender(settings, model, utilization, metrics, weights, events)
+    ext = _Extender(settings, model, utilization, metrics, weights, events, nudges)
     app = _ExtenderAPI(
         title="Stowage scheduler extender",
         version=__version__,

@@ -41,7 +41,7 @@ from stowage.extender.snapshot import Snapshot
 from stowage.policy import alignment
 from stowage.resources import DISK, NETWORK
 
-__all__ = ["FilterOutcome", "explain", "filter_nodes", "pick"]
+__all__ = ["FilterOutcome", "explain", "filter_nodes", "pick", "rejected_for"]
 
 
 @dataclass(slots=True)
@@ -96,6 +96,14 @@ def pick(items: Sequence[str], positions: np.ndarray) -> list[str]:
     if positions.size == 1:
         return [items[int(positions[0])]]
     return list(operator.itemgetter(*positions.tolist())(items))
+
+
+def rejected_for(outcome: FilterOutcome, names: Sequence[str], reason: str, limit: int) -> list[str]:
+    """The first ``limit`` of ``names`` (request order) that ``outcome`` rejected for ``reason`` (a ``REASONS`` key)."""
+    if outcome.codes is None or reason not in outcome.reasons:
+        return []
+    code = next(c for c, key in _KEYS.items() if key == reason)
+    return pick(names, np.flatnonzero(outcome.codes == code)[:limit])
 
 
 def _tails_of_column(values: np.ndarray, res: str, t_alloc: str) -> list[str]:

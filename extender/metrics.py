@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from stowage.extender.messages import REASONS
+from stowage.extender.nudge import OUTCOMES as NUDGE_OUTCOMES
 
 from stowage.labels import METRICS
 from stowage.metrics_server import CountsCollector
@@ -40,7 +41,8 @@ class _HarvestableCollector(Collector):
 
 
 class ExtenderMetrics:
-    """Request latency per verb, rejections per reason, harvestable capacity per node, unreadable objects."""
+    """Request latency per verb, rejections per reason, Events and nudges per outcome, harvestable capacity per node,
+    unreadable objects."""
 
     def __init__(
         self,
@@ -68,6 +70,15 @@ class ExtenderMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.nudges = Counter(
+            METRICS.EXTENDER_NUDGES_TOTAL.removesuffix("_total"),
+            "Pods held for missing utilization samples that the extender patched for a retry once the samples were "
+            "fresh, by outcome (patched, gone, failed, dropped)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in NUDGE_OUTCOMES:
+            self.nudges.labels(outcome)
         for reason in REASONS:  # every reason exported from the start: rate() and alerts need the series
             self.rejections.labels(reason)
         if harvestable is not None:

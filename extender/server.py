@@ -20,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 from stowage.extender.app import create_app
 from stowage.extender.events import PodEvents
+from stowage.extender.nudge import PodNudges
 from stowage.extender.queues import QueueWeights
 
 from stowage.config import StowageSettings
@@ -84,9 +85,17 @@ class ExtenderRuntime:
         self.utilization = Utilization(reader, interval_s=prometheus_interval_s)
         # Events about pods placed nowhere: posted off the request path, counted in the app's metrics.
         self.events = PodEvents(api.create_event, on_outcome=lambda outcome: self._count_event(outcome))
+        # Pods held for missing samples, patched for an immediate retry once the samples are fresh (nudge.py).
+        self.nudges = PodNudges(
+            lambda namespace, name, body: api.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", body),
+            lambda: self.utilization.current,
+            stale_after_s=settings.harvest.utilization_stale_after_s,
+            is_bound=lambda key: self.model.pod(key) is not None,
+            on_outcome=lambda outcome: self.app.state.metrics.nudges.labels(outcome).inc(),
+        )
         self.app: FastAPI = create_app(
             settings, self.model, self.utilization, queue_weights=self.queue_weights, events=self.events,
-            informers=caches,
+            nudges=self.nudges, informers=caches,
         )
 
     def _count_event(self, outcome: str) -> None:
@@ -97,6 +106,7 @@ class ExtenderRuntime:
             informer.start()
         self.utilization.start()
         self.events.start()
+        self.nudges.start()
         return self
 
     def close(self) -> None:
@@ -104,6 +114,7 @@ class ExtenderRuntime:
             informer.stop()
         self.utilization.stop()
         self.events.stop()
+        self.nudges.stop()
 
     def __enter__(self) -> ExtenderRuntime:
         return self.start()

@@ -22,6 +22,7 @@ __all__ = [
     "ANN_DISK_BANDWIDTH",
     "ANN_EXPECTED_DURATION",
     "ANN_NETWORK_BANDWIDTH",
+    "ANN_NUDGED_AT",
     "ANN_REQUESTS",
     "API_GROUP",
     "API_VERSION",
@@ -100,6 +101,9 @@ ANN_DISK_BANDWIDTH = f"{DOMAIN}/disk-bandwidth"  # pod demand or node capacity, 
 ANN_NETWORK_BANDWIDTH = f"{DOMAIN}/network-bandwidth"
 ANN_EXPECTED_DURATION = f"{DOMAIN}/expected-duration"  # seconds
 ANN_DATA_NODES = f"{DOMAIN}/data-nodes"  # comma list of node names holding the pod's input
+#: System-set by the extender on an opportunistic pod it held for missing utilization samples, when they are fresh
+#: again: the time (RFC 3339, UTC). The update is what makes kube-scheduler retry the pod at once.
+ANN_NUDGED_AT = f"{DOMAIN}/nudged-at"
 
 
 class METRICS:
@@ -120,6 +124,8 @@ class METRICS:
     EXTENDER_REJECTIONS_TOTAL = "stowage_extender_rejections_total"
     NODE_HARVESTABLE = "stowage_node_harvestable"
     EXTENDER_EVENTS_TOTAL = "stowage_extender_events_total"
+    #: Counter of held pods the extender patched for a retry once their samples were fresh, label ``outcome``.
+    EXTENDER_NUDGES_TOTAL = "stowage_extender_nudges_total"
     # operator
     QUEUE_DOMINANT_SHARE = "stowage_queue_dominant_share"
     QUEUE_FAIR_SHARE = "stowage_queue_fair_share"

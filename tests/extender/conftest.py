@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 from stowage.extender.app import create_app
 from stowage.extender.events import PodEvents
+from stowage.extender.nudge import PodNudges
 from stowage.extender.queues import QueueWeights
 from stowage.extender.server import serving
 
@@ -42,6 +43,8 @@ class World:
     app: FastAPI
     settings: StowageSettings = field(default_factory=StowageSettings)
     events: list[dict[str, Any]] = field(default_factory=list)  # Events the extender posted, in order
+    nudges: PodNudges | None = None  # with make_world(nudges=True): the app's held pods and their worker
+    nudged: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # (namespace, name, patch) sent
 
     def event_about(self, pod_name: str, timeout_s: float = 10.0) -> dict[str, Any]:
         """The newest Event posted about ``pod_name`` (they are posted off the request path: wait for it)."""
@@ -78,7 +81,8 @@ WorldFactory = Callable[..., World]
 
 @pytest.fixture
 def make_world() -> Iterator[WorldFactory]:
-    """``make_world(nodes, pods=(), samples=None, settings=None, queue_weights=None)`` → a served :class:`World`."""
+    """``make_world(nodes, pods=(), samples=None, settings=None, queue_weights=None, nudges=False)`` → a served
+    :class:`World`; ``nudges``: with a started :class:`PodNudges` whose patches are recorded in ``World.nudged``."""
     stack: list[Any] = []
 
     def build(
@@ -88,6 +92,7 @@ def make_world() -> Iterator[WorldFactory]:
         settings: StowageSettings | None = None,
         synced: bool = True,
         queue_weights: QueueWeights | None = None,
+        nudges: bool = False,
     ) -> World:
         settings = settings or StowageSettings()
         clock = Clock()
@@ -98,18 +103,24 @@ def make_world() -> Iterator[WorldFactory]:
         utilization = Utilization(None)
         posted: list[dict[str, Any]] = []
         events = PodEvents(lambda _ns, body: posted.append(body), min_interval_s=0.0).start()
-        app = create_app(settings, model, utilization, events=events, queue_weights=queue_weights)
+        patched: list[tuple[str, str, dict[str, Any]]] = []
+        nudger = PodNudges(lambda ns, name, body: patched.append((ns, name, body)), lambda: utilization.current,
+                           stale_after_s=settings.harvest.utilization_stale_after_s,
+                           is_bound=lambda key: model.pod(key) is not None, poll_s=0.02).start() if nudges else None
+        app = create_app(settings, model, utilization, events=events, queue_weights=queue_weights, nudges=nudger)
         served = serving(app)
         url = served.__enter__()
         http = httpx.Client(timeout=10.0)
-        stack.append((served, http, events))
-        world = World(model, utilization, clock, url, http, app, settings, posted)
+        stack.append((served, http, events, nudger))
+        world = World(model, utilization, clock, url, http, app, settings, posted, nudger, patched)
         if samples is not None:
             world.samples(samples)
         return world
 
     yield build
-    for served, http, events in stack:
+    for served, http, events, nudger in stack:
         http.close()
         served.__exit__(None, None, None)
         events.stop()
+        if nudger is not None:
+            nudger.stop()
