@@ -270,6 +270,10 @@ RBAC_CASES = [
     ("scheduler", "watch", "pods", "", "", "", "", True),
     ("scheduler", "create", "pods", "batch", "", "p", "binding", True),
     ("scheduler", "create", "events", "batch", "", "", "", True),
+    # the extender's nudge of a pod it held for missing samples: a patch of the pod, not of its subresources
+    ("scheduler", "patch", "pods", "batch", "", "p", "", True),
+    ("scheduler", "update", "pods", "batch", "", "p", "", False),
+    ("scheduler", "patch", "pods", "batch", "", "p", "resize", False),
     ("scheduler", "update", "leases", "kube-system", "coordination.k8s.io", "stowage-scheduler", "", True),
     ("scheduler", "get", "configmaps", "kube-system", "", "extension-apiserver-authentication", "", True),
     # the extender's Queue informer (preempt's weights): read only
