@@ -5,7 +5,12 @@ samples every ``sample_interval_s``, UBIS §V-A: 1 s). Per resource ``r``:
 
     over_r      = U_r > T_preempt,r · C_r                    (UBIS §IV-C; OPERA CRes, ρ·C)
     count_r     ← count_r + 1 if over_r else 0
-    sustained_r = count_r ≥ sustained_count                 (UBIS §V-A: 3 consecutive checks)
+    sustained_r = count_r ≥ K_r                              (UBIS §V-A: 3 consecutive checks)
+
+with ``K_r`` = ``sustained_count`` (3) on memory and extended resources, whose overuse fails tasks, and
+``sustained_count_compressible`` (6) on cpu, disk and network, whose overuse only slows them (UBIS §IV-C: "for
+malleable resources like CPU, we can tolerate 100% utilization for short bursts of time"): a burst or a new task's
+ramp-up passes without an eviction, sustained contention does not (:func:`sustained_counts`).
 
 and the policy (OPERA Alg. 1 ``RelieveContention``) picks the resources it acts on:
 
@@ -48,9 +53,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.config import ContentionPolicy, ContentionSettings
 from stowage.errors import InvalidInput
-from stowage.resources import MEMORY
+from stowage.resources import COMPRESSIBLE, MEMORY
 
-__all__ = ["ContentionDecision", "ContentionState", "choose_victims", "step"]
+__all__ = ["ContentionDecision", "ContentionState", "choose_victims", "step", "sustained_counts"]
 
 # Projected usage this close to the threshold counts as under it (float sums are not exact).
 _TOL = 1e-9
@@ -119,6 +124,15 @@ def _clean(values: ArrayLike, name: str, n: int) -> NDArray[np.float64]:
     return np.where(np.isfinite(v), np.maximum(v, 0.0), 0.0)
 
 
+def sustained_counts(settings: ContentionSettings, resources: tuple[str, ...]) -> NDArray[np.int64]:
+    """(R,) ``K_r``, the consecutive over-threshold samples before acting on each resource (module docstring):
+    ``sustained_count_compressible`` on :data:`stowage.resources.COMPRESSIBLE`, ``sustained_count`` elsewhere;
+    at least 1."""
+    counts = [settings.sustained_count_compressible if r in COMPRESSIBLE else settings.sustained_count
+              for r in resources]
+    return np.maximum(np.array(counts, dtype=np.int64), 1)
+
+
 def step(
     state: ContentionState,
     usage: ArrayLike,
@@ -143,7 +157,7 @@ def step(
     threshold = settings.t_preempt.array(resources) * c
     over = (c > 0) & (u > threshold)
     counts = np.where(over, state.over_counts + 1, 0)
-    sustained = counts >= max(int(settings.sustained_count), 1)
+    sustained = counts >= sustained_counts(settings, resources)
 
     policy = ContentionPolicy(settings.policy)
     if not has_opportunistic:

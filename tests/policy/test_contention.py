@@ -24,8 +24,10 @@ BOTH_HOT = np.array([9.95, 96.0])
 
 
 def run(samples, policy=ContentionPolicy.PRESERVE, has_opportunistic=True, **overrides):
-    """Feed (time, usage) samples; return the (state, decision) after each."""
-    cfg = dataclasses.replace(ContentionSettings(), policy=policy, **overrides)
+    """Feed (time, usage) samples; return the (state, decision) after each. These tests are about the policies:
+    cpu and memory both act after 3 samples unless an override says otherwise (the per-resource counts have their
+    own tests below)."""
+    cfg = dataclasses.replace(ContentionSettings(), policy=policy, **{"sustained_count_compressible": 3, **overrides})
     state = contention.ContentionState.initial(len(RES))
     out = []
     for t, usage in samples:
@@ -92,6 +94,39 @@ def test_nothing_is_relieved_on_a_node_without_opportunistic_pods_but_contention
 def test_sustained_count_is_read_from_settings():
     steps = run([(t, MEM_HOT) for t in range(5)], ContentionPolicy.NEUTRAL, sustained_count=5)
     assert [bool(d.relieve[1]) for _, d in steps] == [False, False, False, False, True]
+
+
+@pytest.mark.parametrize(("resources", "expected"), [
+    (("cpu", "memory", "disk", "network", "nvidia.com/gpu"), [6, 3, 6, 6, 3]),
+    (("memory",), [3]),
+    ((), []),
+])
+def test_sustained_counts_by_compressibility(resources, expected):
+    assert contention.sustained_counts(ContentionSettings(), resources).tolist() == expected
+
+
+def test_sustained_counts_are_at_least_one():
+    cfg = dataclasses.replace(ContentionSettings(), sustained_count=0, sustained_count_compressible=-2)
+    assert contention.sustained_counts(cfg, RES).tolist() == [1, 1]
+
+
+def test_defaults_act_on_memory_after_three_samples_and_on_cpu_after_six():
+    cfg = ContentionSettings()
+    state, relieved = contention.ContentionState.initial(len(RES)), []
+    for t in range(7):
+        state, decision = contention.step(state, BOTH_HOT, CAP, float(t), cfg, RES)
+        relieved.append(decision.relieve.tolist())
+    assert [r[1] for r in relieved] == [False, False, True, False, False, True, False]
+    assert [r[0] for r in relieved] == [False] * 5 + [True, False]
+
+
+def test_a_cpu_burst_shorter_than_the_compressible_count_evicts_nothing():
+    cfg = ContentionSettings()  # 6 samples on cpu: a 5-sample burst passes
+    state = contention.ContentionState.initial(len(RES))
+    for t, usage in enumerate([CPU_HOT] * 5 + [QUIET] + [CPU_HOT] * 5):
+        state, decision = contention.step(state, usage, CAP, float(t), cfg, RES)
+        assert not decision.relieve.any()
+    assert state.contentions == 0
 
 
 def test_preserve_doubles_blocked_and_block_time_inside_the_window_and_halves_after_quiet_windows():
