@@ -18,6 +18,7 @@ so an interrupted benchmark resumes. One workload's run again, as the script ran
     .venv/bin/python scripts/random_workloads.py --seeds 5 --jobs 1  # the first 5
     .venv/bin/python scripts/random_workloads.py --without-bandwidth  # declared disk/network dropped
     .venv/bin/python scripts/random_workloads.py --policy stowage-regular --jobs 2  # + what harvesting adds
+    .venv/bin/python scripts/random_workloads.py --start 50 --seeds 20 --out makespan-runs/held-out.jsonl  # held out
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ def harvest_table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[i
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="run the first N of SEEDS (default: all)")
+    parser.add_argument("--start", type=int, default=0,
+                        help="first seed (default 0: SEEDS); e.g. --start 50 --seeds 20 runs the held-out seeds 50–69")
     parser.add_argument("--policy", action="append", default=[], help="another preset to run (repeatable)")
     parser.add_argument("--jobs", type=int, default=1, help="workloads run in parallel (default 1)")
     # Beside makespan_table.py's kept runs: a folder git already ignores.
@@ -176,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is None:
         name = "random-workloads-without-bandwidth" if args.without_bandwidth else "random-workloads"
         args.out = Path("makespan-runs") / f"{name}.jsonl"
-    seeds = SEEDS[: max(args.seeds, 0)]
+    count = max(args.seeds, 0)
+    seeds = SEEDS[:count] if args.start == 0 else tuple(range(args.start, args.start + count))
     presets = tuple(dict.fromkeys((*PRESETS, *args.policy)))
     rows = _load(args.out)
     todo = [s for s in seeds if not all((s, p) in rows for p in presets)]
