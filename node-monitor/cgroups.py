@@ -27,6 +27,10 @@ disk       ``io.stat`` Σ ``rbytes + wbytes`` (cumulative)     ``blkio.throttle.
 =========  =================================================  ==============================================
 
 Memory is the working set exactly as the kubelet computes it (floored at 0).
+For per-pod network, :func:`pod_pid` finds one process of the pod: the first pid in the
+``cgroup.procs`` of one of its container cgroups (``cri-containerd-<id>.scope``, ``crio-<id>.scope``,
+``docker-<id>.scope`` or ``<id>`` below the pod's cgroup; on cgroup v1 under the memory controller),
+whose ``/proc/<pid>/net/dev`` :mod:`stowage.node_monitor.netdev` reads.
 A file that is missing or unreadable gives ``None`` for that counter, never 0;
 a pod whose directory disappears between listing and reading is dropped from
 the sample. Files are read with ``os.open``/``os.read``: 110 pods × 4 files must
@@ -49,6 +53,7 @@ __all__ = [
     "QoS",
     "detect_layout",
     "list_pods",
+    "pod_pid",
     "read_counters",
 ]
 
@@ -313,3 +318,70 @@ def read_counters(layout: Layout, relpath: str) -> Counters | None:
     if (cpu is None or memory is None or io is None) and not os.path.isdir(mem):
         return None
     return Counters(cpu, memory, io)
+
+
+# --- one process of a pod -----------------------------------------------------------------------
+
+_PID_READ = 32  # the first line of cgroup.procs: a pid is at most 7 digits
+
+
+def _first_pid(path: str) -> int | None:
+    """The first pid listed in the ``cgroup.procs`` file at ``path``; ``None`` when empty or unreadable.
+
+    The kernel lists pids as the reader's pid namespace sees them: outside the host's (no
+    ``hostPID``), cgroup v2 shows other pods' processes as ``0`` and v1 leaves them out.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, _PID_READ)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    end = data.find(b"\n")
+    try:
+        pid = int(data[:end] if end >= 0 else data)
+    except ValueError:
+        return None
+    return pid if pid > 0 else None
+
+
+def _sub_cgroups(path: str) -> list[str]:
+    """Child cgroups of ``path``, sorted; conmon's (CRI-O's monitor, in the host's network namespace) left out."""
+    try:
+        with os.scandir(path) as entries:
+            return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) and "conmon" not in e.name)
+    except OSError:
+        return []
+
+
+def pod_pid(layout: Layout, relpath: str, hint: str | None = None) -> tuple[int | None, str | None]:
+    """One process of the pod at ``relpath``: (pid, where it was found relative to the pod cgroup).
+
+    ``hint`` is where the previous call found one: tried first, so a steady pod costs one read.
+    Otherwise the container cgroups are tried in name order (and their own children: runtimes that
+    delegate a sub-cgroup such as ``<scope>/container``), then the pod cgroup itself. (None, None):
+    no process visible (containers not started yet, the pod gone, or no ``hostPID``).
+    """
+    base = f"{layout.memory}/{relpath}"
+    if hint is not None:
+        pid = _first_pid(f"{base}/{hint}/cgroup.procs" if hint else f"{base}/cgroup.procs")
+        if pid is not None:
+            return pid, hint
+    for name in _sub_cgroups(base):
+        pid = _first_pid(f"{base}/{name}/cgroup.procs") if name != hint else None
+        if pid is not None:
+            return pid, name
+        for child in _sub_cgroups(f"{base}/{name}"):
+            rel = f"{name}/{child}"
+            pid = _first_pid(f"{base}/{rel}/cgroup.procs") if rel != hint else None
+            if pid is not None:
+                return pid, rel
+    if hint != "":
+        pid = _first_pid(f"{base}/cgroup.procs")
+        if pid is not None:
+            return pid, ""
+    return None, None

@@ -66,7 +66,8 @@ class _Regex(click.ParamType):
               help="Where the cgroup filesystem is mounted (hostPath, read-only). v1 and v2, systemd and cgroupfs "
                    "driver layouts are detected.")
 @click.option("--proc-root", type=click.Path(path_type=Path, file_okay=False), default=Path("/proc"),
-              help="Where /proc is mounted; <proc-root>/net/dev gives node network bytes (needs hostNetwork).")
+              help="Where /proc is mounted; <proc-root>/net/dev gives node network bytes (needs hostNetwork), "
+                   "<proc-root>/<pid>/net/dev each pod's (needs hostPID).")
 @click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Kubeconfig file (token, client certificate or exec plugin). Default: the in-cluster service "
                    "account, then $KUBECONFIG or ~/.kube/config.")
@@ -85,7 +86,7 @@ class _Regex(click.ParamType):
               help="Capacity overrides, e.g. cpu=4,memory=8Gi,disk=200Mi,network=125Mi (bandwidths per second); "
                    "take precedence over the Node's allocatable and bandwidth annotations.")
 @click.option("--exclude-interfaces", type=_Regex(), default=r"^lo$",
-              help="Interfaces of /proc/net/dev left out of node network usage.")
+              help="Interfaces of /proc/net/dev left out of node and pod network usage.")
 @click.option("--once", is_flag=True, help="Take two samples one interval apart, print the usage as JSON, exit.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 def node_monitor(

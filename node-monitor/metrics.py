@@ -112,7 +112,8 @@ class NodeMetrics:
             "(with --dry-run: that would have been evicted).", ["node", "resource", "policy"], registry=self.registry,
         )
         self.sample_seconds = Histogram(
-            METRICS.SAMPLE_SECONDS, "Seconds to read every counter once (cgroup tree and /proc/net/dev).", ["node"],
+            METRICS.SAMPLE_SECONDS,
+            "Seconds to read every counter once (cgroup tree, the node's and the pods' net/dev).", ["node"],
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0), registry=self.registry,
         )
         self.registry.register(_SnapshotCollector(self))

@@ -2,7 +2,8 @@
 
 ``tick()`` is one iteration:
 
-1. ``sampler.sample()`` reads the cgroup tree and ``/proc/net/dev`` (the only I/O on /sys, /proc);
+1. ``sampler.sample()`` reads the cgroup tree, ``/proc/net/dev`` and each pod's ``/proc/<pid>/net/dev``
+   (the only I/O on /sys, /proc; pods the API marks ``hostNetwork`` are not looked up);
 2. :func:`~stowage.node_monitor.summary.summarise` turns two samples into usage rates (pure);
 3. :func:`stowage.policy.contention.step` advances the sustained-threshold detector (pure);
 4. on ``relieve``: :func:`stowage.policy.contention.choose_victims` picks opportunistic pods
@@ -82,6 +83,7 @@ class NodeMonitor:
         self._prev: RawSample | None = None
         self._pending: dict[str, float] = {}  # uid → monotonic time until which it counts as leaving
         self._layout_logged = ""
+        self._blind = False
         metrics.declare_evictions(RESOURCES, str(settings.policy))
 
     # --- inputs from the API server ----------------------------------------------------------
@@ -96,13 +98,14 @@ class NodeMonitor:
     # --- one iteration -----------------------------------------------------------------------
 
     def tick(self) -> TickReport:
-        raw = self.sampler.sample()
+        pods = self.pods.snapshot() if self.pods is not None else {}
+        raw = self.sampler.sample({uid for uid, p in pods.items() if p.host_network})
         usage = summarise(self._prev, raw)
         self._prev = raw
         if usage.layout != self._layout_logged:
             log.info("cgroups: %s", usage.layout)
             self._layout_logged = usage.layout
-        pods = self.pods.snapshot() if self.pods is not None else {}
+        self._log_pod_processes(raw)
         now = raw.taken_at_s
         # Kept until the deadline even once the API object is gone: the cgroup (and its usage) can outlive it.
         self._pending = {uid: until for uid, until in self._pending.items() if until > now}
@@ -117,6 +120,20 @@ class NodeMonitor:
             outcomes = self._relieve(usage, cap, decision, pods, now)
         self.metrics.publish(self._snapshot(usage, cap, decision, pods, raw.taken_at_s), raw.duration_s)
         return TickReport(usage, cap, decision, outcomes, raw.duration_s)
+
+    def _log_pod_processes(self, raw: RawSample) -> None:
+        """Say once when pods run but none of their processes is visible (no per-pod network then)."""
+        own_netns = sum(not p.host_network for p in raw.pods.values())
+        if own_netns == 0:
+            return
+        blind = raw.pod_pids == 0
+        if blind and not self._blind:
+            log.warning("no process of the %d pod(s) on %s is visible in their cgroup.procs: per-pod network is "
+                        "not measured (the DaemonSet needs hostPID: true; pods starting up have none yet)",
+                        own_netns, self.node)
+        elif self._blind and not blind:
+            log.info("pod processes visible: per-pod network measured")
+        self._blind = blind
 
     def _relieve(
         self,
@@ -136,9 +153,10 @@ class NodeMonitor:
         # Pods already on their way out will free their usage: project it away before choosing more.
         projected = np.nan_to_num(usage.node, nan=0.0) - pod_usage[pending].sum(axis=0)
         threshold = self.settings.t_preempt.array(RESOURCES) * cap
+        counts = contention.sustained_counts(self.settings, RESOURCES)
         pressure = [
             Pressure(r, float(usage.node[k]), float(threshold[k]), float(cap[k]),
-                     int(self.settings.sustained_count), str(self.settings.policy))
+                     int(counts[k]), str(self.settings.policy))
             for k, r in enumerate(RESOURCES) if decision.relieve[k]
         ]
         ratio = np.where(threshold > 0, projected / np.where(threshold > 0, threshold, 1.0), 0.0)

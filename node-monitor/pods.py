@@ -45,6 +45,8 @@ class PodInfo:
     grace_s: float = DEFAULT_GRACE_S
     resource_version: str = ""
     """The version seen: an eviction names it (a pod changed since, e.g. promoted to regular, is not evicted)."""
+    host_network: bool = False
+    """``spec.hostNetwork``: the pod shares the node's network namespace, so it has no network usage of its own."""
 
     @property
     def opportunistic(self) -> bool:
@@ -92,6 +94,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
         terminating=terminating,
         grace_s=float(grace) if isinstance(grace, int | float) and grace >= 0 else DEFAULT_GRACE_S,
         resource_version=str(meta.get("resourceVersion") or ""),
+        host_network=spec.get("hostNetwork") is True,
     )
 
 

@@ -6,13 +6,17 @@ For a cumulative counter ``x`` read at ``t₀`` and ``t₁`` the rate is::
 
     cpu      cores     = Δ usage_usec / 10⁶ / Δt
     disk     bytes/s   = Δ (rbytes + wbytes) / Δt
-    network  bytes/s   = Δ (rx + tx bytes, node only) / Δt
+    network  bytes/s   = Δ (rx + tx bytes of the network namespace: the node's, or the pod's) / Δt
     memory   bytes     = working set of the newer sample (a gauge, no rate needed)
 
 A rate is *unknown* (NaN) rather than invented when there is no previous
 sample, the counter is missing in either sample, the counter went backwards
 (the cgroup was recreated or the counter reset) or ``Δt ≤ 0``. A first sample
-or a reset therefore produces no value, never a spike.
+or a reset therefore produces no value, never a spike. A pod's network rate is
+also unknown when its namespace changed between the samples (a recreated
+sandbox: new counters, even if already above the old ones) and always for a
+host-network pod (its namespace is the node's: every such pod would show the
+whole node's traffic).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from stowage.node_monitor.cgroups import Counters
-from stowage.node_monitor.sampling import RawSample
+from stowage.node_monitor.sampling import PodSample, RawSample
 
 from stowage.resources import CORE_RESOURCES, CPU, DISK, MEMORY, NETWORK
 
@@ -38,8 +42,8 @@ class Usage:
     """Measured usage at ``at_s``; NaN marks a value that is not known yet.
 
     ``node``: (R,) over :data:`RESOURCES` (the kubepods cgroup, plus node network).
-    ``pods``: (P,R), row ``i`` for ``pod_uids[i]``; the network column is always NaN
-    (per-pod network is not measured).
+    ``pods``: (P,R), row ``i`` for ``pod_uids[i]``; the network column is the pod's
+    own namespace (NaN for host-network pods, see the module docstring).
     """
 
     at_s: float
@@ -71,11 +75,18 @@ def _row(prev: Counters | None, cur: Counters | None, dt: float) -> list[float]:
     return row
 
 
+def _pod_row(prev: PodSample | None, cur: PodSample, dt: float) -> list[float]:
+    row = _row(prev.counters if prev is not None else None, cur.counters, dt)
+    if prev is not None and not cur.host_network and cur.netns is not None and cur.netns == prev.netns:
+        row[_NET] = rate(prev.net_bytes, cur.net_bytes, dt)
+    return row
+
+
 def summarise(prev: RawSample | None, cur: RawSample) -> Usage:
     """Usage rates between ``prev`` and ``cur`` (see the module docstring for units and edge cases).
 
     A pod present in ``cur`` but not in ``prev`` (new, or seen for the first
-    time) gets its memory but no cpu/disk rate yet; a pod present only in
+    time) gets its memory but no cpu/disk/network rate yet; a pod present only in
     ``prev`` (gone) is not reported.
     """
     dt = cur.taken_at_s - prev.taken_at_s if prev is not None else math.nan
@@ -83,10 +94,7 @@ def summarise(prev: RawSample | None, cur: RawSample) -> Usage:
     if prev is not None:
         node[_NET] = rate(prev.net_bytes, cur.net_bytes, dt)
     uids = tuple(sorted(cur.pods))
-    rows = [
-        _row(prev.pods[u].counters if prev is not None and u in prev.pods else None, cur.pods[u].counters, dt)
-        for u in uids
-    ]
+    rows = [_pod_row(prev.pods.get(u) if prev is not None else None, cur.pods[u], dt) for u in uids]
     pods = np.array(rows, dtype=np.float64).reshape(len(uids), len(RESOURCES))
     return Usage(
         at_s=cur.taken_at_s,

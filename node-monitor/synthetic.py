@@ -7,21 +7,35 @@ here is used by a real node monitor.
 Each pod's counters are set explicitly; the ``kubepods`` parent (and the QoS
 parent) is kept consistent the way the kernel keeps it: cumulative counters of
 a removed pod stay in its parents, memory leaves with the pod.
+
+Each pod also gets a process, as a running pod has: a container cgroup
+(``cri-containerd-<id>.scope`` with the systemd driver, ``<id>`` with cgroupfs)
+whose ``cgroup.procs`` lists a pid, and under the proc root ``<pid>/net/dev``
+(the pod's interfaces) and ``<pid>/ns/net`` (a link ``net:[N]``, as the kernel's
+reads). ``self/ns/net`` is the node's namespace, the one a ``hostNetwork``
+monitor runs in. A host-network pod's ``<pid>/net`` is the node's ``net`` and its
+``ns/net`` the node's namespace.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from stowage.node_monitor.cgroups import Driver, QoS
 
-__all__ = ["PodState", "SyntheticNode"]
+__all__ = ["NODE_NETNS", "PodNet", "PodState", "SyntheticNode"]
 
 _V2_CONTROLLERS = "cpuset cpu io memory hugetlb pids rdma misc\n"
 _DEVICES = ("8:0", "259:0")
+NODE_NETNS = 4026531840
+"""The node's (initial) network namespace inode, as ``readlink /proc/1/ns/net`` shows it on most hosts."""
+Network = Literal["pod", "host", "none"]
 
 
 @dataclass(slots=True)
@@ -33,6 +47,37 @@ class PodState:
     inactive_file: int = 0
     rbytes: int = 0
     wbytes: int = 0
+
+
+@dataclass(slots=True)
+class PodNet:
+    """A pod's process and network namespace: ``pid`` (``None``: no process), ``netns`` inode, interfaces' counters."""
+
+    pid: int | None
+    netns: int
+    host: bool = False
+    container: str = ""
+    interfaces: dict[str, tuple[int, int]] = field(default_factory=lambda: {"lo": (0, 0), "eth0": (0, 0)})
+
+
+def _netdev_text(interfaces: dict[str, tuple[int, int]]) -> str:
+    lines = [
+        "Inter-|   Receive                                                |  Transmit",
+        " face |bytes    packets errs drop fifo frame compressed multicast"
+        "|bytes    packets errs drop fifo colls carrier compressed",
+    ]
+    zeros_rx = "    0    0    0     0          0         0"
+    zeros_tx = "    0    0    0     0       0          0"
+    for name, (rx, tx) in interfaces.items():
+        lines.append(f"{name:>6}: {rx:>9} {rx // 1500:>7}{zeros_rx} {tx:>9} {tx // 1500:>7}{zeros_tx}")
+    return "\n".join(lines) + "\n"
+
+
+def _link(path: Path, target: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(target)
 
 
 def _put(path: Path, text: str) -> None:
@@ -52,7 +97,7 @@ def _add(a: PodState, b: PodState, sign: int = 1, gauges: bool = True) -> None:
 
 
 class SyntheticNode:
-    """A kubelet-shaped cgroup tree under ``root`` and a ``net/dev`` file under ``proc_root``.
+    """A kubelet-shaped cgroup tree under ``root``; ``net/dev`` and the pods' processes under ``proc_root``.
 
     ``version`` 1 or 2; ``driver`` systemd or cgroupfs; ``nested`` puts the tree
     under the kubelet's ``--cgroup-root=/kubelet`` as kind does.
@@ -77,6 +122,9 @@ class SyntheticNode:
         self.kubepods = PodState()
         self.qos_totals = {q: PodState() for q in (QoS.BURSTABLE, QoS.BESTEFFORT)}
         self.net: dict[str, tuple[int, int]] = {"lo": (0, 0), "eth0": (0, 0)}
+        self.pod_net: dict[str, PodNet] = {}
+        self._pids = itertools.count(1000)
+        self._netns = itertools.count(NODE_NETNS + 400)
         self._setup()
 
     # --- paths --------------------------------------------------------------------------------
@@ -133,6 +181,7 @@ class SyntheticNode:
             self._write(self.qos_rel(qos), self.qos_totals.get(qos, self.kubepods))
         self._write(self.kubepods_rel, self.kubepods)
         self.write_net()
+        _link(self.proc_root / "self" / "ns" / "net", f"net:[{NODE_NETNS}]")
 
     def _write(self, rel: str, s: PodState) -> None:
         if self.version == 2:
@@ -189,28 +238,81 @@ class SyntheticNode:
         _put(blk / "blkio.throttle.io_service_bytes_recursive", "\n".join(lines) + "\n")
 
     def write_net(self) -> None:
-        lines = [
-            "Inter-|   Receive                                                |  Transmit",
-            " face |bytes    packets errs drop fifo frame compressed multicast"
-            "|bytes    packets errs drop fifo colls carrier compressed",
-        ]
-        zeros_rx = "    0    0    0     0          0         0"
-        zeros_tx = "    0    0    0     0       0          0"
-        for name, (rx, tx) in self.net.items():
-            lines.append(f"{name:>6}: {rx:>9} {rx // 1500:>7}{zeros_rx} {tx:>9} {tx // 1500:>7}{zeros_tx}")
         (self.proc_root / "net").mkdir(parents=True, exist_ok=True)
-        _put(self.proc_root / "net" / "dev", "\n".join(lines) + "\n")
+        _put(self.proc_root / "net" / "dev", _netdev_text(self.net))
+
+    # --- pod processes and network namespaces -------------------------------------------------
+
+    def container_rel(self, uid: str) -> str:
+        """The pod's container cgroup, relative to the pod cgroup (the kubelet's naming for this driver)."""
+        cid = hashlib.sha256(uid.encode()).hexdigest()
+        return f"cri-containerd-{cid}.scope" if self.driver is Driver.SYSTEMD else cid
+
+    def _start_process(self, uid: str, net: PodNet) -> None:
+        """Give the pod a new process (and, unless host-network, the namespace ``net.netns``) under the proc root."""
+        net.pid = next(self._pids)
+        net.container = self.container_rel(uid)
+        for d in self.pod_dirs(uid):
+            (d / net.container).mkdir(parents=True, exist_ok=True)
+            # The pause process first, then the app's: the monitor reads the first.
+            _put(d / net.container / "cgroup.procs", f"{net.pid}\n{net.pid + 100000}\n")
+        proc = self.proc_root / str(net.pid)
+        if net.host:
+            _link(proc / "ns" / "net", f"net:[{NODE_NETNS}]")
+            _link(proc / "net", "../net")  # /proc/<pid>/net of a host-network process is the node's
+        else:
+            _link(proc / "ns" / "net", f"net:[{net.netns}]")
+            self.write_pod_net(uid)
+
+    def write_pod_net(self, uid: str) -> None:
+        net = self.pod_net[uid]
+        if net.pid is not None and not net.host:
+            (self.proc_root / str(net.pid) / "net").mkdir(parents=True, exist_ok=True)
+            _put(self.proc_root / str(net.pid) / "net" / "dev", _netdev_text(net.interfaces))
+
+    def _stop_process(self, net: PodNet) -> None:
+        if net.pid is not None:
+            shutil.rmtree(self.proc_root / str(net.pid), ignore_errors=True)
+
+    def advance_pod_net(self, uid: str, iface: str = "eth0", rx: int = 0, tx: int = 0) -> None:
+        """Add to the counters of one interface of the pod's network namespace."""
+        net = self.pod_net[uid]
+        r, t = net.interfaces.get(iface, (0, 0))
+        net.interfaces[iface] = (r + rx, t + tx)
+        self.write_pod_net(uid)
+
+    def recreate_pod_sandbox(self, uid: str, **interfaces: tuple[int, int]) -> None:
+        """The pod's sandbox is recreated: a new process in a new namespace whose counters start over
+        (``interfaces``: their values there, e.g. ``eth0=(5, 5)``; default zeros)."""
+        old = self.pod_net[uid]
+        self._stop_process(old)
+        for d in self.pod_dirs(uid):
+            shutil.rmtree(d / old.container, ignore_errors=True)
+        new = PodNet(None, next(self._netns), old.host)
+        new.interfaces.update(interfaces)
+        self.pod_net[uid] = new
+        self._start_process(uid, new)
 
     # --- pods ---------------------------------------------------------------------------------
 
-    def add_pod(self, uid: str, qos: QoS = QoS.BURSTABLE, **counters: int) -> None:
-        """Create a pod cgroup with the given counters (``cpu_usec``, ``memory_current``, ...)."""
+    def add_pod(self, uid: str, qos: QoS = QoS.BURSTABLE, network: Network = "pod", **counters: int) -> None:
+        """Create a pod cgroup with the given counters (``cpu_usec``, ``memory_current``, ...).
+
+        ``network``: ``pod`` (a process in the pod's own namespace), ``host`` (a process in the node's
+        namespace, as with ``hostNetwork: true``) or ``none`` (no process yet: containers not started).
+        """
         if uid in self.pods:
             raise ValueError(f"pod {uid} already exists")
+        if network not in ("pod", "host", "none"):
+            raise ValueError(f"network: must be pod, host or none, got {network!r}")
         state = PodState(**counters)
         self.pods[uid] = (QoS(qos), state)
         self._propagate(QoS(qos), state, +1)
         self._write(self.pod_rel(uid, QoS(qos)), state)
+        net = PodNet(None, next(self._netns), host=network == "host")
+        self.pod_net[uid] = net
+        if network != "none":
+            self._start_process(uid, net)
 
     def set_pod(self, uid: str, **counters: int) -> None:
         """Set a pod's counters (absolute values); parents follow."""
@@ -229,6 +331,9 @@ class SyntheticNode:
     def remove_pod(self, uid: str) -> None:
         """Delete a pod's cgroup; its cumulative counters stay in the parents, its memory leaves."""
         qos, state = self.pods.pop(uid)
+        net = self.pod_net.pop(uid, None)
+        if net is not None:
+            self._stop_process(net)
         gone = PodState(memory_current=state.memory_current, inactive_file=state.inactive_file)
         self._propagate(qos, gone, -1)
         for d in self.pod_dirs_for(uid, qos):

@@ -29,6 +29,7 @@ def test_bench_one_sample_of_110_pods(benchmark, tmp_path: Path, version: int, d
     sampler = Sampler(tree.root, tree.proc_root)
     sample = benchmark(sampler.sample)
     assert sorted(sample.pods) == sorted(uids)
+    assert sample.pod_pids == PODS and all(p.net_bytes is not None for p in sample.pods.values())  # network read
 
 
 def test_bench_summarise_110_pods(benchmark, tmp_path: Path) -> None:
@@ -57,7 +58,7 @@ def test_bench_metrics_render_110_pods(benchmark, tmp_path: Path) -> None:
     monitor.tick()
     monitor.tick()
     text = benchmark(metrics.render)
-    assert text.count(b"stowage_pod_usage{") == PODS * 3  # cpu, memory, disk per pod
+    assert text.count(b"stowage_pod_usage{") == PODS * 4  # cpu, memory, disk, network per pod
 
 
 def test_the_bench_command_reports_every_measurement_it_was_asked_for(tmp_path: Path) -> None:

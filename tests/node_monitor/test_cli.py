@@ -86,6 +86,7 @@ def test_a_bad_config_file_names_the_key(tmp_path: Path) -> None:
 def test_once_prints_the_usage_of_a_kubelet_shaped_tree(tmp_path: Path) -> None:
     tree = SyntheticNode(tmp_path / "cg", 2, Driver.SYSTEMD, tmp_path / "proc")
     tree.add_pod("aaaaaaaa-0000-0000-0000-000000000001", QoS.GUARANTEED, memory_current=1 << 30)
+    tree.add_pod("aaaaaaaa-0000-0000-0000-000000000002", QoS.BESTEFFORT, network="host")
     result = run("--no-kubernetes", "--once", "--interval", "50ms", "--cgroup-root", str(tree.root),
                  "--proc-root", str(tree.proc_root))
     assert result.exit_code == 0, result.output
@@ -93,6 +94,9 @@ def test_once_prints_the_usage_of_a_kubelet_shaped_tree(tmp_path: Path) -> None:
     assert data["layout"].startswith("cgroup v2, systemd driver")
     assert data["node"]["memory"] == 1 << 30 and data["node"]["cpu"] == 0.0
     assert data["pods"]["aaaaaaaa-0000-0000-0000-000000000001"]["memory"] == 1 << 30
+    assert data["pods"]["aaaaaaaa-0000-0000-0000-000000000001"]["network"] == 0.0  # its own namespace, idle
+    host = data["pods"]["aaaaaaaa-0000-0000-0000-000000000002"]
+    assert host["network"] is None and host["cpu"] == 0.0  # host network: no value of its own
 
 
 @pytest.mark.parametrize(

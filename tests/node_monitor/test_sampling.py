@@ -78,6 +78,8 @@ def test_advancing_counters_give_cores_bytes_and_bandwidth(make_node, version, d
     node.advance_pod(UID_B, cpu_usec=500_000)
     node.advance_net("eth0", rx=10 << 20, tx=2 << 20)
     node.advance_net("lo", rx=99 << 20, tx=99 << 20)  # loopback never counts
+    node.advance_pod_net(UID_B, "eth0", rx=3 << 20, tx=1 << 20)  # the pod's own namespace: 2 MiB/s
+    node.advance_pod_net(UID_B, "lo", rx=50 << 20, tx=50 << 20)
     clock.now += 2.0
     usage = summarise(first, sampler.sample())
 
@@ -89,7 +91,8 @@ def test_advancing_counters_give_cores_bytes_and_bandwidth(make_node, version, d
     assert usage.node[CPU] == pytest.approx(1.75)
     assert usage.node[DISK] == pytest.approx(3 << 20)
     assert usage.node[NET] == pytest.approx(6 << 20)
-    assert all(math.isnan(row[NET]) for row in usage.pods)  # per-pod network is not measured
+    assert pods[UID_B][NET] == pytest.approx(2 << 20)
+    assert pods[UID_G][NET] == 0.0 and pods[UID_BE][NET] == 0.0  # measured: no traffic, not unknown
 
 
 @pytest.mark.parametrize(("version", "driver"), LAYOUTS)
@@ -116,7 +119,7 @@ def test_first_sample_gives_memory_but_no_rates(make_node, version, driver) -> N
     _three_pods(node)
     usage = summarise(None, Sampler(node.root, node.proc_root).sample())
     assert np.isnan(usage.node[[CPU, DISK, NET]]).all()
-    assert np.isnan(usage.pods[:, [CPU, DISK]]).all()
+    assert np.isnan(usage.pods[:, [CPU, DISK, NET]]).all()
     assert not np.isnan(usage.pods[:, MEM]).any()
 
 
