@@ -218,7 +218,10 @@ class PodNudges:
         """
         snapshot = self._current()
         if snapshot is not last:
-            for pod in self.due(snapshot):
+            due = self.due(snapshot)
+            if due:
+                log.info("utilization samples fresh again: nudging %d held pod(s) for a retry", len(due))
+            for pod in due:
                 self._pending[pod.key] = pod
         if not self._pending:
             return snapshot, False

@@ -253,6 +253,10 @@ class Stack(StartStop):
     def extender_metrics(self) -> str:
         return httpx.get(f"{self.extender_url}/metrics", timeout=10.0).text
 
+    def nudges_total(self, outcome: str) -> float:
+        """``stowage_extender_nudges_total{outcome}``: held pods the extender patched for a retry."""
+        return extender_metric(self.extender_metrics(), "stowage_extender_nudges_total", {"outcome": outcome})
+
     def filter_count(self) -> float:
         return extender_metric(self.extender_metrics(), "stowage_extender_request_seconds_count", {"verb": "filter"})
 
@@ -345,7 +349,8 @@ class Stack(StartStop):
         """Bind a tiny regular pod and delete it: the cluster event that makes kube-scheduler retry pods.
 
         Seen with kube-scheduler v1.30 (SchedulerQueueingHints off, its default): a pod the extender
-        rejected (FailedNodes) waits in the unschedulable pool until an *assigned pod is deleted*, or for
+        rejected (FailedNodes) waits in the unschedulable pool until an *assigned pod is deleted*, the pod
+        itself is updated (the extender does that for pods held for samples: extender/nudge.py), or for
         5 minutes (podMaxInUnschedulablePodsDuration). A node label change or a newly bound pod does not
         move it. In a busy cluster pods finish all the time; these fake nodes are quiet.
         """
@@ -354,6 +359,9 @@ class Stack(StartStop):
         self.create(self.nudge_namespace, regular_pod(name, cpu="1m", memory="1Mi", stack_id=self.id))
         self.wait_bound(self.nudge_namespace, name, timeout_s=60.0)
         self.core.delete_namespaced_pod(name, self.nudge_namespace, grace_period_seconds=0)
+
+    def annotations(self, namespace: str, name: str) -> dict[str, str]:
+        return self.core.read_namespaced_pod(name, namespace).metadata.annotations or {}
 
     def assert_stays_unbound(self, namespace: str, names: list[str], seconds: float) -> None:
         """For ``seconds``, none of ``names`` gets a node (checked every 0.5 s)."""
