@@ -284,3 +284,36 @@ def test_this_process_net_dev_is_read_and_its_namespace_is_the_one_we_run_in() -
     _, node_inode = netdev.read_netdev("/proc/net/dev", exclude)
     assert netns in netdev.node_netns("/proc", node_inode)  # so a pod like us would count as host-network
     assert netdev.read_pid_net("/proc", 2**22 + 1, exclude) == (None, None)  # above pid_max: no such process
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or os.geteuid() != 0, reason="needs root to become another user")
+def test_without_ptrace_rights_the_real_net_dev_inode_still_names_the_namespace() -> None:
+    """As the chart runs the monitor (another uid, no capabilities): another uid's ``ns/net`` is unreadable on
+    the real /proc, its ``net/dev`` is not, and that file's inode is the one of our own namespace's ``net/dev``."""
+    exclude = re.compile(netdev.DEFAULT_EXCLUDE)
+    target = os.getpid()  # root's process: a reader of another uid may not ptrace it
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                os.readlink(f"/proc/{target}/ns/net")
+                link = "readable"
+            except PermissionError:
+                link = "denied"
+            total, netns = netdev.read_pid_net("/proc", target, exclude)
+            _, inode = netdev.read_netdev("/proc/net/dev", exclude)
+            same = netns in netdev.node_netns("/proc", inode)
+            os.write(write_end, f"{link} {total is not None} {netns} {same}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        answer = pipe.read().split()
+    os.waitpid(child, 0)
+    link, readable, netns, same = answer
+    assert link == "denied" and readable == "True"
+    assert netns.startswith("net/dev:") and same == "True"  # the same namespace as the reader's, recognised
