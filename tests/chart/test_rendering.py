@@ -247,6 +247,7 @@ def test_node_monitor_daemonset_reads_the_host_read_only_on_every_node() -> None
     (ds,) = docs_of_kind(render_documents(), "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["hostPID"] is True  # pods' pids in cgroup.procs, for their own network counters
     assert pod["tolerations"] == [{"operator": "Exists"}]
     (c,) = pod["containers"]
     assert c["args"][:3] == ["node-monitor", "--cgroup-root=/host/sys/fs/cgroup", "--proc-root=/host/proc"]
