@@ -203,7 +203,11 @@ class Dispatcher:
     def decide_input(self, view: DispatchView, a: ViewArrays, now: float,
                      promotable: Sequence[RunningPod] | None = None) -> decide.DecideInput:
         """The view as ``decide.DecideInput`` (the arrays ``_arrays`` built, unbound releases reserved);
-        ``promotable``: the running opportunistic pods promotion may walk, in order (None: promotion is off)."""
+        ``promotable``: the running opportunistic pods promotion may walk, in order (None: promotion is off).
+
+        The harvestable room and the classifier's features are built here, before the decision, and only when it
+        may read them (``decide.needs_harvestable``, ``decide.needs_features``): no group that may harvest, no
+        room computed."""
         queues = queue_records(view)
         groups = a.groups
         n = len(groups)
@@ -218,25 +222,30 @@ class Dispatcher:
             history_s=np.array([self.decider.history.get(g.recurring_key, g.group)
                                 if g.recurring_key is not None else np.nan for g in groups], dtype=np.float64),
             prior_s=np.full(n, np.nan))
+        releasable = np.array([max(g.releasable, 0) for g in groups], dtype=np.int64)
+        intent = np.array([decide.INTENT_CONVERTED if g.converted else _INTENT[g.intent] for g in groups],
+                          dtype=np.int64)
+        queue_opportunistic = np.array([q.opportunistic for q in queues], dtype=bool)
+        room = (harvestable(self.settings.harvest, view, a, now, period_s=self.settings.contention.sample_interval_s)
+                if decide.needs_harvestable(intent, releasable, a.queue, queue_opportunistic, explain=self.explain)
+                else None)
+        ask = decide.needs_features(intent, releasable, a.queue, queue_opportunistic)
+        features = tuple(self._features(a, g, mean_cap) if asked else None for g, asked in enumerate(ask.tolist()))
         return decide.DecideInput(
             now=now, capacity=a.alloc, regular_free=harvest.regular_available(a.alloc, a.reg_alloc),
             bandwidth=bandwidth_mask(a), bandwidth_room=bandwidth_room(a), shapes=shapes,
             group_shape=np.asarray(group_shape, dtype=np.int64).reshape(-1), group_key=[g.key for g in groups],
             group_job=a.job, group_queue=a.queue,
-            releasable=np.array([max(g.releasable, 0) for g in groups], dtype=np.int64),
-            remaining=np.array([max(g.remaining_tasks, 0) for g in groups], dtype=np.int64),
-            intent=np.array([decide.INTENT_CONVERTED if g.converted else _INTENT[g.intent] for g in groups],
-                            dtype=np.int64),
+            releasable=releasable, remaining=np.array([max(g.remaining_tasks, 0) for g in groups], dtype=np.int64),
+            intent=intent,
             finished_fraction=np.array([g.finished_fraction for g in groups], dtype=np.float64),
             evidence=evidence, job_key=a.job_keys, job_arrival=job_arrival(a),
             queue_name=[q.name for q in queues], queue_weight=np.array([q.weight for q in queues], dtype=np.float64),
             queue_order=[q.job_order for q in queues],
-            queue_opportunistic=np.array([q.opportunistic for q in queues], dtype=bool),
+            queue_opportunistic=queue_opportunistic,
             queue_alloc=a.queue_alloc, pool_total=a.alloc.sum(axis=0), node_key=a.node_names,
-            harvestable=lambda: harvestable(self.settings.harvest, view, a, now,
-                                            period_s=self.settings.contention.sample_interval_s),
-            queue_quota=self._quota(a, queues),
-            features=lambda g: self._features(a, g, mean_cap), explain=self.explain, resources=a.resources,
+            harvestable=room, queue_quota=self._quota(a, queues), features=features, explain=self.explain,
+            resources=a.resources,
             sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64),
             promotable=self._promotable_arrays(a, queues, promotable))
 

@@ -19,6 +19,12 @@ copy of the orchestration below.
    the short/long classifier calls them short (OPERA §III-B), in queues that allow it, on
    ``DecideInput.harvestable``; only groups that fit some node's harvestable room are asked about.
 
+The decision works from the snapshot it is given: ``DecideInput`` holds data only, no callbacks into the adapter.
+The two inputs that cost the adapter something to build, the harvestable room and the classifier's features, are
+needed only when some group may harvest; ``harvest_candidates`` is that rule (the decision's own, asked again after
+its regular pass), and ``needs_harvestable`` / ``needs_features`` tell the adapters, from the same arrays, whether
+to build them at all (``Decision.read_harvestable`` says whether the room was read).
+
 The regular pass caps disk and network at what the regular pods' declared bandwidth leaves (the extender's
 filter; the opportunistic pass has measured room on them). Both passes share queues per pool by weighted DRF
 over time (decayed usage, a floor) with the fairness knob, order jobs per queue (FIFO, SRTF, FSP), boost groups
@@ -66,6 +72,9 @@ __all__ = [
     "Decision",
     "Promotable",
     "chains",
+    "harvest_candidates",
+    "needs_features",
+    "needs_harvestable",
 ]
 
 INTENT_FALSE: Final = 0
@@ -134,14 +143,16 @@ class DecideInput:
     """(R,) the denominator of dominant shares."""
     node_key: Sequence[Hashable]
     """(N,) stable node identities (held nodes survive by them)."""
-    harvestable: Callable[[], NDArray[np.float64]] | None = None
-    """(N, R) ``A_opp`` (``harvest.harvestable``), asked only when some group may harvest; None: no
-    opportunistic pass, every group is regular."""
+    harvestable: NDArray[np.float64] | None = None
+    """(N, R) ``A_opp`` (``harvest.harvestable``); None: harvesting is off for this decision (no opportunistic
+    pass; holds are told in the regular pool). Read only when some group may harvest: an adapter that harvests
+    builds it when ``needs_harvestable`` says so and passes None otherwise, for the same decision. Not changed."""
     queue_quota: NDArray[np.float64] | None = None
     """(Q, R) ``spec.quota`` per pool (``+inf`` where none); None: no queue has one."""
-    features: Callable[[int], Mapping[str, str]] | None = None
-    """Classifier features of group ``g`` (``dispatch.task_features``); asked only for ``auto`` groups that could
-    harvest."""
+    features: Sequence[Mapping[str, str] | None] | None = None
+    """(G,) each group's classifier features (``dispatch.task_features``), read only for the groups
+    ``needs_features`` marks (``auto`` groups that may harvest; None elsewhere will do); None: no classifier for
+    this decision (every ``auto`` group that fits may harvest)."""
     duration_s: NDArray[np.float64] | None = None
     """(G,) true task durations: the oracle (an upper bound, never what a cluster has); None: estimates."""
     group_children: Sequence[Sequence[int]] | None = None
@@ -189,6 +200,37 @@ class Decision:
     promoted: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     """Rows of ``DecideInput.promotable`` promoted to regular, in order (their demand is in the regular pool of
     the placements that follow)."""
+    read_harvestable: bool = False
+    """Whether the decision read ``DecideInput.harvestable``: some group was still a harvest candidate after the
+    regular pass, or the holds were told on it (the simulator keeps its monitor sample only then)."""
+
+
+def harvest_candidates(intent: NDArray[np.int64], releasable: NDArray[np.int64], group_queue: NDArray[np.int64],
+                       queue_opportunistic: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """(G,) the groups that may take harvested room: tasks releasable, intent not ``"false"``, in a queue that
+    allows opportunistic pods (``spec.opportunistic: Allow``). ``decide``'s opportunistic pass considers exactly
+    these (with what its regular pass left releasable), so an adapter asks the same before building its inputs."""
+    intent = np.asarray(intent, dtype=np.int64)
+    allowed = np.asarray(queue_opportunistic, dtype=bool)[np.asarray(group_queue, dtype=np.int64)]
+    return allowed & (intent != INTENT_FALSE) & (np.asarray(releasable) > 0)
+
+
+def needs_harvestable(intent: NDArray[np.int64], releasable: NDArray[np.int64], group_queue: NDArray[np.int64],
+                      queue_opportunistic: NDArray[np.bool_], *, explain: bool = False) -> bool:
+    """Whether ``decide`` may read ``DecideInput.harvestable``: some ``harvest_candidates``, or, with ``explain``,
+    a group with tasks releasable whose holds are told in the harvested pool (intent ``"true"`` or converted,
+    whatever its queue allows). False: passing None decides the same (placements, promotions and holds)."""
+    if harvest_candidates(intent, releasable, group_queue, queue_opportunistic).any():
+        return True
+    return explain and bool(((np.asarray(intent) >= INTENT_TRUE) & (np.asarray(releasable) > 0)).any())
+
+
+def needs_features(intent: NDArray[np.int64], releasable: NDArray[np.int64], group_queue: NDArray[np.int64],
+                   queue_opportunistic: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """(G,) the groups whose ``DecideInput.features`` ``decide`` may read: the ``auto`` ``harvest_candidates``
+    (the classifier is asked only about those that fit some node's harvested room)."""
+    return (harvest_candidates(intent, releasable, group_queue, queue_opportunistic)
+            & (np.asarray(intent, dtype=np.int64) == INTENT_AUTO))
 
 
 class Decider:
@@ -349,18 +391,17 @@ class Decider:
         harvesting = inp.harvestable is not None
         intent = np.asarray(inp.intent, dtype=np.int64)
         left: dict[int, holding.PoolLeft] = {}  # pool → what the decision left (explain)
-        harvested: list[NDArray[np.float64]] = []  # the harvestable room, once asked
+        harvested: list[NDArray[np.float64]] = []  # the harvestable room, once read
         regular = np.where(intent != INTENT_CONVERTED, releasable, 0)
         if inp.regular_changed and (regular > 0).any():
             run(Pool.REGULAR, regular, capped(inp.regular_free))
         if harvesting:
             assert inp.harvestable is not None
-            eligible = (np.asarray(inp.queue_opportunistic, dtype=bool)[inp.group_queue] & (intent != INTENT_FALSE)
-                        & (releasable > 0))
+            eligible = harvest_candidates(intent, releasable, inp.group_queue, inp.queue_opportunistic)
             if eligible.any():
                 # Harvested room is measured on every resource (T_alloc·C − U − B − S, bandwidth included): the
                 # declared bandwidth caps the regular pool only, as requests do (opportunistic pods reserve nothing).
-                avail = np.array(inp.harvestable(), dtype=np.float64)
+                avail = np.array(inp.harvestable, dtype=np.float64)  # a copy: the caller's array is not changed
                 # This pass's regular placements bind before the opportunistic ones: each is then a pod just
                 # bound, in the ramp-up allowance S at its full demand (harvest.assumed), where the extender sees it.
                 just = [(n, g) for g, n, pool in placements if pool is Pool.REGULAR]
@@ -380,12 +421,14 @@ class Decider:
         if inp.explain:
             if 0 not in left:
                 left[0] = holding.PoolLeft(capped(inp.regular_free), queue_alloc[0].copy())
-            if 1 not in left and harvesting:
+            if 1 not in left and harvesting and ((releasable > 0) & (intent >= INTENT_TRUE)).any():
+                # Only groups waiting in the harvested pool (``_explain``) are told on it.
                 assert inp.harvestable is not None
-                left[1] = holding.PoolLeft(harvested[0] if harvested else np.array(inp.harvestable()),
-                                           queue_alloc[1].copy())
+                if not harvested:
+                    harvested.append(np.array(inp.harvestable, dtype=np.float64))
+                left[1] = holding.PoolLeft(harvested[0], queue_alloc[1].copy())
             holds = self._explain(inp, releasable, left)
-        return Decision(placements, skipped, dur, source, holds, promoted)
+        return Decision(placements, skipped, dur, source, holds, promoted, read_harvestable=bool(harvested))
 
     @staticmethod
     def _promote(inp: DecideInput) -> tuple[NDArray[np.int64], DecideInput]:
@@ -445,7 +488,10 @@ class Decider:
         assert self.classifier is not None and inp.features is not None
         answers: dict[tuple[tuple[str, str], ...], bool] = {}
         for g in np.flatnonzero(auto).tolist():
-            features = inp.features(g)
+            features = inp.features[g]
+            if features is None:
+                raise ValueError(f"DecideInput.features[{g}] is None: an auto group that may harvest "
+                                 "(needs_features) needs its features")
             key = tuple(sorted(features.items()))
             if key not in answers:
                 answers[key] = self.classifier.is_short(features)

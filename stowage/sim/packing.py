@@ -99,7 +99,13 @@ class PackingPreset(Preset):
     # --- the decision ---------------------------------------------------------------------------
 
     def schedule(self) -> None:
-        """One ``decide.Decider.decide`` over the arrived, unfinished jobs; its placements become ``View.place``."""
+        """One ``decide.Decider.decide`` over the arrived, unfinished jobs; its placements become ``View.place``.
+
+        The harvestable room and the classifier's features are built before the decision, only when some group
+        may harvest (``decide.needs_harvestable``, ``decide.needs_features``). The room reads the monitor's sample
+        (taken again when a period old, ``View.usage``); a decision that did not read it (its regular pass left
+        no group that may harvest) leaves the monitor as it was (``View.unsample``), as when the decision asked
+        for the room itself."""
         v = self.view
         spec, st = v.spec, v.status
         c = v.cluster
@@ -118,12 +124,21 @@ class PackingPreset(Preset):
         elapsed = np.zeros(spec.n_groups)
         if len(run):
             np.maximum.at(elapsed, run.group, v.now - run.start)
+        releasable = np.where(ready, st.g_pending[groups], 0)
+        intent, queue = spec.j_opp[spec.g_job[groups]], spec.g_queue[groups]
+        room = features = mark = None
+        if self.harvesting and decide.needs_harvestable(intent, releasable, queue, spec.q_opp):
+            mark = v.sample_mark()
+            room = self._harvestable()
+            if self.use_classifier:
+                features = [None] * groups.size
+                for i in np.flatnonzero(decide.needs_features(intent, releasable, queue, spec.q_opp)).tolist():
+                    features[i] = self._features(int(groups[i]))
         inp = decide.DecideInput(
             now=v.now, capacity=c.cap, regular_free=c.regular_free(), bandwidth=spec.io_resources,
             bandwidth_room=c.cap - c.reg_alloc, shapes=spec.shapes, group_shape=spec.g_shape[groups],
             group_key=groups.tolist(), group_job=np.searchsorted(jobs, spec.g_job[groups]),
-            group_queue=spec.g_queue[groups], releasable=np.where(ready, st.g_pending[groups], 0),
-            remaining=spec.g_tasks[groups] - finished, intent=spec.j_opp[spec.g_job[groups]],
+            group_queue=queue, releasable=releasable, remaining=spec.g_tasks[groups] - finished, intent=intent,
             finished_fraction=finished / np.maximum(spec.g_tasks[groups], 1),
             evidence=estimates.Evidence(
                 hint_s=self._hint[groups], finished=finished,
@@ -132,12 +147,13 @@ class PackingPreset(Preset):
             job_key=jobs.tolist(), job_arrival=spec.j_arrival[jobs], queue_name=spec.queue_names,
             queue_weight=spec.q_weight, queue_order=spec.q_order, queue_opportunistic=spec.q_opp,
             queue_alloc=st.queue_alloc, pool_total=c.total, node_key=range(c.n),
-            harvestable=self._harvestable if self.harvesting else None,
-            features=lambda g: self._features(int(groups[g])),
+            harvestable=room, features=features,
             duration_s=None if v.oracle_durations is None else v.oracle_durations[groups],
             group_children=self._children(groups) if self.knobs.critical_path_fraction > 0 else None,
             regular_changed=v.regular_changed, promotable=self._promotable() if promotable else None)
         decision = self.decider.decide(inp)
+        if mark is not None and not decision.read_harvestable:
+            v.unsample(mark)
         if decision.promoted.size:
             v.promote(self._opp_rows[decision.promoted])
         for g, n, pool in decision.placements:

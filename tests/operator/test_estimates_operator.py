@@ -284,7 +284,7 @@ def test_the_dispatcher_asks_the_classifier_about_the_features_a_finished_task_t
     view = DispatchView(nodes=[NODE], running=[], queues=[QueueRecord("research")],
                         groups=rt.jobs.pending_groups(plans, now))
     a = dispatcher._arrays(view)
-    asked = dispatcher.decide_input(view, a, now).features(0)
+    asked = dispatcher.decide_input(view, a, now).features[0]
     assert asked == lesson.features
 
 

@@ -52,7 +52,7 @@ def decide_input(*, nodes: Sequence[tuple[float, float]], free: Sequence[tuple[f
         queue_order=[JobOrder.FIFO] * len(queues), queue_opportunistic=np.ones(len(queues), dtype=bool),
         queue_alloc=queue_alloc, pool_total=cap.sum(axis=0), node_key=[f"n{i}" for i in range(len(nodes))],
         harvestable=(None if harvestable is None else
-                     (lambda: np.array([(c, m * GI) for c, m in harvestable], dtype=np.float64))),
+                     np.array([(c, m * GI) for c, m in harvestable], dtype=np.float64).reshape(-1, 2)),
         queue_quota=quota_rows, resources=RES,
         sample_age_s=None if sample_age_s is None else np.array(sample_age_s, dtype=np.float64), explain=explain)
 
