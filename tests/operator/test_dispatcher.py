@@ -275,6 +275,25 @@ def test_a_queue_that_denies_harvesting_gets_no_harvested_capacity() -> None:
     assert Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(view) == []
 
 
+def test_the_harvestable_room_and_features_are_built_only_when_some_group_may_harvest(monkeypatch) -> None:
+    """``decide.needs_harvestable`` / ``needs_features`` before the decision: "false" groups (or nothing
+    releasable) need no room and no features; an "auto" one does, and only its own features are built."""
+    import stowage.operator.dispatcher as dispatcher_module
+
+    built: list[str] = []
+    real = dispatcher_module.harvestable
+    monkeypatch.setattr(dispatcher_module, "harvestable", lambda *a, **kw: built.append("room") or real(*a, **kw))
+    d = Dispatcher(StowageSettings(), clock=lambda: 0.0)
+    view = _full_node_view(grp("no", intent=Opportunistic.FALSE), grp("none-left", intent=Opportunistic.TRUE, tasks=0))
+    inp = d.decide_input(view, d._arrays(view), 0.0)
+    assert inp.harvestable is None and inp.features == (None, None) and built == []
+    assert d.decide(view) == [] and built == []
+    view = _full_node_view(grp("no", intent=Opportunistic.FALSE), grp("maybe", intent=Opportunistic.AUTO))
+    inp = d.decide_input(view, d._arrays(view), 0.0)
+    assert inp.harvestable is not None and built == ["room"]
+    assert inp.features is not None and inp.features[0] is None and inp.features[1] is not None
+
+
 @pytest.mark.parametrize("why", ["no-usage-sample", "harvest-label-false"])
 def test_a_node_without_a_fresh_sample_or_opted_out_harvests_nothing(why: str) -> None:
     view = _full_node_view(grp("yes", intent=Opportunistic.TRUE))

@@ -28,3 +28,25 @@ def test_a_due_usage_sample_is_taken_before_an_opportunistic_pass() -> None:
     sim.run()
     starts = {(name, opp): t for t, name, _, _, opp in sim.log}
     assert starts[("opp", True)] == 5.0
+
+
+def test_stowage_builds_the_room_only_when_some_group_may_harvest_and_keeps_no_sample_it_did_not_read(
+        monkeypatch) -> None:
+    """``decide.needs_harvestable`` before each decision: "false" jobs never make the preset compute the room. A
+    "true" task that regular room holds does (it may harvest), but its decision never reads it
+    (``Decision.read_harvestable``), so the monitor's sample the room took is undone, as when the decision asked
+    for the room itself: no sample is ever taken in this run."""
+    from stowage.sim.packing import PackingPreset
+
+    calls = []
+    real = PackingPreset._harvestable
+    monkeypatch.setattr(PackingPreset, "_harvestable", lambda self: calls.append(self.view.now) or real(self))
+    regular = workload(nodes(1), [job("a", 0.0, group("g", 2, 5.0)), job("b", 1.0, group("g", 6, 5.0))])
+    Simulation(regular, make("stowage"), SimConfig(usage=FLAT), 0).run()
+    assert calls == []
+    fits = workload(nodes(1), [job("t", 0.0, group("g", 1, 5.0), opportunistic=Opportunistic.TRUE)])
+    sim = Simulation(fits, make("stowage"), SimConfig(usage=FLAT, trace=True), 0)
+    sim.run()
+    assert calls == [0.0]
+    assert [(name, opp) for _, name, _, _, opp in sim.log] == [("t", False)]
+    assert sim.monitor.last_sample == float("-inf")
