@@ -126,7 +126,9 @@ class PackingPreset(Preset):
             np.maximum.at(elapsed, run.group, v.now - run.start)
         releasable = np.where(ready, st.g_pending[groups], 0)
         intent, queue = spec.j_opp[spec.g_job[groups]], spec.g_queue[groups]
-        room = features = mark = None
+        room: NDArray[np.float64] | None = None
+        features: list[dict[str, str] | None] | None = None
+        mark: tuple[NDArray[np.float64], float] | None = None
         if self.harvesting and decide.needs_harvestable(intent, releasable, queue, spec.q_opp):
             mark = v.sample_mark()
             room = self._harvestable()
