@@ -28,7 +28,6 @@ import numpy as np
 from stowage.errors import InvalidInput, QuantityError
 
 __all__ = [
-    "COMPRESSIBLE",
     "CORE_RESOURCES",
     "CPU",
     "DISK",
@@ -52,9 +51,6 @@ DISK = "disk"
 NETWORK = "network"
 #: The resources every node and pod is described by; extended resources come after these.
 CORE_RESOURCES: tuple[str, ...] = (CPU, MEMORY, DISK, NETWORK)
-COMPRESSIBLE: frozenset[str] = frozenset((CPU, DISK, NETWORK))
-"""Resources whose overuse slows tasks and fails none (the kernel shares them); memory and extended resources are
-not: their overuse fails tasks (the OOM killer, a device in use)."""
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {

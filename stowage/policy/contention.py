@@ -7,10 +7,11 @@ samples every ``sample_interval_s``, UBIS §V-A: 1 s). Per resource ``r``:
     count_r     ← count_r + 1 if over_r else 0
     sustained_r = count_r ≥ K_r                              (UBIS §V-A: 3 consecutive checks)
 
-with ``K_r`` = ``sustained_count`` (3) on memory and extended resources, whose overuse fails tasks, and
-``sustained_count_compressible`` (6) on cpu, disk and network, whose overuse only slows them (UBIS §IV-C: "for
-malleable resources like CPU, we can tolerate 100% utilization for short bursts of time"): a burst or a new task's
-ramp-up passes without an eviction, sustained contention does not (:func:`sustained_counts`).
+with ``K_r`` = ``sustained_count_cpu`` (6) on cpu and ``sustained_count`` (3) elsewhere. While opportunistic pods
+contend for cpu the regular pods keep their share (cpu.weight), so an overshoot slows only the opportunistic pods and
+a burst or a new pod's ramp-up passes without an eviction (UBIS §IV-C: "for malleable resources like CPU, we can
+tolerate 100% utilization for short bursts of time"); memory fails tasks, and disk and network are shared in
+proportion, so an overshoot there slows the regular pods too (:func:`sustained_counts`).
 
 and the policy (OPERA Alg. 1 ``RelieveContention``) picks the resources it acts on:
 
@@ -53,7 +54,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.config import ContentionPolicy, ContentionSettings
 from stowage.errors import InvalidInput
-from stowage.resources import COMPRESSIBLE, MEMORY
+from stowage.resources import CPU, MEMORY
 
 __all__ = ["ContentionDecision", "ContentionState", "choose_victims", "step", "sustained_counts"]
 
@@ -126,10 +127,8 @@ def _clean(values: ArrayLike, name: str, n: int) -> NDArray[np.float64]:
 
 def sustained_counts(settings: ContentionSettings, resources: tuple[str, ...]) -> NDArray[np.int64]:
     """(R,) ``K_r``, the consecutive over-threshold samples before acting on each resource (module docstring):
-    ``sustained_count_compressible`` on :data:`stowage.resources.COMPRESSIBLE`, ``sustained_count`` elsewhere;
-    at least 1."""
-    counts = [settings.sustained_count_compressible if r in COMPRESSIBLE else settings.sustained_count
-              for r in resources]
+    ``sustained_count_cpu`` on cpu, ``sustained_count`` elsewhere; at least 1."""
+    counts = [settings.sustained_count_cpu if r == CPU else settings.sustained_count for r in resources]
     return np.maximum(np.array(counts, dtype=np.int64), 1)
 
 

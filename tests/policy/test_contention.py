@@ -27,7 +27,7 @@ def run(samples, policy=ContentionPolicy.PRESERVE, has_opportunistic=True, **ove
     """Feed (time, usage) samples; return the (state, decision) after each. These tests are about the policies:
     cpu and memory both act after 3 samples unless an override says otherwise (the per-resource counts have their
     own tests below)."""
-    cfg = dataclasses.replace(ContentionSettings(), policy=policy, **{"sustained_count_compressible": 3, **overrides})
+    cfg = dataclasses.replace(ContentionSettings(), policy=policy, **{"sustained_count_cpu": 3, **overrides})
     state = contention.ContentionState.initial(len(RES))
     out = []
     for t, usage in samples:
@@ -97,16 +97,16 @@ def test_sustained_count_is_read_from_settings():
 
 
 @pytest.mark.parametrize(("resources", "expected"), [
-    (("cpu", "memory", "disk", "network", "nvidia.com/gpu"), [6, 3, 6, 6, 3]),
+    (("cpu", "memory", "disk", "network", "nvidia.com/gpu"), [6, 3, 3, 3, 3]),
     (("memory",), [3]),
     ((), []),
 ])
-def test_sustained_counts_by_compressibility(resources, expected):
+def test_sustained_counts_cpu_waits_longer(resources, expected):
     assert contention.sustained_counts(ContentionSettings(), resources).tolist() == expected
 
 
 def test_sustained_counts_are_at_least_one():
-    cfg = dataclasses.replace(ContentionSettings(), sustained_count=0, sustained_count_compressible=-2)
+    cfg = dataclasses.replace(ContentionSettings(), sustained_count=0, sustained_count_cpu=-2)
     assert contention.sustained_counts(cfg, RES).tolist() == [1, 1]
 
 
@@ -120,7 +120,7 @@ def test_defaults_act_on_memory_after_three_samples_and_on_cpu_after_six():
     assert [r[0] for r in relieved] == [False] * 5 + [True, False]
 
 
-def test_a_cpu_burst_shorter_than_the_compressible_count_evicts_nothing():
+def test_a_cpu_burst_shorter_than_the_cpu_count_evicts_nothing():
     cfg = ContentionSettings()  # 6 samples on cpu: a 5-sample burst passes
     state = contention.ContentionState.initial(len(RES))
     for t, usage in enumerate([CPU_HOT] * 5 + [QUIET] + [CPU_HOT] * 5):
