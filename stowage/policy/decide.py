@@ -23,7 +23,7 @@ The decision works from the snapshot it is given: ``DecideInput`` holds data onl
 The two inputs that cost the adapter something to build, the harvestable room and the classifier's features, are
 needed only when some group may harvest; ``harvest_candidates`` is that rule (the decision's own, asked again after
 its regular pass), and ``needs_harvestable`` / ``needs_features`` tell the adapters, from the same arrays, whether
-to build them at all (``Decision.read_harvestable`` says whether the room was read).
+to build them at all.
 
 The regular pass caps disk and network at what the regular pods' declared bandwidth leaves (the extender's
 filter; the opportunistic pass has measured room on them). Both passes share queues per pool by weighted DRF
@@ -200,9 +200,6 @@ class Decision:
     promoted: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     """Rows of ``DecideInput.promotable`` promoted to regular, in order (their demand is in the regular pool of
     the placements that follow)."""
-    read_harvestable: bool = False
-    """Whether the decision read ``DecideInput.harvestable``: some group was still a harvest candidate after the
-    regular pass, or the holds were told on it (the simulator keeps its monitor sample only then)."""
 
 
 def harvest_candidates(intent: NDArray[np.int64], releasable: NDArray[np.int64], group_queue: NDArray[np.int64],
@@ -428,7 +425,7 @@ class Decider:
                     harvested.append(np.array(inp.harvestable, dtype=np.float64))
                 left[1] = holding.PoolLeft(harvested[0], queue_alloc[1].copy())
             holds = self._explain(inp, releasable, left)
-        return Decision(placements, skipped, dur, source, holds, promoted, read_harvestable=bool(harvested))
+        return Decision(placements, skipped, dur, source, holds, promoted)
 
     @staticmethod
     def _promote(inp: DecideInput) -> tuple[NDArray[np.int64], DecideInput]:

@@ -103,9 +103,7 @@ class PackingPreset(Preset):
 
         The harvestable room and the classifier's features are built before the decision, only when some group
         may harvest (``decide.needs_harvestable``, ``decide.needs_features``). The room reads the monitor's sample
-        (taken again when a period old, ``View.usage``); a decision that did not read it (its regular pass left
-        no group that may harvest) leaves the monitor as it was (``View.unsample``), as when the decision asked
-        for the room itself."""
+        (taken again when a period old, ``View.usage``, as the node monitor samples every period anyway)."""
         v = self.view
         spec, st = v.spec, v.status
         c = v.cluster
@@ -128,9 +126,7 @@ class PackingPreset(Preset):
         intent, queue = spec.j_opp[spec.g_job[groups]], spec.g_queue[groups]
         room: NDArray[np.float64] | None = None
         features: list[dict[str, str] | None] | None = None
-        mark: tuple[NDArray[np.float64], float] | None = None
         if self.harvesting and decide.needs_harvestable(intent, releasable, queue, spec.q_opp):
-            mark = v.sample_mark()
             room = self._harvestable()
             if self.use_classifier:
                 features = [None] * groups.size
@@ -154,8 +150,6 @@ class PackingPreset(Preset):
             group_children=self._children(groups) if self.knobs.critical_path_fraction > 0 else None,
             regular_changed=v.regular_changed, promotable=self._promotable() if promotable else None)
         decision = self.decider.decide(inp)
-        if mark is not None and not decision.read_harvestable:
-            v.unsample(mark)
         if decision.promoted.size:
             v.promote(self._opp_rows[decision.promoted])
         for g, n, pool in decision.placements:

@@ -54,15 +54,6 @@ class View:
             monitor.sample()
         return self.cluster.usage
 
-    def sample_mark(self) -> tuple[NDArray[np.float64], float]:
-        """The monitor's last sample (``cluster.usage``) and its time, for ``unsample``."""
-        return self.cluster.usage, self._sim.monitor.last_sample
-
-    def unsample(self, mark: tuple[NDArray[np.float64], float]) -> None:
-        """Back to the sample ``mark`` holds: a sample ``usage`` took since, for a room nobody read, never was.
-        (``Monitor.sample`` replaces ``cluster.usage`` with a new array, so the marked one is as it was.)"""
-        self.cluster.usage, self._sim.monitor.last_sample = mark
-
 
 class Preset:
     """Base: hooks the engine calls, and shared helpers."""

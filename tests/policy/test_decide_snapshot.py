@@ -50,9 +50,9 @@ def test_needs_harvestable(intent: list[int], releasable: list[int], queue: list
         assert not decide.harvest_candidates(*args).any() and not decide.needs_features(*args).any()
 
 
-def _decided(inp: decide.DecideInput, **kw: bool) -> tuple[list[tuple[int, int, Pool]], dict, list[int], bool]:
+def _decided(inp: decide.DecideInput, **kw: bool) -> tuple[list[tuple[int, int, Pool]], dict, list[int]]:
     d = decide.Decider(StowageSettings(), **kw).decide(inp)
-    return d.placements, dict(d.holds), d.promoted.tolist(), d.read_harvestable
+    return d.placements, dict(d.holds), d.promoted.tolist()
 
 
 @pytest.mark.parametrize("explain", [False, True])
@@ -66,23 +66,27 @@ def test_a_decision_with_no_group_that_may_harvest_does_not_need_the_room(explai
                                         explain=explain)
     with_room = _decided(inp)
     assert with_room == _decided(replace(inp, harvestable=None))
-    assert len(with_room[0]) == 1 and with_room[3] is False  # one task placed; the room was never read
+    assert len(with_room[0]) == 1  # one task placed
     assert bool(with_room[1]) is explain  # the group left waiting is told in the regular pool
 
 
-def test_the_room_is_read_only_when_a_group_is_still_a_candidate_after_the_regular_pass() -> None:
-    # A "true" task that regular room holds: a candidate before the decision, none after its regular pass.
+def test_the_room_matters_only_when_a_group_is_still_a_candidate_after_the_regular_pass() -> None:
+    # A "true" task that regular room holds: a candidate before the decision, none after its regular pass, so the
+    # room does not change the decision.
     inp = decide_input(nodes=[(4, 16)], free=[(4, 16)], groups=[("q", 1, 1)], intent=[T], harvestable=[(4, 16)],
                        explain=False)
-    placements, _, _, read = _decided(inp)
-    assert [pool for _, _, pool in placements] == [Pool.REGULAR] and read is False
-    # No regular room: the opportunistic pass reads the room and harvests.
-    placements, _, _, read = _decided(replace(inp, regular_free=np.zeros((1, 2))))
-    assert [pool for _, _, pool in placements] == [Pool.OPPORTUNISTIC] and read is True
-    # Explained, a waiting "true" group's hold is told on the room: read too.
-    held = replace(inp, regular_free=np.zeros((1, 2)), harvestable=np.array([[0.5, 16 * GI]]), explain=True)
-    placements, holds, _, read = _decided(held)
-    assert placements == [] and holds[0].reason == "room" and read is True
+    placements, _, _ = _decided(inp)
+    assert [pool for _, _, pool in placements] == [Pool.REGULAR]
+    assert _decided(replace(inp, harvestable=np.zeros((1, 2)))) == _decided(inp)
+    # No regular room: the opportunistic pass harvests on the room, and none leaves the task waiting.
+    full = replace(inp, regular_free=np.zeros((1, 2)))
+    placements, _, _ = _decided(full)
+    assert [pool for _, _, pool in placements] == [Pool.OPPORTUNISTIC]
+    assert _decided(replace(full, harvestable=np.zeros((1, 2))))[0] == []
+    # Explained, a waiting "true" group's hold is told on the room.
+    held = replace(full, harvestable=np.array([[0.5, 16 * GI]]), explain=True)
+    placements, holds, _ = _decided(held)
+    assert placements == [] and holds[0].reason == "room"
 
 
 def test_the_caller_s_room_is_not_changed() -> None:
@@ -102,10 +106,10 @@ def test_features_are_read_only_for_the_groups_needs_features_marks() -> None:
     ask = decide.needs_features(inp.intent, inp.releasable, inp.group_queue, inp.queue_opportunistic)
     assert ask.tolist() == [True, False, False]
     features = tuple({"framework": "q", "app": "x", "stage": "map"} if a else None for a in ask.tolist())
-    placements, _, _, _ = _decided(replace(inp, features=features))
+    placements, _, _ = _decided(replace(inp, features=features))
     assert [(g, pool) for g, _, pool in placements] == [(1, Pool.OPPORTUNISTIC)]
     # Without features (None) the classifier is not asked: the "auto" group harvests as well.
-    placements, _, _, _ = _decided(replace(inp, features=None))
+    placements, _, _ = _decided(replace(inp, features=None))
     assert sorted(g for g, _, _ in placements) == [0, 1]
     # A missing entry for a group that is asked about is the caller's mistake, said as such.
     with pytest.raises(ValueError, match=r"features\[0\] is None"):
@@ -113,8 +117,7 @@ def test_features_are_read_only_for_the_groups_needs_features_marks() -> None:
 
 
 def test_passing_none_where_the_predicate_says_so_never_changes_a_decision() -> None:
-    """Random small snapshots: wherever ``needs_harvestable`` is False, None decides as the room does, and a
-    decision that read the room had it marked as needed."""
+    """Random small snapshots: wherever ``needs_harvestable`` is False, None decides as the room does."""
     rng = np.random.default_rng(7)
     for _ in range(300):
         g = int(rng.integers(1, 5))
@@ -131,7 +134,4 @@ def test_passing_none_where_the_predicate_says_so_never_changes_a_decision() -> 
                                           explain=explain)
         got = _decided(inp, use_classifier=False)
         if not needed:
-            assert got[3] is False
             assert got == _decided(replace(inp, harvestable=None), use_classifier=False)
-        elif got[3]:
-            assert needed

@@ -30,12 +30,9 @@ def test_a_due_usage_sample_is_taken_before_an_opportunistic_pass() -> None:
     assert starts[("opp", True)] == 5.0
 
 
-def test_stowage_builds_the_room_only_when_some_group_may_harvest_and_keeps_no_sample_it_did_not_read(
-        monkeypatch) -> None:
+def test_stowage_builds_the_room_only_when_some_group_may_harvest(monkeypatch) -> None:
     """``decide.needs_harvestable`` before each decision: "false" jobs never make the preset compute the room. A
-    "true" task that regular room holds does (it may harvest), but its decision never reads it
-    (``Decision.read_harvestable``), so the monitor's sample the room took is undone, as when the decision asked
-    for the room itself: no sample is ever taken in this run."""
+    "true" task that regular room holds does (it may harvest), and it still runs regular (regular room first)."""
     from stowage.sim.packing import PackingPreset
 
     calls = []
@@ -49,4 +46,3 @@ def test_stowage_builds_the_room_only_when_some_group_may_harvest_and_keeps_no_s
     sim.run()
     assert calls == [0.0]
     assert [(name, opp) for _, name, _, _, opp in sim.log] == [("t", False)]
-    assert sim.monitor.last_sample == float("-inf")
