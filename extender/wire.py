@@ -39,7 +39,6 @@ __all__ = [
     "Victims",
     "accepts_extender_args",
     "describe_validation_error",
-    "error_filter_result",
     "filter_result",
     "host_priorities",
     "host_priorities_json",
@@ -215,11 +214,6 @@ def filter_result(
         "FailedAndUnresolvableNodes": unresolvable,
         "Error": "",
     }
-
-
-def error_filter_result(message: str) -> dict[str, Any]:
-    """An internal failure: the scheduler treats a non-empty ``Error`` like a transport error."""
-    return {"Nodes": None, "NodeNames": None, "FailedNodes": None, "FailedAndUnresolvableNodes": None, "Error": message}
 
 
 def host_priorities(names: list[str], scores: list[int]) -> list[dict[str, Any]]:

@@ -52,7 +52,6 @@ __all__ = [
     "RecurringHistory",
     "Source",
     "estimate",
-    "estimate_one",
     "recurring_key",
 ]
 
@@ -151,29 +150,6 @@ def estimate(ev: Evidence, settings: EstimateSettings) -> Estimates:
     duration = np.where(longer, stretched, duration)
     source[longer] = Source.ELAPSED
     return Estimates(duration_s=np.maximum(duration, settings.min_duration_s), source=source)
-
-
-def estimate_one(
-    *,
-    hint_s: float = math.nan,
-    finished: int = 0,
-    finished_mean_s: float = math.nan,
-    elapsed_s: float = 0.0,
-    history_s: float = math.nan,
-    prior_s: float,
-    settings: EstimateSettings,
-) -> tuple[float, Source]:
-    """:func:`estimate` for one group: ``(duration_s, source)``."""
-    ev = Evidence(
-        hint_s=np.array([hint_s], dtype=np.float64),
-        finished=np.array([finished], dtype=np.int64),
-        finished_mean_s=np.array([finished_mean_s], dtype=np.float64),
-        elapsed_s=np.array([elapsed_s], dtype=np.float64),
-        history_s=np.array([history_s], dtype=np.float64),
-        prior_s=np.array([prior_s], dtype=np.float64),
-    )
-    out = estimate(ev, settings)
-    return float(out.duration_s[0]), Source(int(out.source[0]))
 
 
 # --- learned state ------------------------------------------------------------------------------

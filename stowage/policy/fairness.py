@@ -1,8 +1,8 @@
 """Sharing between queues and jobs: weighted DRF, the fairness knob, the barrier knob.
 
 - **Weighted DRF** (UBIS §IV-E, Tetris §3.4 and footnote 9): a queue's dominant
-  share is ``max_r alloc_r / total_r``, divided by its weight; the next slot
-  goes to the eligible queue with the lowest one.
+  share is ``max_r alloc_r / total_r`` (``dominant_shares``, ``PoolShares``), divided by its weight; the
+  queues compete by it through ``queue_tiers`` (below).
 - **Two pools** (UBIS §IV-E): call these functions once per pool.
   Regular pool: ``allocated`` = regular requests per queue, ``total`` =
   Σ allocatable over nodes, every queue eligible. Opportunistic pool:
@@ -10,9 +10,9 @@
   Σ harvestable over nodes (``harvest.harvestable``), and only queues whose
   ``spec.opportunistic`` is ``Allow`` eligible (``QueueOpportunistic.ALLOW``);
   a queue that opts out gets nothing there and its share goes to the others.
-- **Fairness knob** ``f`` (Tetris §3.4) over **jobs**: only the ⌈(1−f)·|J|⌉ jobs
-  furthest below their fair share compete for a freed slot; ``f = 0`` all of
-  them (most efficient), ``f → 1`` only the most deprived (most fair).
+- **Fairness knob** ``f`` (Tetris §3.4) is applied by ``dispatch.pack``: inside a queue only its first
+  ``max(1, ⌈(1−f)·J_q⌉)`` jobs in job order compete for a freed slot, and ``f = 0`` lets every queue
+  compete whatever the tiers (most efficient); ``f → 1`` only the first job of each queue (most fair).
 - **Fairness over time between queues** (``QueueUsage``, ``queue_tiers``): weights hold on *decayed usage*,
   each queue's dominant share averaged with a half-life ``H`` (``packing.queue_usage_half_life_s``), as Kueue's
   admission fair sharing, Slurm and Volcano's fairshare decay usage. A queue whose projected usage per weight
@@ -52,10 +52,8 @@ __all__ = [
     "barrier_boost",
     "decayed",
     "dominant_shares",
-    "drf_pick",
     "fair_levels",
     "fair_share",
-    "fairness_candidates",
     "padded",
     "projected",
     "queue_tiers",
@@ -63,8 +61,7 @@ __all__ = [
 
 _FLOAT_MAX: Final = float(np.finfo(np.float64).max)
 
-# ⌈(1−f)·J⌉ and fraction ≥ b are computed in floats; this absorbs their rounding
-# (e.g. (1 − 0.7)·10 = 3.0000000000000004 must give 3 jobs, not 4).
+# fraction ≥ b is computed in floats; this absorbs their rounding (9/10 of a group is 0.9).
 _KNOB_TOL = 1e-9
 
 
@@ -138,27 +135,6 @@ def _plain(tot: NDArray[np.float64]) -> bool:
     return bool(tot.size) and float(tot.min()) >= 1.0
 
 
-def drf_pick(
-    allocated: ArrayLike, total: ArrayLike, weights: ArrayLike, eligible: ArrayLike
-) -> int | None:
-    """The eligible queue with the lowest weighted dominant share (DRF, UBIS §IV-E).
-
-    ``argmin_{q eligible} dominant_shares(allocated, total, weights)[q]``; ties go
-    to the lowest index (stable, so a config's queue order decides); no
-    eligible queue → ``None``. eligible: (Q,) bool, e.g. "has a pending task
-    that fits somewhere" and, for the opportunistic pool, "queue Allows it".
-    """
-    shares = dominant_shares(allocated, total, weights)
-    ok = _vec(eligible, "eligible", bool)
-    if ok.shape != shares.shape:
-        raise InvalidInput("eligible.shape", ok.shape, f"must be {shares.shape}, one per queue")
-    idx = np.flatnonzero(ok)
-    if idx.size == 0:
-        return None
-    # argmin returns the first minimum: ties (and all-+inf) go to the lowest index.
-    return int(idx[np.argmin(shares[idx])])
-
-
 def fair_share(weights: ArrayLike, active: ArrayLike) -> NDArray[np.float64]:
     """Each queue's fair share of a pool: ``w_q / Σ_{active} w`` (0 when inactive).
 
@@ -173,27 +149,6 @@ def fair_share(weights: ArrayLike, active: ArrayLike) -> NDArray[np.float64]:
     w = np.where(act, w, 0.0)
     total = w.sum()
     return w / total if total > 0 else np.zeros_like(w)
-
-
-def fairness_candidates(share_deficit: ArrayLike, f: float) -> NDArray[np.int64]:
-    """Jobs allowed to compete for the next slot: Tetris's fairness knob (§3.4).
-
-    Returns the indices of the ``k = max(1, ⌈(1 − f)·J⌉)`` jobs with the largest
-    ``share_deficit`` (fair share − current share), largest first; equal
-    deficits keep index order (stable). ``f`` is clamped to ``[0, 1]`` (NaN →
-    0). ``f = 0`` → all J jobs; ``f → 1`` → only the most deprived; never empty
-    when J > 0. A NaN deficit counts as the least deprived. Default in config
-    ``packing.fairness_knob`` = 0.25 (Tetris §5.3).
-    """
-    deficit = _vec(share_deficit, "share_deficit")
-    j = deficit.shape[0]
-    if j == 0:
-        return np.zeros(0, dtype=np.int64)
-    knob = _knob(f, 0.0, 1.0)
-    k = max(1, min(j, math.ceil((1.0 - knob) * j - _KNOB_TOL)))
-    key = np.where(np.isnan(deficit), -np.inf, deficit)
-    order = np.argsort(-key, kind="stable")
-    return order[:k].astype(np.int64)
 
 
 IDLE: Final = -1

@@ -22,12 +22,34 @@ from stowage.policy.estimates import (
     RecurringHistory,
     Source,
     estimate,
-    estimate_one,
     recurring_key,
 )
 
 NAN, INF = math.nan, math.inf
 S = EstimateSettings()
+
+
+def estimate_one(
+    *,
+    hint_s: float = math.nan,
+    finished: int = 0,
+    finished_mean_s: float = math.nan,
+    elapsed_s: float = 0.0,
+    history_s: float = math.nan,
+    prior_s: float,
+    settings: EstimateSettings,
+) -> tuple[float, Source]:
+    """``estimate`` for one group: ``(duration_s, source)``, for tables of cases."""
+    ev = Evidence(
+        hint_s=np.array([hint_s], dtype=np.float64),
+        finished=np.array([finished], dtype=np.int64),
+        finished_mean_s=np.array([finished_mean_s], dtype=np.float64),
+        elapsed_s=np.array([elapsed_s], dtype=np.float64),
+        history_s=np.array([history_s], dtype=np.float64),
+        prior_s=np.array([prior_s], dtype=np.float64),
+    )
+    out = estimate(ev, settings)
+    return float(out.duration_s[0]), Source(int(out.source[0]))
 
 
 def test_source_names_line_up_with_the_source_values() -> None:

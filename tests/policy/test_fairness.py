@@ -1,4 +1,4 @@
-"""Weighted DRF per pool, fair shares, the fairness knob f and the barrier knob b."""
+"""Weighted dominant shares per pool, fair shares and the barrier knob b (the fairness knob f: test_dispatch)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from stowage.config import PackingSettings
 from stowage.errors import InvalidInput
 from stowage.model import QueueOpportunistic
 from stowage.policy.fairness import (
     barrier_boost,
     dominant_shares,
-    drf_pick,
     fair_share,
-    fairness_candidates,
 )
 
 INF = np.inf
@@ -39,24 +36,6 @@ def test_dominant_share_is_largest_fraction_over_weight(alloc, total, weights, e
     np.testing.assert_allclose(got, expected)
 
 
-PICK_CASES = [
-    pytest.param([[2, 10], [1, 40], [3, 0]], [1, 1, 1], [True, True, True], 0, id="lowest-share-wins"),
-    pytest.param([[2, 10], [1, 40], [3, 0]], [1, 1, 1], [False, True, True], 2, id="ineligible-skipped"),
-    pytest.param([[2, 10], [1, 40]], [1, 4], [True, True], 1, id="weight-makes-bigger-holder-win"),
-    pytest.param([[1, 10], [1, 10], [0, 20]], [1, 1, 1], [True, True, True], 0, id="tie-goes-to-lowest-index"),
-    pytest.param([[1, 10], [5, 10], [1, 10]], [1, 1, 1], [False, True, True], 2, id="tie-among-eligible-lowest"),
-    pytest.param([[1, 10]], [1], [False], None, id="none-eligible-none"),
-    pytest.param([[0, 0], [0, 0]], [0, 0], [True, True], 0, id="all-infinite-picks-first-eligible"),
-    pytest.param([[0, 0], [9, 90]], [0, 1], [True, True], 1, id="positive-weight-beats-zero-weight"),
-]
-
-
-@pytest.mark.parametrize(("alloc", "weights", "eligible", "expected"), PICK_CASES)
-def test_drf_picks_eligible_queue_with_lowest_weighted_dominant_share(alloc, weights, eligible, expected):
-    got = drf_pick(np.array(alloc, float), np.array([10.0, 100.0]), np.array(weights, float), np.array(eligible))
-    assert got == expected
-
-
 def test_each_pool_is_shared_separately_and_only_allowing_queues_get_harvest():
     # UBIS §IV-E: queue 0 holds a lot of regular capacity but nothing harvested;
     # queue 1 holds harvested capacity; queue 2 denies opportunistic pods.
@@ -66,11 +45,13 @@ def test_each_pool_is_shared_separately_and_only_allowing_queues_get_harvest():
     harvest_total = np.array([6.0, 24.0])  # Σ harvestable
     regular_alloc = np.array([[15.0, 60.0], [3.0, 12.0], [6.0, 24.0]])
     opportunistic_alloc = np.array([[0.0, 0.0], [3.0, 6.0], [0.0, 0.0]])
-    every_queue = np.ones(3, dtype=bool)
     allowing = np.array([p is QueueOpportunistic.ALLOW for p in policies])
-    assert drf_pick(regular_alloc, regular_total, weights, every_queue) == 1
-    assert drf_pick(opportunistic_alloc, harvest_total, weights, allowing) == 0
-    np.testing.assert_allclose(dominant_shares(opportunistic_alloc, harvest_total, weights), [0.0, 0.5, 0.0])
+    regular = dominant_shares(regular_alloc, regular_total, weights)
+    harvested = dominant_shares(opportunistic_alloc, harvest_total, weights)
+    np.testing.assert_allclose(regular, [0.5, 0.1, 0.2])
+    np.testing.assert_allclose(harvested, [0.0, 0.5, 0.0])
+    assert int(np.argmin(regular)) == 1  # lowest in the regular pool
+    assert int(np.flatnonzero(allowing)[np.argmin(harvested[allowing])]) == 0  # among the queues that Allow
 
 
 FAIR_CASES = [
@@ -85,34 +66,6 @@ FAIR_CASES = [
 @pytest.mark.parametrize(("weights", "active", "expected"), FAIR_CASES)
 def test_fair_share_is_weight_over_active_weight(weights, active, expected):
     np.testing.assert_allclose(fair_share(np.array(weights, float), np.array(active)), expected)
-
-
-# deficits, f → candidate indices (largest deficit first, stable)
-CANDIDATE_CASES = [
-    pytest.param([0.1, 0.3, -0.2, 0.3], 0.0, [1, 3, 0, 2], id="f-zero-all-jobs-sorted"),
-    pytest.param([0.1, 0.3, -0.2, 0.3], 0.25, [1, 3, 0], id="f-quarter-drops-one-of-four"),
-    pytest.param([0.1, 0.3, -0.2, 0.3], 0.5, [1, 3], id="f-half-keeps-two"),
-    pytest.param([0.1, 0.3, -0.2, 0.3], 0.99, [1], id="f-near-one-most-deprived-only"),
-    pytest.param([0.1, 0.3, -0.2, 0.3], 1.0, [1], id="f-one-never-empty"),
-    pytest.param([0.1, 0.3, -0.2, 0.3], 7.0, [1], id="f-above-one-clamped"),
-    pytest.param([0.1, 0.3, -0.2, 0.3], -1.0, [1, 3, 0, 2], id="f-negative-clamped-to-zero"),
-    pytest.param([0.0] * 10, 0.7, [0, 1, 2], id="float-rounding-does-not-add-a-job"),
-    pytest.param([0.2, np.nan, 0.1], 0.0, [0, 2, 1], id="nan-deficit-least-deprived"),
-    pytest.param([0.5], 0.9, [0], id="single-job"),
-    pytest.param([], 0.5, [], id="no-jobs"),
-]
-
-
-@pytest.mark.parametrize(("deficit", "f", "expected"), CANDIDATE_CASES)
-def test_fairness_candidates_are_the_most_deprived_ceil_one_minus_f_jobs(deficit, f, expected):
-    got = fairness_candidates(np.array(deficit, float), f)
-    assert got.dtype == np.int64
-    assert got.tolist() == expected
-
-
-def test_default_fairness_knob_keeps_three_quarters_of_jobs():
-    assert PackingSettings().fairness_knob == 0.25
-    assert len(fairness_candidates(np.arange(8.0), PackingSettings().fairness_knob)) == 6
 
 
 # finished fraction, has waiters, b → boosted
@@ -145,14 +98,8 @@ def test_barrier_boost_prefers_stragglers_once_b_finished(fraction, waiters, b, 
         pytest.param(
             lambda: dominant_shares(np.ones((2, 2)), np.ones(2), np.ones(3)), "weights.shape", id="shares-weight-count"
         ),
-        pytest.param(
-            lambda: drf_pick(np.ones((2, 2)), np.ones(2), np.ones(2), [True]),
-            "eligible.shape",
-            id="pick-eligible-count",
-        ),
         pytest.param(lambda: fair_share(np.ones(2), [True]), "active.shape", id="fair-active-count"),
         pytest.param(lambda: barrier_boost(np.ones(2), [True], 0.9), "has_waiters.shape", id="barrier-count"),
-        pytest.param(lambda: fairness_candidates(np.ones((2, 2)), 0.5), "share_deficit.shape", id="deficit-2d"),
     ],
 )
 def test_shape_errors_name_the_field(call, field):
@@ -177,32 +124,12 @@ def _queues(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(_queues())
-def test_drf_pick_returns_the_eligible_queue_with_lowest_weighted_dominant_share(queues):
-    alloc, total, weights, eligible = queues
-    got = drf_pick(alloc, total, weights, eligible)
-    if not eligible.any():
-        assert got is None
-        return
-    assert got is not None and eligible[got]
+def test_dominant_shares_match_the_definition(queues):
+    alloc, total, weights, _ = queues
+    got = dominant_shares(alloc, total, weights)
     # Recompute the definition independently of the implementation.
     fractions = [
         max((alloc[q, r] / total[r] for r in range(len(total)) if total[r] > 0), default=0.0) / weights[q]
         for q in range(len(weights))
     ]
-    best = min(fractions[q] for q in range(len(weights)) if eligible[q])
-    assert fractions[got] == pytest.approx(best, rel=1e-12, abs=0)
-    assert all(fractions[q] > fractions[got] for q in range(got) if eligible[q])  # ties → lowest index
-
-
-@settings(max_examples=200, deadline=None)
-@given(hnp.arrays(np.float64, st.integers(0, 30), elements=st.floats(-1, 1)), st.floats(0, 1))
-def test_fairness_candidates_size_and_order(deficit, f):
-    got = fairness_candidates(deficit, f)
-    j = len(deficit)
-    assert len(got) == (0 if j == 0 else max(1, int(np.ceil(round((1 - f) * j, 9)))))
-    assert len(set(got.tolist())) == len(got)
-    assert np.all(np.diff(deficit[got]) <= 0)  # most deprived first
-    if len(got):
-        # Nobody left out is more deprived than anyone let in.
-        rest = np.setdiff1d(np.arange(j), got)
-        assert np.all(deficit[rest] <= deficit[got].min())
+    np.testing.assert_allclose(got, fractions, rtol=1e-12, atol=0)
