@@ -32,6 +32,7 @@ from stowage.extender.server import listen_socket
 from stowage.config import StowageSettings
 from stowage.kube.cluster import ClusterModel
 from stowage.labels import ANN_DEMAND, LABEL_CLASS, LABEL_QUEUE, OPPORTUNISTIC_PRIORITY_CLASS, SCHEDULER_NAME
+from stowage.policy import tolerances
 from stowage.prom import Utilization, UtilizationSnapshot
 
 __all__ = ["BenchResult", "bench_extender", "build_cluster", "opportunistic_pod", "run_requests"]
@@ -261,10 +262,10 @@ def bench_once(
         both_p99_ms=float(np.percentile(both, 99) * ms),
         pods_per_s=float(len(both) / both.sum()),
         orjson_p50_ms=float(np.percentile(out["orjson"], 50) * ms),
-        ratio_to_orjson=float(np.percentile(both, 50) / max(np.percentile(out["orjson"], 50), 1e-9)),
+        ratio_to_orjson=float(np.percentile(both, 50) / max(np.percentile(out["orjson"], 50), tolerances.MIN_DIVISOR)),
         passed_nodes_median=float(np.median(out["passed"])),
         server_cpu_ms_per_pod=server_cpu_s / n_requests * ms,
-        pods_per_cpu_second=n_requests / max(server_cpu_s, 1e-9),
+        pods_per_cpu_second=n_requests / max(server_cpu_s, tolerances.MIN_DIVISOR),
     )
 
 

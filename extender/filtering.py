@@ -38,7 +38,7 @@ from stowage.extender.messages import REASONS, human, human_column
 from stowage.extender.pods import PodRequest
 from stowage.extender.snapshot import Snapshot
 
-from stowage.policy import alignment
+from stowage.policy import alignment, tolerances
 from stowage.resources import DISK, NETWORK
 
 __all__ = ["FilterOutcome", "explain", "filter_nodes", "pick", "rejected_for"]
@@ -148,7 +148,7 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
     for r in cols:
         res = snap.resources[r]
         cap, used = float(snap.declared_capacity[i, r]), float(snap.bandwidth_allocated[i, r])
-        if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + alignment.FEASIBILITY_RTOL):
+        if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + tolerances.FEASIBILITY_RTOL):
             parts.append(
                 f"{res} bandwidth {human(float(demand[r]), res)} > free {human(max(cap - used, 0.0), res)}"
                 f" (node declares {human(cap, res, exact=True)}, regular pods declared {human(used, res)})"
@@ -177,7 +177,7 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
     if not pod.opportunistic and cols and demand[cols].any():
         cap = snap.declared_capacity[:, cols]
         free = np.maximum(cap - snap.bandwidth_allocated[:, cols], 0.0)
-        over = (cap > 0) & (demand[cols][None, :] > free * (1.0 + alignment.FEASIBILITY_RTOL))
+        over = (cap > 0) & (demand[cols][None, :] > free * (1.0 + tolerances.FEASIBILITY_RTOL))
         mark(over.any(axis=1), _BANDWIDTH)
     if pod.opportunistic:
         mark(~snap.harvest_enabled, _DISABLED)
@@ -212,7 +212,7 @@ def _harvest_detail(pod: PodRequest, snap: Snapshot, i: int) -> str:
     demand = pod.demand_array(snap.resources)
     parts = []
     checked = _harvestable_checked(snap, _bandwidth_columns(snap))[i]
-    for r in np.flatnonzero(demand > checked * (1.0 + alignment.FEASIBILITY_RTOL)).tolist():
+    for r in np.flatnonzero(demand > checked * (1.0 + tolerances.FEASIBILITY_RTOL)).tolist():
         res = snap.resources[r]
         values = np.array([[snap.harvestable[i, r], snap.capacity[i, r], snap.usage[i, r], snap.blocked[i, r],
                             snap.assumed[i, r]]])

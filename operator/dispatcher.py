@@ -49,7 +49,7 @@ from stowage.operator.dispatch_records import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic, PodClass
 from stowage.model import Pool
-from stowage.policy import classifier, decide, dispatch, estimates, fairness, harvest, holding
+from stowage.policy import classifier, decide, dispatch, estimates, fairness, harvest, holding, tolerances
 
 __all__ = [
     "DispatchView",
@@ -414,7 +414,7 @@ def _started(pod: RunningPod) -> float:
 def _regular_slot(a: ViewArrays, planned: int, demand: NDArray[np.float64]) -> int:
     """Where an unbound regular release holds its demand: its planned node while it still has the room, else
     the node with the most room left among those it fits, else (it fits nowhere) the planned node."""
-    need = demand * (1 - 1e-9)
+    need = demand * (1 - tolerances.FEASIBILITY_RTOL)
     if (a.alloc[planned] - a.reg_alloc[planned] >= need).all():  # the common case: one row, not every node's
         return planned
     room = a.alloc - a.reg_alloc

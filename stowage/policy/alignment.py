@@ -25,9 +25,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.config import PackingSettings
 from stowage.errors import InvalidInput
+from stowage.policy.tolerances import FEASIBILITY_RTOL, ZERO_ATOL
 
 __all__ = [
-    "FEASIBILITY_RTOL",
     "MAX_EXTENDER_PRIORITY",
     "alignment",
     "clamp_demand",
@@ -35,12 +35,10 @@ __all__ = [
     "feasible_clamped",
     "finite_or_zero",
     "nan_to_num_if_needed",
+    "over_quota",
+    "shortfall",
     "to_extender_scores",
 ]
-
-FEASIBILITY_RTOL = 1e-9
-"""``d_r ≤ A_r·(1 + 1e-9)`` counts as fitting: absorbs float noise from sums of
-quantities (e.g. 0.1 + 0.2 cores) without admitting any real over-allocation."""
 
 MAX_EXTENDER_PRIORITY = 10
 """kube-scheduler's ``MaxExtenderPriority`` (see EXTENDER_PROTOCOL.md)."""
@@ -117,6 +115,43 @@ def feasible_clamped(demand: NDArray[np.float64], available: NDArray[np.float64]
     """:func:`feasible` for demands (T, R) already through :func:`clamp_demand` and checked shapes: the
     same result, without re-validating demands that do not change (the simulator's passes)."""
     return _feasible_2d(demand, np.maximum(finite_or_zero(available), 0.0))
+
+
+def over_quota(allocation: NDArray[np.float64], quota: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Where an ``allocation`` is above its ``quota`` (same shape, per resource; ``+inf``: unlimited):
+    ``¬(x ≤ q·(1 + FEASIBILITY_RTOL) + ZERO_ATOL)``.
+
+    The dispatcher's pass and the hold reasons share it, so a task the pass keeps out for its quota is the one
+    named ``quota``. The absolute slack lets a demand of 0 sit in a quota of 0; a NaN on either side is over
+    (nothing is placed on a number that cannot be read).
+    """
+    return ~(allocation <= quota * (1 + FEASIBILITY_RTOL) + ZERO_ATOL)
+
+
+def shortfall(demand: NDArray[np.float64], free: NDArray[np.float64], capacity: NDArray[np.float64]
+              ) -> NDArray[np.float64]:
+    """How far each node is from taking one task of each demand row: ``max_r (d_r − A_r)⁺ / C_r``.
+
+    demand (S, R) → (S, N); demand (R,) → (N,); ``free`` ``A`` and ``capacity`` ``C``: (N, R). A resource the node
+    has none of (``C_r ≤ 0``) makes it ``+inf`` when the task needs it (no room will come there) and adds 0 when
+    not. The starvation guard holds the node with the smallest one; the ``room`` hold names it. Built resource by
+    resource, into one (S, N) array.
+    """
+    single = demand.ndim == 1
+    d = demand.reshape(1, -1) if single else demand
+    has = capacity > 0
+    inv_t = np.ascontiguousarray(np.divide(1.0, capacity, out=np.zeros_like(capacity), where=has).T)
+    free_t = np.ascontiguousarray(free.T)
+    worst = np.zeros((d.shape[0], free.shape[0]))
+    step = np.empty_like(worst)
+    for r in range(d.shape[1]):
+        np.subtract.outer(d[:, r], free_t[r], out=step)
+        step *= inv_t[r]
+        np.maximum(worst, step, out=worst)
+        none = ~has[:, r]
+        if none.any():
+            worst[np.ix_(d[:, r] > 0, none)] = np.inf
+    return worst[0] if single else worst
 
 
 def fits_and_scores(d: NDArray[np.float64], cap: NDArray[np.float64], available: NDArray[np.float64]

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from stowage.config import ClassifierSettings
+from stowage.policy.tolerances import ROUNDING_EPS
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -273,7 +274,7 @@ def _log_bucket(value: float, base: float) -> str:
     if not math.isfinite(value) or value <= 0:
         return "0"
     # The epsilon keeps exact powers (1000 in base 10) in their own bucket despite log rounding.
-    k = math.floor(math.log(value) / math.log(base) + 1e-9)
+    k = math.floor(math.log(value) / math.log(base) + ROUNDING_EPS)
     return f"{base:g}^{k}"
 
 

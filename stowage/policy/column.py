@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy.alignment import FEASIBILITY_RTOL, clamp_demand, finite_or_zero
+from stowage.policy.alignment import clamp_demand, finite_or_zero
+from stowage.policy.tolerances import FEASIBILITY_RTOL
 
 __all__ = ["ColumnScorer"]
 

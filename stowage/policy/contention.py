@@ -54,13 +54,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.config import ContentionPolicy, ContentionSettings
 from stowage.errors import InvalidInput
+from stowage.policy.tolerances import ROUNDING_EPS
 from stowage.resources import CPU, MEMORY
 
 __all__ = ["ContentionDecision", "ContentionState", "choose_victims", "step", "sustained_counts"]
-
-# Projected usage this close to the threshold counts as under it (float sums are not exact).
-_TOL = 1e-9
-
 
 def _readonly(a: NDArray) -> NDArray:
     a = np.array(a, copy=True)
@@ -216,7 +213,7 @@ def _preserve(
     if last is not None and (blocked > 0).any() and now - last > bt:
         # A quiet window of BT: relax one step.
         blocked = blocked / alpha
-        blocked = np.where(blocked < floor - _TOL * np.maximum(capacity, 1.0), 0.0, blocked)
+        blocked = np.where(blocked < floor - ROUNDING_EPS * np.maximum(capacity, 1.0), 0.0, blocked)
         bt = max(bt / alpha, s.block_time_initial_s)
         last = now
         if not (blocked > 0).any():
@@ -283,7 +280,7 @@ def choose_victims(
     node = _clean(node_usage, "node_usage", n_res)[rel]
     thr = _clean(threshold, "threshold", n_res)[rel]
     need = node - thr
-    tol = _TOL * np.maximum(np.abs(thr), 1.0)
+    tol = ROUNDING_EPS * np.maximum(np.abs(thr), 1.0)  # this close to the threshold is under it: sums are inexact
     if (need <= tol).all():
         return []
     on_relieved = usage[:, rel]

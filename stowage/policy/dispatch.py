@@ -316,12 +316,12 @@ def _end_game(
 
 
 def _within_quota(inp: PassInput, rows: NDArray[np.int64], qa: NDArray[np.float64]) -> NDArray[np.bool_]:
-    """Rows whose next task keeps its queue within ``queue_quota`` on every resource (1e-9 relative slack)."""
+    """Rows whose next task keeps its queue within ``queue_quota`` on every resource (``alignment.over_quota``)."""
     assert inp.queue_quota is not None
     q = inp.group_queue[rows]
     after = qa[q] + np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape[rows]]
     quota = np.asarray(inp.queue_quota, dtype=np.float64)[q]
-    return (after <= quota * (1 + 1e-9) + 1e-12).all(axis=1)
+    return ~alignment.over_quota(after, quota).any(axis=1)
 
 
 def _every_queue_competes(queues: NDArray[np.int64], n_queues: int, f: float) -> bool:
@@ -398,9 +398,7 @@ def _hold(
         if 0 <= before < cap.shape[0] and can[before]:
             node = before
         else:
-            inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
-            shortfall = (np.maximum(d - avail, 0.0) * inv).max(axis=1)
-            node = int(np.argmin(np.where(can, shortfall, np.inf)))
+            node = int(np.argmin(np.where(can, alignment.shortfall(d, avail, cap), np.inf)))
         held_out[rows[k]] = node
         taken[node] = True
     return held_out

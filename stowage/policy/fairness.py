@@ -40,6 +40,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
 from stowage.policy.alignment import nan_to_num_if_needed
+from stowage.policy.tolerances import EQUALITY_ATOL, EQUALITY_RTOL, ROUNDING_EPS, ZERO_ATOL
 
 __all__ = [
     "AHEAD",
@@ -61,8 +62,6 @@ __all__ = [
 
 _FLOAT_MAX: Final = float(np.finfo(np.float64).max)
 
-# fraction ≥ b is computed in floats; this absorbs their rounding (9/10 of a group is 0.9).
-_KNOB_TOL = 1e-9
 
 
 def _vec(value: ArrayLike, field: str, dtype: type = np.float64) -> NDArray:
@@ -207,7 +206,7 @@ class TierRule:
         self._base = on & np.isfinite(w) & (w > 0)  # may be EVEN or FLOOR, given finite shares
         self._w = np.where(self._base, w, 1.0)
         self._factor = 1.0 + _knob(tolerance, 0.0, _FLOAT_MAX)
-        self._floor_at = floor * fair - 1e-12
+        self._floor_at = floor * fair - ZERO_ATOL
 
     def tiers(self, dom: NDArray[np.float64], used: NDArray[np.float64]) -> NDArray[np.int8]:
         """(Q,) tiers for the dominant shares ``dom`` and decayed usage ``used``."""
@@ -218,7 +217,7 @@ class TierRule:
             return out
         per_weight = np.where(fine, k / self._w, np.inf)
         limit = self._factor * per_weight.min()
-        out[fine & (per_weight <= limit * (1 + 1e-12) + 1e-15)] = EVEN
+        out[fine & (per_weight <= limit * (1 + EQUALITY_RTOL) + EQUALITY_ATOL)] = EVEN
         out[fine & (dom < self._floor_at)] = FLOOR
         return out
 
@@ -370,10 +369,10 @@ def padded(values: ArrayLike, q: int, fill: float) -> NDArray:
 def barrier_boost(finished_fraction: ArrayLike, has_waiters: ArrayLike, b: float) -> NDArray[np.bool_]:
     """Task groups whose remaining tasks go first: Tetris's barrier knob (§3.5).
 
-    ``boost_g = has_waiters_g ∧ b ≤ finished_g < 1`` (with a 1e-9 allowance on
-    ``b``). A group is boosted once a fraction ``b`` of its tasks finished and
-    some other group (a ``dependsOn`` successor, or the end of the job) waits on
-    it; a finished group has nothing left to boost. ``b`` is clamped to
+    ``boost_g = has_waiters_g ∧ b ≤ finished_g < 1`` (with a ``tolerances.ROUNDING_EPS``
+    allowance on ``b``: the fraction is computed in floats). A group is boosted once a
+    fraction ``b`` of its tasks finished and some other group (a ``dependsOn`` successor,
+    or the end of the job) waits on it; a finished group has nothing left to boost. ``b`` is clamped to
     ``[0, 1]``; ``b = 1`` boosts nothing (Tetris: "when b = 1, no tasks are
     preferentially treated"). Default in config ``packing.barrier_knob`` = 0.9.
     NaN fractions are never boosted. finished_fraction, has_waiters: (G,) →
@@ -387,4 +386,4 @@ def barrier_boost(finished_fraction: ArrayLike, has_waiters: ArrayLike, b: float
     if knob >= 1.0:
         return np.zeros(frac.shape, dtype=bool)
     with np.errstate(invalid="ignore"):
-        return wait & (frac >= knob - _KNOB_TOL) & (frac < 1.0)
+        return wait & (frac >= knob - ROUNDING_EPS) & (frac < 1.0)

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
-from stowage.policy import alignment
+from stowage.policy import tolerances
 from stowage.policy.alignment import nan_to_num_if_needed
 
 __all__ = [
@@ -241,16 +241,16 @@ def promotions(
     # walk visits only those that do (most running opportunistic pods, on most passes, do not).
     fits_now = np.zeros(p, dtype=bool)
     at = np.flatnonzero(ok)
-    fits_now[at] = (d[at] <= reg[idx[at]] * (1.0 + alignment.FEASIBILITY_RTOL)).all(axis=1)
+    fits_now[at] = (d[at] <= reg[idx[at]] * (1.0 + tolerances.FEASIBILITY_RTOL)).all(axis=1)
     out: list[int] = []
     for i in np.flatnonzero(fits_now).tolist():
         n = int(idx[i])
-        if not (d[i] <= reg[n] * (1.0 + alignment.FEASIBILITY_RTOL)).all():
+        if not (d[i] <= reg[n] * (1.0 + tolerances.FEASIBILITY_RTOL)).all():
             continue
         q = int(qix[i])
         if quota is not None and 0 <= q < quota.shape[0]:
             left = np.where(np.isnan(quota[q]), 0.0, quota[q])  # +inf (no quota) stays +inf
-            if not (d[i] <= left * (1.0 + alignment.FEASIBILITY_RTOL)).all():
+            if not (d[i] <= left * (1.0 + tolerances.FEASIBILITY_RTOL)).all():
                 continue
             quota[q] -= d[i]
         reg[n] = np.maximum(reg[n] - d[i], 0.0)

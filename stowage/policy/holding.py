@@ -125,7 +125,7 @@ class _Pool:
         name = ctx.queue_name[q]
         if ctx.queue_quota is not None:
             used, limit = state.queue_alloc[q], ctx.queue_quota[q]
-            over = used + need > limit * (1 + 1e-9) + 1e-12
+            over = alignment.over_quota(used + need, limit)
             if over.any():
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ratio = np.where(over, (used + need) / np.where(limit > 0, limit, np.nan), -np.inf)
@@ -209,22 +209,14 @@ def _no_room(needs: NDArray[np.float64], avail: NDArray[np.float64], ctx: Contex
     """Per demand row, what the closest node lacks: ``cpu 1 needed, 500m free on node-a (the closest of 3 nodes)``."""
     if avail.shape[0] == 0:
         return ["no node has room: there are no nodes"] * needs.shape[0]
-    cap = np.where(ctx.capacity > 0, ctx.capacity, 1.0)
     free = np.maximum(np.nan_to_num(avail, nan=0.0), 0.0)
-    free_t, inv_t = np.ascontiguousarray(free.T), np.ascontiguousarray(1.0 / cap.T)
     out = []
     step = max(1, _CHUNK // max(avail.shape[0], 1))  # (shapes, N) at most _CHUNK numbers at a time
     for lo in range(0, needs.shape[0], step):
         chunk = needs[lo:lo + step]
-        worst = np.zeros((chunk.shape[0], free.shape[0]))
-        step_r = np.empty_like(worst)
-        for r in range(free.shape[1]):  # resource by resource, on contiguous rows: no (shapes, N, R) array
-            np.subtract.outer(chunk[:, r], free_t[r], out=step_r)
-            step_r *= inv_t[r]
-            np.maximum(worst, step_r, out=worst)
-        closest = np.argmin(worst, axis=1)
+        closest = np.argmin(alignment.shortfall(chunk, free, ctx.capacity), axis=1)
         for need, n in zip(chunk, closest.tolist(), strict=True):
-            row = np.maximum(need - free[n], 0.0) / cap[n]
+            row = np.maximum(need - free[n], 0.0)
             lacking = np.flatnonzero(row > 0).tolist() or [int(np.argmax(row))]
             parts = "; ".join(f"{_resource(ctx, r)} {_show(need[r], _resource(ctx, r))} needed, "
                               f"{_show(free[n, r], _resource(ctx, r))} {kind}" for r in lacking)

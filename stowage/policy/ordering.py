@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from stowage.errors import InvalidInput
 from stowage.model import JobOrder
+from stowage.policy.tolerances import ROUNDING_EPS, ZERO_ATOL
 
 __all__ = [
     "FspTracker",
@@ -40,12 +41,6 @@ __all__ = [
     "ps_finish_times",
     "srtf_order",
 ]
-
-# Remaining work below this fraction of a job's size (or this absolute amount) counts as done:
-# float steps of a rate·dt subtraction never land exactly on zero.
-_REL_EPS = 1e-9
-_ABS_EPS = 1e-12
-
 
 # --- input cleaning ------------------------------------------------------------------------------
 
@@ -165,7 +160,8 @@ class _VirtualPS:
         self.rem, self.size, self.w, self.m = self.rem[keep], self.size[keep], self.w[keep], self.m[keep]
 
     def _done(self) -> NDArray[np.bool_]:
-        return self.rem <= _REL_EPS * self.size + _ABS_EPS
+        # Float steps of a rate·dt subtraction never land exactly on zero: a sliver of the size is done.
+        return self.rem <= ROUNDING_EPS * self.size + ZERO_ATOL
 
     def run_until(self, t_end: float) -> list[tuple[Any, float]]:
         """Serve until ``t_end`` (may be ``inf``); return ``(key, finish time)`` of jobs that finished."""

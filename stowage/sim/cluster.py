@@ -24,6 +24,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from stowage.policy import tolerances
 from stowage.resources import CPU, MEMORY
 
 __all__ = ["Block", "Cluster", "RowObserver", "Running", "block_field"]
@@ -206,7 +207,6 @@ class Cluster:
         return out
 
 
-_TOLERANCE = 1e-9  # usage above capacity × (1 + this) anywhere means contention
 
 
 def contention_table(
@@ -219,7 +219,7 @@ def contention_table(
     opportunistic tasks after regular ones, memory is never a slowdown, NaN factors (0/0) read as 1.
     """
     total = reg_use + opp_use
-    if not (total > cap * (1 + _TOLERANCE)).any():
+    if not (total > cap * (1 + tolerances.FEASIBILITY_RTOL)).any():
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
         shared = np.nan_to_num(np.where(total > cap, cap / total, 1.0), nan=1.0)

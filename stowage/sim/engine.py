@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.config import StowageSettings
+from stowage.policy import tolerances
 from stowage.sim import monitor, presets, rates
 from stowage.sim.cluster import Cluster, Running
 from stowage.sim.metrics import Recorder, RunResult
@@ -280,7 +281,7 @@ class Simulation:
         """Whether any node's peak demand exceeds its capacity (only then can usage contend)."""
         if self._overload_dirty:
             c = self.cluster
-            self._overload = bool(((c.reg_alloc + c.opp_alloc) > c.cap * (1 + 1e-9)).any())
+            self._overload = bool(((c.reg_alloc + c.opp_alloc) > c.cap * (1 + tolerances.FEASIBILITY_RTOL)).any())
             self._overload_dirty = False
         return self._overload
 
@@ -323,7 +324,8 @@ class Simulation:
         c = self.cluster
         rows = slice(None) if n is None else slice(n, n + 1)
         fit_res = self.preset.regular_resources()
-        over = c.reg_alloc[rows][:, fit_res] > c.cap[rows][:, fit_res] * (1 + 1e-9) + 1e-9
+        slack = 1 + tolerances.FEASIBILITY_RTOL
+        over = c.reg_alloc[rows][:, fit_res] > c.cap[rows][:, fit_res] * slack + tolerances.ROUNDING_EPS
         if over.any():
             raise InvariantViolation(f"regular requests exceed capacity on node(s) {np.flatnonzero(over.any(1))}")
 

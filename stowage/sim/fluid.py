@@ -35,9 +35,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from stowage.policy.tolerances import EQUALITY_RTOL, ZERO_ATOL
+
 __all__ = ["fluid_completion", "job_sizes"]
 
-_EPS = 1e-12  # relative: a job whose remaining work would take ≤ dt·(1 + this) finishes in that step
 
 
 def job_sizes(
@@ -147,7 +148,7 @@ def fluid_completion(
             step = min(step, float(arrival[by_arrival[nxt]]) - t)
         t += step
         for q, m, r in zip(busy, members, rates, strict=True):
-            finished = left[m] / r <= step * (1 + _EPS) + _EPS
+            finished = left[m] / r <= step * (1 + EQUALITY_RTOL) + ZERO_ATOL  # finishes in this step
             left[m] -= r * step
             done[m[finished]] = t
             active[q] = m[~finished]

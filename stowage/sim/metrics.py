@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from stowage.policy import fairness
+from stowage.policy import fairness, tolerances
 from stowage.sim import fluid
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def fairness_over_time(t: NDArray[np.float64], shares: NDArray[np.float64], back
         usage = fairness.decayed(usage, shares[i - 1], t[i] - t[i - 1], half_life_s) if i else shares[0]
         on = backlogged[i] & (w > 0)
         since = np.where(on, np.where(np.isnan(since), t[i], since), np.nan)
-        low = on & (shares[i] < floor * fairness.fair_levels(shares[i], w, on) - 1e-9)
+        low = on & (shares[i] < floor * fairness.fair_levels(shares[i], w, on) - tolerances.ROUNDING_EPS)
         below_from = np.where(low, np.where(np.isnan(below_from), t[i], below_from), np.nan)
         if low.any():
             longest = max(longest, float(np.nanmax(t[i] - below_from)))
@@ -116,7 +116,7 @@ def slowed_fraction(jct: NDArray[np.float64], reference: NDArray[np.float64]) ->
     ok = np.isfinite(jct) & np.isfinite(reference)
     if not ok.any():
         return 0.0
-    return float((jct[ok] > reference[ok] * (1 + SLOWDOWN_TOLERANCE) + 1e-9).mean())
+    return float((jct[ok] > reference[ok] * (1 + SLOWDOWN_TOLERANCE) + tolerances.ROUNDING_EPS).mean())
 
 
 @dataclass
@@ -226,7 +226,7 @@ class Recorder:
         jct = np.where(finished, st.j_finish - spec.j_arrival, np.nan)
         end = float(np.nanmax(st.j_finish)) if finished.any() else now
         makespan = max(end - spec.t0, 0.0)
-        alloc_mean = self.alloc_integral / self._total / max(now - spec.t0, 1e-9)
+        alloc_mean = self.alloc_integral / self._total / max(now - spec.t0, tolerances.MIN_DIVISOR)
         used_mean = series["used"].mean(axis=0) if self.used else np.zeros(r)
         ok = np.isfinite(jct)
         measured = self.unfair_n > 0

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.config import StowageSettings
-from stowage.policy import contention
+from stowage.policy import contention, tolerances
 
 if TYPE_CHECKING:
     from stowage.sim.cluster import Cluster, Running
@@ -101,7 +101,7 @@ class Monitor:
         c = self.cluster
         m = c.mem
         raw = np.bincount(self.running.node, weights=use[:, m], minlength=c.n) if len(use) else np.zeros(c.n)
-        over = np.flatnonzero(raw > c.cap[:, m] * (1 + 1e-9))
+        over = np.flatnonzero(raw > c.cap[:, m] * (1 + tolerances.FEASIBILITY_RTOL))
         if over.size == 0:
             return
         victims: list[int] = []

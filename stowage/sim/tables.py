@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 
 from stowage.errors import WorkloadError
 from stowage.labels import Opportunistic
-from stowage.policy import alignment, decide
+from stowage.policy import alignment, decide, tolerances
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK
 from stowage.sim.workload import JobSpec, QueueSpec, Workload
 
@@ -73,10 +73,11 @@ class Spec:
             self.j_groups.append(list(range(len(g_job), len(g_job) + len(job.groups))))
             for g in job.groups:
                 d = g.demand.to_array(res)
-                too_big = [r for r, x, b in zip(res, d, biggest, strict=True) if x > b * (1 + 1e-9)]
+                slack = 1 + tolerances.FEASIBILITY_RTOL
+                too_big = [r for r, x, b in zip(res, d, biggest, strict=True) if x > b * slack]
                 if too_big:
                     problems.append(f"jobs[{job.name}].groups[{g.name}].demand: exceeds every node on {too_big}")
-                elif not (d <= cap * (1 + 1e-9)).all(axis=1).any():
+                elif not (d <= cap * slack).all(axis=1).any():
                     # Each resource fits somewhere but never all on one node: its tasks could never
                     # start, and the run would end with them unfinished.
                     problems.append(f"jobs[{job.name}].groups[{g.name}].demand: fits on no single node "

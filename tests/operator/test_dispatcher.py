@@ -29,7 +29,7 @@ from stowage.operator.dispatcher import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic, PodClass
 from stowage.model import JobOrder
-from stowage.policy import alignment, estimates, harvest
+from stowage.policy import estimates, harvest, tolerances
 from stowage.resources import ResourceVector
 from stowage.sim import presets
 from stowage.sim.engine import SimConfig, Simulation
@@ -209,7 +209,7 @@ def test_released_demand_never_exceeds_the_free_capacity_of_a_node_in_either_poo
     for r in releases:
         used[r.pod_class][names.index(r.node_hint)] += r.count * demand[r.group_key]
     for c in PodClass:
-        assert (used[c] <= free[c] * (1 + alignment.FEASIBILITY_RTOL) + 1e-9).all(), c
+        assert (used[c] <= free[c] * (1 + tolerances.FEASIBILITY_RTOL) + 1e-9).all(), c
     per_group = released(releases)
     for g in view.groups:
         assert per_group[g.key] <= g.releasable

@@ -11,12 +11,14 @@ from hypothesis.extra import numpy as hnp
 from stowage.config import PackingSettings
 from stowage.errors import InvalidInput
 from stowage.policy.alignment import (
-    FEASIBILITY_RTOL,
     MAX_EXTENDER_PRIORITY,
     alignment,
     feasible,
+    over_quota,
+    shortfall,
     to_extender_scores,
 )
+from stowage.policy.tolerances import FEASIBILITY_RTOL
 
 INF = -np.inf
 
@@ -157,6 +159,42 @@ EXTENDER_CASES = [
     pytest.param([-3.0, -1.0], [1, 10], id="negative-combined-scores-still-scale"),
     pytest.param([], [], id="no-nodes"),
 ]
+
+
+# allocation after the next task, quota → over, per resource
+QUOTA_CASES = [
+    pytest.param([1.0, 2.0], [2.0, 2.0], [False, False], id="at-the-quota-is-within"),
+    pytest.param([2.5, 1.0], [2.0, 2.0], [True, False], id="above-on-one-resource"),
+    pytest.param([0.0], [0.0], [False], id="nothing-in-a-zero-quota-is-within"),
+    pytest.param([1e-13], [0.0], [False], id="float-noise-in-a-zero-quota-is-within"),
+    pytest.param([0.001], [0.0], [True], id="any-real-amount-in-a-zero-quota-is-over"),
+    pytest.param([0.1 + 0.2], [0.3], [False], id="float-noise-above-the-quota-is-within"),
+    pytest.param([1e9], [np.inf], [False], id="infinite-quota-is-unlimited"),
+    pytest.param([np.nan, 1.0], [2.0, np.nan], [True, True], id="nan-is-over"),
+]
+
+
+@pytest.mark.parametrize(("after", "quota", "expected"), QUOTA_CASES)
+def test_over_quota_allows_only_float_noise(after, quota, expected):
+    assert over_quota(np.array(after), np.array(quota)).tolist() == expected
+
+
+# demand, free (N, R), capacity (N, R) → shortfall per node
+SHORTFALL_CASES = [
+    pytest.param([2, 2], [[1, 2]], [[4, 4]], [0.25], id="largest-lack-over-capacity"),
+    pytest.param([2, 2], [[0, 0], [1, 1]], [[4, 4], [2, 8]], [0.5, 0.5], id="each-node-by-its-own-capacity"),
+    pytest.param([1, 1], [[2, 2]], [[2, 2]], [0.0], id="fits-is-zero"),
+    pytest.param([1, 1], [[4, 0]], [[4, 0]], [np.inf], id="needed-resource-the-node-has-none-of-is-infinite"),
+    pytest.param([1, 0], [[0, 0]], [[4, 0]], [0.25], id="unneeded-resource-the-node-has-none-of-adds-nothing"),
+    pytest.param([1, 1e9], [[0, 0], [0, 1]], [[4, 0], [4, 2e9]], [np.inf, 0.5], id="never-closer-than-a-node-that-can"),
+]
+
+
+@pytest.mark.parametrize(("demand", "free", "capacity", "expected"), SHORTFALL_CASES)
+def test_shortfall_is_the_largest_lack_as_a_fraction_of_capacity(demand, free, capacity, expected):
+    d, a, c = (np.array(x, dtype=np.float64) for x in (demand, free, capacity))
+    np.testing.assert_allclose(shortfall(d, a, c), expected)
+    np.testing.assert_allclose(shortfall(np.stack([d, d]), a, c), [expected, expected])  # one row per shape
 
 
 @pytest.mark.parametrize(("scores", "expected"), EXTENDER_CASES)

@@ -78,6 +78,14 @@ def test_no_node_with_room_names_the_closest_node_and_what_it_lacks() -> None:
         "room", "no node has room for a task: cpu 1 needed, 500m free on n0 (the closest of 2 nodes)")}
 
 
+def test_the_closest_node_is_never_one_without_the_resource() -> None:
+    # n0 has no cpu at all: its lack (500m, once counted in cores against a capacity read as 1) looked smaller than
+    # n1's (all of its 500m); it can never take the task, so n1 is named, as the starvation guard would hold it.
+    inp = decide_input(nodes=[(0, 16), (0.5, 16)], free=[(0, 16), (0, 16)], groups=[("q", 0.5, 1)])
+    assert holds(inp) == {0: holding.Hold(
+        "room", "no node has room for a task: cpu 500m needed, 0 free on n1 (the closest of 2 nodes)")}
+
+
 def test_a_queue_ahead_of_its_weight_waits_for_its_share_the_one_behind_for_room() -> None:
     # a holds 6 of 8 cores, b 1; both wait: a is ahead, b comes first when room frees.
     inp = decide_input(nodes=[(4, 16), (4, 16)], free=[(0.5, 8), (0.5, 8)], groups=[("a", 1, 2), ("b", 1, 2)],

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from stowage.config import PackingSettings
 from stowage.model import JobOrder
-from stowage.policy import alignment, candidates, dispatch, ordering
+from stowage.policy import alignment, candidates, dispatch, ordering, tolerances
 
 KNOBS = PackingSettings()
 NO_KNOBS = dataclasses.replace(KNOBS, fairness_knob=0.0, barrier_knob=1.0, remaining_work_weight=0.0)
@@ -138,7 +138,7 @@ def test_placements_never_exceed_what_each_node_has_free(seed: int, f: float) ->
     for p in result.placements:
         used[p.node] += shapes[p.group]
         count[p.group] += 1
-    assert (used <= avail * (1 + alignment.FEASIBILITY_RTOL) + 1e-12).all()
+    assert (used <= avail * (1 + tolerances.FEASIBILITY_RTOL) + 1e-12).all()
     assert (count <= inp.pending).all()
     # and the pass stops only when nothing more fits
     left = avail - used
