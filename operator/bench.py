@@ -42,7 +42,7 @@ from stowage.operator.dispatcher import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic
 from stowage.model import JobOrder, Pool
-from stowage.policy import dispatch, estimates
+from stowage.policy import classifier, dispatch, estimates
 from stowage.resources import ResourceVector
 
 __all__ = ["BenchResult", "Scenario", "bench_dispatcher", "run"]
@@ -137,7 +137,7 @@ class Scenario:
             self.groups[key] = dataclasses.replace(g, remaining_tasks=g.remaining_tasks - 1, finished_fraction=frac,
                                                    job_progress=frac)
             job = estimates.recurring_key(g.namespace, key.split("/")[1])  # as the dispatcher asks
-            features = dispatch.task_features(g.queue, job, g.group, {"cpu": g.demand["cpu"] / 32.0}, frac)
+            features = classifier.task_features(g.queue, job, g.group, {"cpu": g.demand["cpu"]}, {"cpu": 32.0}, frac)
             dispatcher.observe_finished(features, (g.expected_duration_s,), queue=g.queue, group_key=key, group=g.group)
         self.running = [x for i, x in enumerate(self.running) if i not in gone]
 

@@ -111,7 +111,7 @@ class PendingGroup:
     unbound: int = 0
     """Tasks released by an earlier pass whose pods are not bound yet."""
     features: Mapping[str, str] | None = None
-    """Classifier features; None → ``dispatch.task_features`` of queue, job, group, demand and progress."""
+    """Classifier features; None → ``classifier.task_features`` of queue, job, group, demand and progress."""
     finished_tasks: int = 0
     """Tasks of the group that succeeded (the estimator's phase statistics)."""
     finished_mean_s: float = math.nan

@@ -394,13 +394,12 @@ class Dispatcher:
         group = a.groups[g]
         if group.features is not None:
             return group.features
-        column = {r: k for k, r in enumerate(a.resources)}
-        demand = {r: float(v) / float(mean_cap[column[r]]) if mean_cap[column[r]] > 0 else float(v)
-                  for r, v in group.demand.items()}
         job = group.recurring_key  # None (a plain gated pod): its job's or its own name, by the same rule
         if job is None:
             job = estimates.recurring_key(group.namespace, (group.job or group.key).rsplit("/", 1)[-1])
-        return dispatch.task_features(group.queue, job, group.group, demand, group.job_progress)
+        mean = dict(zip(a.resources, mean_cap.tolist(), strict=True))
+        return classifier.task_features(group.queue, job, group.group, {r: float(v) for r, v in group.demand.items()},
+                                        mean, group.job_progress)
 
 
 def _started(pod: RunningPod) -> float:

@@ -39,7 +39,7 @@ from stowage import labels
 from stowage.errors import InvalidInput
 from stowage.kube import api
 from stowage.kube.records import object_name, parse_timestamp
-from stowage.policy import dispatch, estimates
+from stowage.policy import classifier, estimates
 from stowage.resources import ResourceVector
 
 __all__ = ["LEARNED_MAX_UIDS", "LEARNED_WINDOW_S", "GroupEvidence", "JobBook", "JobKey", "LearnedTasks", "Lesson",
@@ -123,7 +123,7 @@ def task_pod_job(pod: Mapping[str, Any]) -> JobKey | None:
 class Lesson(NamedTuple):
     """One finished task to learn from (``Dispatcher.observe_finished``'s arguments)."""
 
-    features: dict[str, str]  # what the classifier is asked about (dispatch.task_features)
+    features: dict[str, str]  # what the classifier is asked about (classifier.task_features)
     duration_s: float  # its run span (run_span: first container start → last container finish)
     queue: str
     group_key: str  # namespace/job/group: the PendingGroup key the dispatcher estimated it under
@@ -467,7 +467,7 @@ class JobBook:
     def lessons(self, key: JobKey, plan: tasks.JobPlan, mean_capacity: Mapping[str, float]) -> list[Lesson]:
         """One :class:`Lesson` per task of the Job that succeeded and was not learned from yet.
 
-        The features are the ones the dispatcher asks the classifier about (``dispatch.task_features``:
+        The features are the ones the dispatcher asks the classifier about (``classifier.task_features``:
         queue, job, group, the demand as fractions of the mean node, the Job's progress); the duration is the
         task's run span (:func:`run_span`), the same the group's ``finished_mean_s`` averages.
         """
@@ -485,8 +485,8 @@ class JobBook:
             if demand is None:
                 continue
             queue = tasks.job_queue(job)
-            normalised = {r: v / mean_capacity[r] if mean_capacity.get(r, 0) > 0 else v for r, v in demand.items()}
-            features = dispatch.task_features(queue, job_recurring_key(job), group, normalised, _progress(plan))
+            features = classifier.task_features(queue, job_recurring_key(job), group, demand, mean_capacity,
+                                                _progress(plan))
             out.append(Lesson(features, span[1] - span[0], queue, f"{key[0]}/{key[1]}/{group}", group, recurring))
         return out
 

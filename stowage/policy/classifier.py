@@ -48,8 +48,10 @@ __all__ = [
     "DEFAULT_LEVELS",
     "MAX_VALUES",
     "ShortLongClassifier",
+    "app_name",
     "bucket_demand",
     "bucket_progress",
+    "task_features",
 ]
 
 #: OPERA Eq. 1: framework, +application, +stage, +progress and demand.
@@ -290,3 +292,31 @@ def bucket_demand(demand: Mapping[str, float] | float, *, base: float = 2.0) -> 
     if isinstance(demand, Mapping):
         return ",".join(f"{name}={_log_bucket(float(demand[name]), b)}" for name in sorted(demand))
     return _log_bucket(float(demand), b)
+
+
+def app_name(key: str) -> str:
+    """An application: ``key`` without trailing numbers (``ns/sort-0042`` → ``ns/sort``)."""
+    stem = key.rstrip("0123456789-_.")
+    return stem or key
+
+
+def task_features(queue: str, job_key: str, group: str, demand: Mapping[str, float],
+                  mean_capacity: Mapping[str, float] | None = None, job_progress: float | None = None
+                  ) -> dict[str, str]:
+    """OPERA Eq. 1 properties of a task: the one builder the operator's dispatcher, its lessons and the simulator
+    call, so the classifier is asked about what it was taught.
+
+    framework = the queue; app = ``app_name(job_key)``: pass the job's ``estimates.recurring_key``, which runs of
+    one job share (generateName'd ``etl-x7k2p`` and ``etl-q9z4m`` → ``ns/etl``), and without trailing numbers
+    (``sort-0041``, ``sort-0042`` → ``ns/sort``), so the classifier learns one app per application, not one per
+    run, and its tables stay bounded by the applications; stage = the group; demand = ``bucket_demand`` of
+    ``demand`` divided by ``mean_capacity`` (the mean node capacity per resource; a resource without a positive
+    one stays as given), so the buckets are fractions of a node; progress = ``bucket_progress(job_progress)``
+    (finished / total tasks of the job; None leaves it out, for the parts that never change).
+    """
+    mean = mean_capacity or {}
+    scaled = {r: v / mean[r] if mean.get(r, 0) > 0 else v for r, v in demand.items()}
+    out = {"framework": queue, "app": app_name(job_key), "stage": group, "demand": bucket_demand(scaled)}
+    if job_progress is not None:
+        out["progress"] = bucket_progress(job_progress)
+    return out

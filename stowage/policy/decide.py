@@ -150,7 +150,7 @@ class DecideInput:
     queue_quota: NDArray[np.float64] | None = None
     """(Q, R) ``spec.quota`` per pool (``+inf`` where none); None: no queue has one."""
     features: Sequence[Mapping[str, str] | None] | None = None
-    """(G,) each group's classifier features (``dispatch.task_features``), read only for the groups
+    """(G,) each group's classifier features (``classifier.task_features``), read only for the groups
     ``needs_features`` marks (``auto`` groups that may harvest; None elsewhere will do); None: no classifier for
     this decision (every ``auto`` group that fits may harvest)."""
     duration_s: NDArray[np.float64] | None = None

@@ -37,7 +37,7 @@ Pure and deterministic: every input is an array the caller built; nothing here k
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -46,17 +46,15 @@ from numpy.typing import NDArray
 
 from stowage.config import PackingSettings
 from stowage.model import JobOrder
-from stowage.policy import alignment, candidates, classifier, column, fairness, ordering, remaining_work
+from stowage.policy import alignment, candidates, column, fairness, ordering, remaining_work
 
 __all__ = [
     "BOOST",
     "PassInput",
     "PassResult",
     "Placement",
-    "app_name",
     "job_ranks",
     "pack",
-    "task_features",
 ]
 
 PASS_DELAY_S: Final = 0.2
@@ -435,28 +433,3 @@ def job_ranks(
             ranked = ordering.order_jobs(order, arrival_s[js], work[js])
             rank[sel[ranked]] = np.arange(js.size, dtype=np.float64)
     return rank
-
-
-def app_name(key: str) -> str:
-    """An application: ``key`` without trailing numbers (``ns/sort-0042`` → ``ns/sort``)."""
-    stem = key.rstrip("0123456789-_.")
-    return stem or key
-
-
-def task_features(
-    queue: str, job_key: str, group: str, demand: Mapping[str, float], job_progress: float | None = None
-) -> dict[str, str]:
-    """OPERA Eq. 1 properties of a task, for ``classifier.ShortLongClassifier``.
-
-    framework = the queue, app = ``app_name(job_key)``: pass the job's ``estimates.recurring_key``, which runs of
-    one job share (generateName'd ``etl-x7k2p`` and ``etl-q9z4m`` → ``ns/etl``), and without trailing numbers
-    (``sort-0041``, ``sort-0042`` → ``ns/sort``), so the classifier learns one app per application, not one per
-    run, and its tables stay bounded by the applications; stage = the group, demand =
-    ``classifier.bucket_demand(demand)`` (pass it divided by the mean node capacity, so the buckets are
-    fractions of a node), progress = ``classifier.bucket_progress(job_progress)`` (finished / total tasks
-    of the job; None leaves it out, for the parts that never change).
-    """
-    out = {"framework": queue, "app": app_name(job_key), "stage": group, "demand": classifier.bucket_demand(demand)}
-    if job_progress is not None:
-        out["progress"] = classifier.bucket_progress(job_progress)
-    return out

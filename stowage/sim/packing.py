@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.model import Pool
-from stowage.policy import decide, dispatch, estimates
+from stowage.policy import classifier, decide, estimates
 from stowage.sim.preset import Preset, View
 
 __all__ = ["PackingPreset"]
@@ -36,7 +36,7 @@ class PackingPreset(Preset):
                                       guard=self.guard)
         self.knobs = self.decider.knobs
         self.mean_cap = view.cluster.cap.mean(axis=0)
-        self._cap_norm = np.where(self.mean_cap > 0, self.mean_cap, 1.0)
+        self._mean_capacity = dict(zip(spec.resources, self.mean_cap.tolist(), strict=True))
         self._static_features: dict[int, dict[str, str]] = {}
         self._hint = np.array([np.nan if d is None else d for d in spec.g_expected], dtype=np.float64)
         self._finished_s = np.zeros(spec.n_groups)  # Σ run time of each group's finished tasks
@@ -75,8 +75,6 @@ class PackingPreset(Preset):
 
     def _features(self, g: int) -> dict[str, str]:
         """OPERA Eq. 1 properties of a task of group ``g``: framework, app, stage, progress, demand."""
-        from stowage.policy import classifier
-
         spec, st = self.view.spec, self.view.status
         static = self._static(g)
         groups = spec.j_groups[int(spec.g_job[g])]
@@ -88,11 +86,12 @@ class PackingPreset(Preset):
         static = self._static_features.get(g)
         if static is None:
             spec = self.view.spec
-            static = self._static_features[g] = dispatch.task_features(
+            static = self._static_features[g] = classifier.task_features(
                 spec.queue_names[spec.g_queue[g]],
                 self._job_key[int(spec.g_job[g])],  # the app, as the operator's: the recurring key
                 spec.g_name[g],
-                dict(zip(spec.resources, (spec.g_demand[g] / self._cap_norm).tolist(), strict=True)),
+                dict(zip(spec.resources, spec.g_demand[g].tolist(), strict=True)),
+                self._mean_capacity,
             )
         return static
 

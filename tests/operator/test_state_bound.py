@@ -21,7 +21,7 @@ from stowage.operator.runtime import STATE_KEY, OperatorRuntime
 
 from stowage.config import StowageSettings
 from stowage.labels import PodClass
-from stowage.policy import dispatch
+from stowage.policy import classifier
 from tests.operator.test_dispatcher import GI, _full_node_view
 from tests.operator.test_estimates_operator import T0, succeeded
 from tests.operator.test_jobbook import StubClient
@@ -54,7 +54,7 @@ def test_100000_generated_jobs_fit_a_quarter_of_a_configmap_and_the_recent_ones_
         key = jobs.job_recurring_key(meta)
         queue, stage = f"queue-{rng.randrange(300):03d}", f"stage-{rng.randrange(50)}"
         demand = {"cpu": rng.choice([0.03, 0.06, 0.125, 0.25]), "memory": rng.choice([0.05, 0.1, 0.2])}
-        features = dispatch.task_features(queue, key, stage, demand, rng.random())  # as JobBook.lessons builds them
+        features = classifier.task_features(queue, key, stage, demand, None, rng.random())  # as JobBook.lessons
         dispatcher.observe_finished(features, [rng.expovariate(1 / 60)], queue=queue,
                                     group_key=f"{namespace}/{name}/{stage}", recurring_key=key, group=stage)
         runtime.jobs.learned.add(f"{namespace}-{name}-0", T0 + 10.0 * i)  # one Job finishing every 10 s

@@ -11,8 +11,10 @@ from stowage.config import ClassifierSettings
 from stowage.policy.classifier import (
     DEFAULT_LEVELS,
     ShortLongClassifier,
+    app_name,
     bucket_demand,
     bucket_progress,
+    task_features,
 )
 
 # Synthetic cluster: (framework, app, stage) → median task duration (s). Short below 60 s.
@@ -211,3 +213,32 @@ def test_bucket_progress(fraction, buckets, expected):
 )
 def test_bucket_demand(demand, kwargs, expected):
     assert bucket_demand(demand, **kwargs) == expected
+
+
+@pytest.mark.parametrize(("name", "app"), [("sort-0042", "sort"), ("etl_7", "etl"), ("42", "42"), ("wc", "wc"),
+                                           ("ns/sort-0042", "ns/sort"), ("ns/etl", "ns/etl")])
+def test_app_name_drops_trailing_numbers(name: str, app: str) -> None:
+    assert app_name(name) == app
+
+
+# demand, mean capacity → the demand bucket
+FEATURE_DEMAND_CASES = [
+    pytest.param({"cpu": 0.5, "memory": 0.25}, None, "cpu=2^-1,memory=2^-2", id="no-capacity-as-given"),
+    pytest.param({"cpu": 2.0, "memory": 2.0**30}, {"cpu": 8.0, "memory": 2.0**32}, "cpu=2^-2,memory=2^-2",
+                 id="fractions-of-the-mean-node"),
+    pytest.param({"cpu": 2.0, "disk": 3.0}, {"cpu": 8.0, "disk": 0.0}, "cpu=2^-2,disk=2^1",
+                 id="no-positive-capacity-as-given"),
+    pytest.param({"cpu": 2.0}, {"cpu": 8.0, "memory": 16.0}, "cpu=2^-2", id="only-the-tasks-own-resources"),
+    pytest.param({"cpu": 0.0}, {"cpu": 8.0}, "cpu=0", id="zero-demand"),
+]
+
+
+@pytest.mark.parametrize(("demand", "mean", "bucket"), FEATURE_DEMAND_CASES)
+def test_task_features_bucket_the_demand_as_fractions_of_the_mean_node(demand, mean, bucket) -> None:
+    got = task_features("spark", "ns/sort-7", "map", demand, mean, 0.3)
+    assert got == {"framework": "spark", "app": "ns/sort", "stage": "map", "demand": bucket, "progress": "25-50%"}
+
+
+def test_task_features_without_progress_leave_it_out() -> None:
+    assert "progress" not in task_features("q", "j", "g", {"cpu": 1.0})
+

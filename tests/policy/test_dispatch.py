@@ -211,19 +211,6 @@ def test_fsp_rank_follows_the_trackers_order() -> None:
     assert ranks.tolist() == [1.0, 0.0]
 
 
-@pytest.mark.parametrize(("name", "app"), [("sort-0042", "sort"), ("etl_7", "etl"), ("42", "42"), ("wc", "wc"),
-                                           ("ns/sort-0042", "ns/sort"), ("ns/etl", "ns/etl")])
-def test_app_name_drops_trailing_numbers(name: str, app: str) -> None:
-    assert dispatch.app_name(name) == app
-
-
-def test_task_features_are_the_classifiers_properties() -> None:
-    got = dispatch.task_features("spark", "ns/sort-7", "map", {"cpu": 0.5, "memory": 0.25}, 0.3)
-    assert got == {"framework": "spark", "app": "ns/sort", "stage": "map", "demand": "cpu=2^-1,memory=2^-2",
-                   "progress": "25-50%"}
-    assert "progress" not in dispatch.task_features("q", "j", "g", {"cpu": 1.0})
-
-
 # --- the search: exactness -----------------------------------------------------------------------
 
 
