@@ -18,11 +18,11 @@ wrong meanwhile.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from stowage import labels
 from stowage.kube import api
 from stowage.kube.informer import Informer
 from stowage.labels import API_GROUP, API_VERSION
@@ -40,14 +40,8 @@ _UNREADABLE = frozenset({401, 403, 404})
 
 
 def queue_weight(queue: Mapping[str, Any]) -> float:
-    """``spec.weight`` of a Queue object; 1 when missing, not a number, not finite or ≤ 0."""
-    spec = queue.get("spec")
-    raw = spec.get("weight", 1) if isinstance(spec, Mapping) else 1
-    try:
-        weight = float(raw)
-    except (TypeError, ValueError):
-        return 1.0
-    return weight if math.isfinite(weight) and weight > 0 else 1.0
+    """``spec.weight`` of a Queue object (``labels.queue_weight``: 1 when missing, not a number, not finite or ≤ 0)."""
+    return labels.queue_weight(queue.get("spec"))
 
 
 def _name(queue: Mapping[str, Any]) -> str | None:

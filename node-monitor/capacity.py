@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from stowage.errors import InvalidInput, QuantityError
-from stowage.labels import ANN_DISK_BANDWIDTH, ANN_NETWORK_BANDWIDTH, node_bandwidth_capacity
+from stowage.labels import node_bandwidth
 from stowage.resources import CPU, MEMORY, ResourceVector, parse_quantity
 
 __all__ = ["capacity_array", "node_capacity", "parse_capacity"]
@@ -55,14 +55,8 @@ def node_capacity(node: Mapping[str, Any]) -> ResourceVector:
                 out[name] = parse_quantity(allocatable[name], f"status.allocatable.{name}")
             except QuantityError:
                 continue
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    for key in (ANN_DISK_BANDWIDTH, ANN_NETWORK_BANDWIDTH):
-        if key in annotations:
-            try:  # one at a time: a bad disk annotation must not hide a good network one
-                out.update(node_bandwidth_capacity({key: annotations[key]}))
-            except InvalidInput:
-                continue
-    return ResourceVector(out)
+    bandwidth, _ = node_bandwidth((node.get("metadata") or {}).get("annotations"))  # a bad one: unknown, not 0
+    return ResourceVector(out) + bandwidth
 
 
 def capacity_array(resources: tuple[str, ...], *sources: Mapping[str, float]) -> np.ndarray:

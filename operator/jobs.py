@@ -296,7 +296,7 @@ class JobBook:
                 entry.evidence = None
             if outcome is tasks.Outcome.EVICTED and uid not in self._counted and owned_by(pod, entry.job):
                 self._counted.add(uid)
-                group = str((meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP))
+                group = labels.task_group(pod)
                 entry.evictions[group] = entry.evictions.get(group, 0) + 1
                 log.info("task pod %s/%s evicted by Stowage: re-queued without spending a retry", key[0], name)
             entry.dirty = True
@@ -480,7 +480,7 @@ class JobBook:
             if span is None or not self.learned.fresh(uid, span[1]):
                 continue
             self.learned.add(uid, span[1])
-            group = str(((pod.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_TASK_GROUP, ""))
+            group = labels.task_group(pod)
             demand = self.task_demand(job, group)
             if demand is None:
                 continue
@@ -644,7 +644,7 @@ def group_evidence(pods: Iterable[Mapping[str, Any]], spans: dict[str, tuple[str
         if owner_uid is not None and not any(
                 ref.get("uid") == owner_uid for ref in meta.get("ownerReferences") or () if ref.get("controller")):
             continue
-        group = str((meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP, ""))
+        group = labels.task_group(pod)
         outcome = tasks.pod_outcome(pod)
         if outcome is tasks.Outcome.SUCCEEDED:
             span = run_span(pod)

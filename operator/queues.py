@@ -46,11 +46,7 @@ class QueueSpec:
     def __init__(self, name: str, spec: Mapping[str, Any] | None) -> None:
         spec = spec or {}
         self.name = name
-        try:
-            weight = float(spec.get("weight", 1))
-        except (TypeError, ValueError):
-            weight = 1.0
-        self.weight = weight if weight > 0 else 1.0
+        self.weight = labels.queue_weight(spec)  # the extender's rule too: finite and > 0, else 1
         self.quota: dict[str, Any] = dict(spec.get("quota") or {})
         try:
             self.opportunistic = QueueOpportunistic(spec.get("opportunistic", QueueOpportunistic.ALLOW.value))

@@ -523,7 +523,7 @@ def plan_job(
     known_groups = {str(g.get("name")) for g in groups_spec}
     for pod in pods:
         pod_meta = pod.get("metadata") or {}
-        group = (pod_meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP)
+        group = labels.task_group(pod)
         if group not in known_groups:
             continue
         parsed = parse_pod_name(name, group, str(pod_meta.get("name") or ""))
@@ -709,7 +709,7 @@ def attempt_recorded(status: Mapping[str, Any] | None, job: str, pod: Mapping[st
     """Whether ``status`` (a Job's) holds what ``pod`` (one of its attempts) says, so the pod may be forgotten:
     its success (``completedIndexes``), its failure (``attempts``), else its number (the next attempt is past it)."""
     meta = pod.get("metadata") or {}
-    group = str((meta.get("labels") or {}).get(labels.LABEL_TASK_GROUP))
+    group = labels.task_group(pod)
     parsed = parse_pod_name(job, group, str(meta.get("name") or ""))
     group_status = ((status or {}).get("groups") or {}).get(group) or {}
     if parsed is None or not isinstance(group_status, Mapping):

@@ -1,4 +1,5 @@
-"""Every label, annotation, name and metric key Stowage reads or writes, and pod intent parsing.
+"""Every label, annotation, name and metric key Stowage reads or writes, and their parsing: pod intent, a pod's
+task group, a node's bandwidth, a Queue's weight.
 
 These strings are contracts (DESIGN.md): users, dashboards and tests depend on
 them. Import them from here; never spell one out elsewhere.
@@ -49,10 +50,12 @@ __all__ = [
     "PodIntent",
     "bandwidth_demand",
     "harvest_enabled",
-    "node_bandwidth_capacity",
+    "node_bandwidth",
     "parse_demand",
     "pod_class",
     "pod_intent",
+    "queue_weight",
+    "task_group",
 ]
 
 DOMAIN = "stowage.io"
@@ -251,8 +254,50 @@ def bandwidth_demand(annotations: Mapping[str, str], where: str = "metadata.anno
     return ResourceVector(out)
 
 
-node_bandwidth_capacity = bandwidth_demand
-"""A node's declared bandwidth capacity uses the same annotation names as a pod's demand."""
+def node_bandwidth(annotations: Any, where: str = "metadata.annotations") -> tuple[ResourceVector, tuple[str, ...]]:
+    """A node's declared disk and network bandwidth capacity (bytes/s; the annotation names of a pod's demand)
+    and what was wrong with them.
+
+    Each annotation is read on its own: a malformed one is left out (unknown capacity, never 0 bytes/s) and does not
+    hide a good one; its message, naming the annotation, comes back for the node's ``problem``.
+    """
+    try:
+        annotations = expect_object(annotations, where, IntentError)
+    except IntentError as exc:
+        return ResourceVector(), (str(exc),)
+    out: dict[str, float] = {}
+    problems: list[str] = []
+    for key, resource in ((ANN_DISK_BANDWIDTH, DISK), (ANN_NETWORK_BANDWIDTH, NETWORK)):
+        if key in annotations:
+            try:
+                out[resource] = parse_quantity(annotations[key], f"{where}[{key!r}]")
+            except QuantityError as exc:
+                problems.append(str(IntentError(exc.field, exc.value, exc.allowed)))
+    return ResourceVector(out), tuple(problems)
+
+
+def task_group(pod: Mapping[str, Any]) -> str:
+    """The task group a pod of a Stowage Job belongs to (label ``stowage.io/task-group``); ``""`` when it has none
+    or the value is not a string (no task group is named ``""``: the CRD requires a name)."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    pod_labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    group = pod_labels.get(LABEL_TASK_GROUP) if isinstance(pod_labels, Mapping) else None
+    return group if isinstance(group, str) else ""
+
+
+def queue_weight(spec: Any) -> float:
+    """A Queue's ``spec.weight`` as the dispatcher and the extender read it: a finite number > 0, else 1.
+
+    Missing, not a number, ``inf``, NaN or ≤ 0 read as 1. The CRD schema (``exclusiveMinimum: 0``, ``maximum``) and
+    the validating webhook refuse such a Queue when it is written (``spec.weight: a number > 0 and at most
+    1000000 (the queue's weight in weighted DRF), got …``); only one stored without them reaches this.
+    """
+    raw = spec.get("weight", 1) if isinstance(spec, Mapping) else 1
+    try:
+        weight = float(raw)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past the largest float
+        return 1.0
+    return weight if math.isfinite(weight) and weight > 0 else 1.0
 
 
 def harvest_enabled(node_labels: Mapping[str, str]) -> bool:

@@ -113,11 +113,8 @@ def node_record(node: Mapping[str, Any]) -> NodeRecord:
 
     capacity = parse(status.get("capacity"), "status.capacity")
     allocatable = parse(status.get("allocatable"), "status.allocatable")
-    try:
-        bandwidth = labels.node_bandwidth_capacity(meta.get("annotations"))
-    except InvalidInput as exc:
-        problems.append(str(exc))
-        bandwidth = ResourceVector()
+    bandwidth, bad = labels.node_bandwidth(meta.get("annotations"))
+    problems.extend(bad)
     return NodeRecord(
         name=name,
         capacity=capacity + bandwidth,

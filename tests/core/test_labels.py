@@ -1,12 +1,23 @@
-"""Pod intent: labels and annotations parsed with errors that name the key and the value."""
+"""Pod intent, task groups, node bandwidth and Queue weights: labels, annotations and fields parsed in one place,
+with errors that name the key and the value."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from stowage import labels
 from stowage.errors import IntentError
-from stowage.labels import Opportunistic, PodClass, harvest_enabled, pod_intent
+from stowage.labels import (
+    Opportunistic,
+    PodClass,
+    harvest_enabled,
+    node_bandwidth,
+    pod_intent,
+    queue_weight,
+    task_group,
+)
 
 GI = 2**30
 
@@ -110,3 +121,66 @@ def test_malformed_values_raise_naming_the_key_and_the_value(labels_: dict, anno
 )
 def test_nodes_harvest_unless_labelled_false(node_labels: dict, enabled: bool) -> None:
     assert harvest_enabled(node_labels) is enabled
+
+
+@pytest.mark.parametrize(
+    ("pod", "group"),
+    [
+        pytest.param({"metadata": {"labels": {labels.LABEL_TASK_GROUP: "map"}}}, "map", id="labelled"),
+        pytest.param({"metadata": {"labels": {}}}, "", id="no-label"),
+        pytest.param({"metadata": {"labels": {labels.LABEL_TASK_GROUP: None}}}, "", id="null-label"),
+        pytest.param({"metadata": {"labels": {labels.LABEL_TASK_GROUP: 7}}}, "", id="not-a-string"),
+        pytest.param({"metadata": {"labels": None}}, "", id="null-labels"),
+        pytest.param({"metadata": None}, "", id="null-metadata"),
+        pytest.param({}, "", id="no-metadata"),
+    ],
+)
+def test_task_group_reads_one_missing_value(pod: dict, group: str) -> None:
+    assert task_group(pod) == group
+
+
+MI = 2**20
+
+
+@pytest.mark.parametrize(
+    ("annotations", "capacity", "bad"),
+    [
+        pytest.param({labels.ANN_DISK_BANDWIDTH: "80Mi", labels.ANN_NETWORK_BANDWIDTH: "1Gi"},
+                     {"disk": 80 * MI, "network": GI}, [], id="both"),
+        pytest.param({labels.ANN_NETWORK_BANDWIDTH: "1Gi"}, {"network": GI}, [], id="one"),
+        pytest.param({}, {}, [], id="none-declared"),
+        pytest.param(None, {}, [], id="no-annotations"),
+        pytest.param({labels.ANN_DISK_BANDWIDTH: "fast", labels.ANN_NETWORK_BANDWIDTH: "1Gi"}, {"network": GI},
+                     [labels.ANN_DISK_BANDWIDTH], id="a-bad-one-does-not-hide-a-good-one"),
+        pytest.param({labels.ANN_DISK_BANDWIDTH: "-1"}, {}, [labels.ANN_DISK_BANDWIDTH], id="negative-is-unknown"),
+        pytest.param(["not", "a", "map"], {}, ["metadata.annotations"], id="not-an-object"),
+    ],
+)
+def test_node_bandwidth_reads_each_annotation_on_its_own(annotations: Any, capacity: dict, bad: list[str]) -> None:
+    got, problems = node_bandwidth(annotations)
+    assert dict(got) == capacity
+    assert len(problems) == len(bad)
+    assert all(key in problem for key, problem in zip(bad, problems, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("spec", "weight"),
+    [
+        pytest.param({"weight": 2}, 2.0, id="number"),
+        pytest.param({"weight": 0.5}, 0.5, id="fraction"),
+        pytest.param({"weight": "3"}, 3.0, id="numeric-string"),
+        pytest.param({}, 1.0, id="missing"),
+        pytest.param(None, 1.0, id="no-spec"),
+        pytest.param({"weight": 0}, 1.0, id="zero"),
+        pytest.param({"weight": -2}, 1.0, id="negative"),
+        pytest.param({"weight": float("inf")}, 1.0, id="inf"),
+        pytest.param({"weight": "inf"}, 1.0, id="inf-string"),
+        pytest.param({"weight": float("nan")}, 1.0, id="nan"),
+        pytest.param({"weight": 10**400}, 1.0, id="past-the-largest-float"),
+        pytest.param({"weight": "heavy"}, 1.0, id="not-a-number"),
+        pytest.param({"weight": [2]}, 1.0, id="a-list"),
+    ],
+)
+def test_a_queue_weight_is_finite_and_positive_else_1(spec: Any, weight: float) -> None:
+    assert queue_weight(spec) == weight
+

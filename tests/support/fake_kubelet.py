@@ -80,7 +80,7 @@ from numpy.typing import NDArray
 from stowage.node_monitor.cgroups import Driver, QoS
 from stowage.node_monitor.synthetic import PodState, SyntheticNode
 
-from stowage.labels import PodClass, node_bandwidth_capacity, pod_class, pod_intent
+from stowage.labels import PodClass, node_bandwidth, pod_class, pod_intent
 from stowage.resources import CPU, DISK, MEMORY, NETWORK, ResourceVector, format_quantity, parse_quantity, pod_demand
 from stowage.sim.cluster import contention_table
 
@@ -1398,10 +1398,7 @@ class FakeKubelet:
         out = np.full(len(PROGRESS_RESOURCES), np.inf)
         if spec is not None:
             allocatable = self._node_allocatable(node)
-            try:
-                bandwidth = node_bandwidth_capacity(dict(spec.annotations))
-            except ValueError:
-                bandwidth = ResourceVector()
+            bandwidth, _ = node_bandwidth(dict(spec.annotations))
             for j, r in enumerate(PROGRESS_RESOURCES):
                 value = allocatable.get(r, math.inf) if r in (CPU, MEMORY) else bandwidth[r]
                 out[j] = value if value > 0 else math.inf
