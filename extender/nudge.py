@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from stowage.config import HarvestSettings
 from stowage.kube.api import ApiError
 from stowage.labels import ANN_NUDGED_AT
 from stowage.policy import room
@@ -87,7 +88,7 @@ class PodNudges:
         patch: Patch | None,
         current: Callable[[], UtilizationSnapshot] | None = None,
         *,
-        stale_after_s: float = 30.0,
+        stale_after_s: float = HarvestSettings().utilization_stale_after_s,
         is_bound: Callable[[str], bool] = lambda _key: False,
         qps: float = 20.0,
         min_interval_s: float = 10.0,

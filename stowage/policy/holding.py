@@ -80,9 +80,9 @@ class Context:
     sample_age_s: NDArray[np.float64] | None
     """(N,) seconds since each node's utilization sample (``inf``: none; NaN: the node does not harvest)."""
     stale_after_s: float
-    usage_tolerance: float = 0.0
-    """``packing.queue_usage_tolerance``."""
-    share_floor: float = 0.5
+    usage_tolerance: float
+    """``packing.queue_usage_tolerance`` (the caller's settings: no default restated here)."""
+    share_floor: float
     """``packing.queue_share_floor``."""
 
 
