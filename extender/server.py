@@ -6,13 +6,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import socket
 import threading
-import time
-from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -29,7 +26,7 @@ from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import STALE_AFTER_S, cluster_informers
 from stowage.prom import PrometheusReader, Utilization
 
-__all__ = ["LISTENING", "ExtenderRuntime", "listen_socket", "serving"]
+__all__ = ["LISTENING", "ExtenderRuntime", "listen_socket"]
 
 log = logging.getLogger(__name__)
 
@@ -150,32 +147,3 @@ class ExtenderRuntime:
 
     def uvicorn_config(self, host: str, port: int, log_level: str = "info", **kwargs: Any) -> uvicorn.Config:
         return uvicorn.Config(self.app, host=host, port=port, log_level=log_level.lower(), access_log=False, **kwargs)
-
-
-@contextlib.contextmanager
-def serving(app: FastAPI, host: str = "127.0.0.1", startup_timeout_s: float = 60.0) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a thread, on a free loopback port; yield its base URL.
-
-    Used by the benchmark and the conformance tests (real HTTP, not an in-process client).
-    """
-    sock = listen_socket(host, 0)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + startup_timeout_s
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if not server.started:
-        server.should_exit = True
-        sock.close()
-        raise RuntimeError(f"uvicorn did not start on {host}:{port} within {startup_timeout_s}s")
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(startup_timeout_s)
-        if thread.is_alive():  # a connection that will not close: stop without waiting for it
-            server.force_exit = True
-            thread.join(startup_timeout_s)
-        sock.close()

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from stowage import labels
 
 __all__ = [
     "API_VERSION",
-    "CRD_DIR",
     "DEFAULT_JOB_ORDER",
     "DEFAULT_MAX_RETRIES",
     "DEFAULT_QUEUE_OPPORTUNISTIC",
@@ -40,9 +36,7 @@ __all__ = [
     "QUEUE_OPPORTUNISTIC",
     "VERSION",
     "Kind",
-    "crd_path",
     "is_queue_name",
-    "load_crds",
 ]
 
 GROUP = labels.API_GROUP
@@ -81,10 +75,6 @@ def is_queue_name(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= QUEUE_NAME_MAX and QUEUE_NAME.fullmatch(value) is not None
 
 
-#: Where the CRD YAML lives in a source checkout (the chart renders them from ``files/crds/``: templates/crds.yaml).
-CRD_DIR = Path(__file__).resolve().parents[1] / "charts" / "stowage" / "files" / "crds"
-
-
 @dataclass(frozen=True, slots=True)
 class Kind:
     """One custom resource: its names as the API serves them."""
@@ -115,19 +105,3 @@ class Kind:
 QUEUE = Kind("Queue", "queues", "queue", "sq", namespaced=False)
 JOB = Kind("Job", "jobs", "job", "sjob", namespaced=True)
 KINDS: tuple[Kind, ...] = (QUEUE, JOB)
-
-
-def crd_path(kind: Kind) -> Path:
-    """The YAML file of ``kind``'s CustomResourceDefinition."""
-    return CRD_DIR / f"{kind.crd_name}.yaml"
-
-
-def load_crds() -> list[dict[str, Any]]:
-    """Both CustomResourceDefinitions as dicts, Queue first (Jobs name Queues)."""
-    missing = [str(crd_path(k)) for k in KINDS if not crd_path(k).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"CRD YAML not found: {', '.join(missing)}; it ships with the source tree and the Helm chart "
-            "(charts/stowage/files/crds/), not inside the Python package: install the CRDs with the chart"
-        )
-    return [yaml.safe_load(crd_path(k).read_text()) for k in KINDS]

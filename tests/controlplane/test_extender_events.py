@@ -7,12 +7,13 @@ import pytest
 from kubernetes import client
 from stowage.extender.events import EVENT_NOT_PLACED
 from stowage.extender.messages import REASONS
-from stowage.extender.server import ExtenderRuntime, serving
+from stowage.extender.server import ExtenderRuntime
 
 from stowage.config import StowageSettings
 from stowage.kube.api import KubeClient, load_config
 from tests.extender.objects import opportunistic_pod
 from tests.support.kube import wait_until
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.timeout(120)
 

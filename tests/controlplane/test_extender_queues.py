@@ -16,12 +16,14 @@ import httpx
 import pytest
 from kubernetes import client
 from stowage.extender.queues import QueueWeights
-from stowage.extender.server import ExtenderRuntime, serving
+from stowage.extender.server import ExtenderRuntime
 from stowage.operator import crd
 
 from stowage.config import StowageSettings
 from stowage.kube.api import KubeClient, load_config
+from tests.support.crds import load_crds
 from tests.support.kube import wait_until
+from tests.support.serving import serving
 from tests.support.stack import install_crds
 
 pytestmark = pytest.mark.timeout(180)
@@ -57,7 +59,7 @@ class Queues:
 def queues(control_plane) -> Iterator[Queues]:
     """The Queue CRD Established (from charts/stowage/files/crds), and a :class:`Queues`."""
     api = control_plane.api()
-    install_crds(api, [d for d in crd.load_crds() if d["metadata"]["name"] == crd.QUEUE.crd_name])
+    install_crds(api, [d for d in load_crds() if d["metadata"]["name"] == crd.QUEUE.crd_name])
     made = Queues(api)
     yield made
     for name in made.created:

@@ -13,11 +13,11 @@ from stowage.extender.app import create_app
 from stowage.extender.events import PodEvents
 from stowage.extender.nudge import PodNudges
 from stowage.extender.queues import QueueWeights
-from stowage.extender.server import serving
 
 from stowage.config import StowageSettings
 from stowage.kube.cluster import ClusterModel
 from stowage.prom import Utilization, UtilizationSnapshot
+from tests.support.serving import serving
 
 #: 2024-05-01T10:00:00Z: pods in tests/extender/objects.py were bound half an hour before.
 NOW = 1714557600.0

@@ -19,7 +19,7 @@ import httpx
 import kmock
 import pytest
 from kubernetes import client
-from stowage.extender.server import ExtenderRuntime, serving
+from stowage.extender.server import ExtenderRuntime
 
 from stowage.config import StowageSettings
 from stowage.kube import cluster as cluster_module
@@ -29,6 +29,7 @@ from stowage.kube.informer import Backoff, Informer
 from stowage.labels import ANN_DEMAND, ANN_DISK_BANDWIDTH
 from tests.extender.objects import node, opportunistic_pod, regular_pod
 from tests.support.kube import gone_once, kube_emulator, wait_until
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from stowage.extender.app import create_app
 from stowage.extender.bench import bench_extender, build_cluster, opportunistic_pod
-from stowage.extender.server import serving
 
 from stowage.config import StowageSettings
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.timeout(120)
 

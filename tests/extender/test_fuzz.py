@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 from stowage.extender import wire
 from stowage.extender.app import create_app
-from stowage.extender.server import serving
 
 from stowage.config import StowageSettings
 from stowage.kube.cluster import ClusterModel
 from stowage.prom import Utilization, UtilizationSnapshot
 from tests.extender.objects import GI, node, opportunistic_pod, regular_pod
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from kubernetes import client
 from stowage.extender.nudge import MAX_NODES, PodNudges, fresh_nodes
-from stowage.extender.server import ExtenderRuntime, serving
+from stowage.extender.server import ExtenderRuntime
 
 from stowage.config import StowageSettings
 from stowage.kube.api import ApiError, ApiUnreachable
@@ -23,6 +23,7 @@ from stowage.prom import UtilizationSnapshot
 from tests.extender.conftest import Clock, WorldFactory
 from tests.extender.objects import extender_args, node, opportunistic_pod, regular_pod
 from tests.support.kube import kube_emulator, wait_until
+from tests.support.serving import serving
 from tests.support.stack import metric
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,7 +14,6 @@ from stowage.extender import filtering
 from stowage.extender.app import create_app
 from stowage.extender.messages import REASONS
 from stowage.extender.pods import parse_pod
-from stowage.extender.server import serving
 from stowage.extender.snapshot import take
 
 from stowage.config import StowageSettings, apply_overrides
@@ -24,6 +23,7 @@ from stowage.prom import PrometheusReader, Utilization
 from tests.extender.objects import GI, extender_args, node, opportunistic_pod, regular_pod
 from tests.support.kube import wait_until
 from tests.support.prometheus import prometheus_server, wait_for_query
+from tests.support.serving import serving
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]
 

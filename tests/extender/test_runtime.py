@@ -11,11 +11,12 @@ from click.testing import CliRunner
 from kubernetes import client
 from stowage.extender.cli import extender
 from stowage.extender.messages import REASONS
-from stowage.extender.server import ExtenderRuntime, serving
+from stowage.extender.server import ExtenderRuntime
 
 from stowage.config import StowageSettings
 from tests.extender.objects import extender_args, node, opportunistic_pod, preemption_args, regular_pod
 from tests.support.kube import kube_emulator, wait_until, write_kubeconfig
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.timeout(60)
 

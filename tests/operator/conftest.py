@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from stowage.operator import crd
 
 from tests.operator.support import OperatorStack, running_operator
 from tests.scheduler.stack import Proc
 from tests.support.controlplane import ControlPlane, ExternalCluster
 from tests.support.controlplane_plugin import control_plane, fake_kubelet, pytest_runtest_makereport  # noqa: F401
+from tests.support.crds import load_crds
 
 CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 FIELD_MANAGER = "stowage-tests"
@@ -70,7 +70,7 @@ def kube(control_plane: ControlPlane | ExternalCluster) -> RawApi:  # noqa: F811
 def stowage_crds(kube: RawApi) -> list[dict[str, Any]]:
     """Both CRDs from ``charts/stowage/files/crds/`` applied (server-side) and Established; returns them as stored."""
     stored = []
-    for definition in crd.load_crds():
+    for definition in load_crds():
         name = definition["metadata"]["name"]
         kube.apply(f"{CRD_API}/{name}", definition)
         deadline = time.monotonic() + 60.0

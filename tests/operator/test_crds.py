@@ -17,6 +17,7 @@ from stowage import labels
 from stowage.kube import api
 from stowage.policy import estimates
 from tests.operator.conftest import RawApi
+from tests.support.crds import load_crds
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
@@ -47,7 +48,7 @@ def _job(name: str, tasks: list[dict[str, Any]] | None = None, **spec: Any) -> d
 
 
 def test_crd_yaml_names_match_the_operator_constants() -> None:
-    queue, job = crd.load_crds()
+    queue, job = load_crds()
     for definition, kind in ((queue, crd.QUEUE), (job, crd.JOB)):
         spec = definition["spec"]
         assert definition["metadata"]["name"] == kind.crd_name
@@ -62,7 +63,7 @@ def test_crd_yaml_names_match_the_operator_constants() -> None:
 
 
 def test_crd_enums_and_defaults_match_the_operator_constants() -> None:
-    queue, job = crd.load_crds()
+    queue, job = load_crds()
     q = _schema(queue)["properties"]["spec"]["properties"]
     assert q["weight"]["default"] == crd.DEFAULT_WEIGHT and q["weight"]["maximum"] == crd.MAX_WEIGHT
     assert tuple(q["jobOrder"]["enum"]) == crd.JOB_ORDERS and q["jobOrder"]["default"] == crd.DEFAULT_JOB_ORDER
@@ -310,7 +311,7 @@ def test_the_estimate_status_is_kept_as_the_operator_writes_it_and_a_bad_source_
 
 
 def test_the_estimate_sources_are_the_estimators() -> None:
-    (_, job) = crd.load_crds()
+    (_, job) = load_crds()
     estimate = _schema(job)["properties"]["status"]["properties"]["estimate"]["properties"]
     source = estimate["groups"]["additionalProperties"]["properties"]["source"]
     assert tuple(source["enum"]) == estimates.SOURCE_NAMES
@@ -400,7 +401,7 @@ def test_short_names_reach_the_same_resources(kube: RawApi, stowage_crds: list[d
 
 def test_crds_reapply_unchanged(kube: RawApi, stowage_crds: list[dict[str, Any]]) -> None:
     # The chart upgrades by applying the same files again: that must be a no-op, not a conflict.
-    for definition in crd.load_crds():
+    for definition in load_crds():
         name = definition["metadata"]["name"]
         before = kube.ok("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         after = kube.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", copy.deepcopy(definition))

@@ -56,6 +56,7 @@ from stowage.config import StowageSettings, load_settings
 from stowage.sim.usage import UsageModel
 from tests.support.chart_tokens import token_kubeconfig
 from tests.support.controlplane import FEATURE_GATES, REPO, ControlPlane, SchedulerHandle, _Process
+from tests.support.crds import CRD_DIR, load_crds
 from tests.support.fake_kubelet import ANN_RUN_SECONDS, FakeKubelet, NodeSpec, requests_fraction
 from tests.support.processes import EXTENDER_PORT_LOGGED, NODE_MONITOR_PORT_LOGGED, stop_process, wait_for_logged_port
 from tests.support.prometheus import prometheus_binary
@@ -468,7 +469,7 @@ class TaskLedger(PodLedger):
 
 
 #: Kopf's peering CRDs (ClusterKopfPeering, KopfPeering) from their one source, the chart's files/crds/ folder.
-KOPF_PEERING_CRDS = tuple(d for d in yaml.safe_load_all((crd.CRD_DIR / "kopf-peering.yaml").read_text()) if d)
+KOPF_PEERING_CRDS = tuple(d for d in yaml.safe_load_all((CRD_DIR / "kopf-peering.yaml").read_text()) if d)
 FIELD_MANAGER = "stowage-tests"
 
 
@@ -484,7 +485,7 @@ def install_crds(api: client.ApiClient, crds: list[dict[str, Any]] | None = None
     """``crds`` (default: Stowage's and Kopf's peering CRDs from charts/stowage/files/crds), Established, and the
     opportunistic PriorityClass."""
     if crds is None:
-        crds = [*crd.load_crds(), *KOPF_PEERING_CRDS]
+        crds = [*load_crds(), *KOPF_PEERING_CRDS]
     for obj in crds:
         apply(api, obj)
     ext = client.ApiextensionsV1Api(api)
