@@ -52,6 +52,7 @@ __all__ = [
     "bucket_demand",
     "bucket_progress",
     "task_features",
+    "with_progress",
 ]
 
 #: OPERA Eq. 1: framework, +application, +stage, +progress and demand.
@@ -317,6 +318,9 @@ def task_features(queue: str, job_key: str, group: str, demand: Mapping[str, flo
     mean = mean_capacity or {}
     scaled = {r: v / mean[r] if mean.get(r, 0) > 0 else v for r, v in demand.items()}
     out = {"framework": queue, "app": app_name(job_key), "stage": group, "demand": bucket_demand(scaled)}
-    if job_progress is not None:
-        out["progress"] = bucket_progress(job_progress)
-    return out
+    return out if job_progress is None else with_progress(out, job_progress)
+
+
+def with_progress(static: Mapping[str, str], job_progress: float) -> dict[str, str]:
+    """``static`` (``task_features`` without progress, which a caller may keep per group) with the job's progress."""
+    return {**static, "progress": bucket_progress(job_progress)}

@@ -79,7 +79,7 @@ class PackingPreset(Preset):
         static = self._static(g)
         groups = spec.j_groups[int(spec.g_job[g])]
         done = sum(int(st.g_done[x]) for x in groups) / max(sum(int(spec.g_tasks[x]) for x in groups), 1)
-        return {**static, "progress": classifier.bucket_progress(done)}
+        return classifier.with_progress(static, done)
 
     def _static(self, g: int) -> dict[str, str]:
         """The properties of group ``g``'s tasks that never change (all but progress)."""

@@ -95,3 +95,14 @@ def test_only_the_decision_runs_packing_passes() -> None:
                      for p in (ROOT / folder).rglob("*.py")
                      if p.name != "bench.py" and "dispatch.pack" in _calls(str(p.relative_to(ROOT))))
     assert callers == ["stowage/policy/decide.py"]
+
+
+def test_the_classifiers_features_are_built_in_the_classifier_only() -> None:
+    """The operator's dispatcher, its lessons and the simulator ask ``classifier.task_features`` (issue #34): no
+    product module buckets a demand or a progress itself, so what the classifier is asked is what it was taught."""
+    builders = sorted(str(p.relative_to(ROOT)) for folder in ("stowage", "operator", "extender", "node-monitor")
+                      for p in (ROOT / folder).rglob("*.py")
+                      if {c.rsplit(".", 1)[-1] for c in _calls(str(p.relative_to(ROOT)))}
+                      & {"bucket_demand", "bucket_progress"})
+    assert builders == ["stowage/policy/classifier.py"]
+
