@@ -138,7 +138,8 @@ class PackingSettings:
     """Tetris knobs (§3.2–3.5, defaults from §5.3)."""
 
     fairness_knob: float = 0.25
-    """``f``: only the ⌈(1−f)·|J|⌉ jobs furthest below fair share compete (Tetris §5.3: 0.25)."""
+    """``f``: inside a queue only its first ⌈(1−f)·J_q⌉ jobs in job order compete (``dispatch.pack``; Tetris §5.3:
+    0.25); 0: every job, and every queue whatever the tiers."""
     queue_usage_half_life_s: float = 300.0
     """``H``: fairness between queues holds on usage decayed with this half-life (``fairness.QueueUsage``): a
     queue's weight is honoured on the moving average of its dominant share, not at every slot, so a queue that
