@@ -114,9 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--command", help="the command line to print above the table (with the body on stdin)")
     ap.add_argument("--commit", help="the commit measured (default: this checkout's HEAD, +dirty if changed)")
     ap.add_argument("--code", action="store_true", help="the body is plain text: put it in a fenced block")
-    ap.add_argument("run", nargs=argparse.REMAINDER, help="-- COMMAND...: run it here; its stdout is the body")
-    args = ap.parse_args(argv)
-    run = args.run[1:] if args.run[:1] == ["--"] else args.run
+    ap.epilog = "-- COMMAND...: run COMMAND here (from the repository root); its stdout is the body"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if run:
         done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=False)
         sys.stderr.write(done.stderr)
