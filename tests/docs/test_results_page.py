@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their class's module up
     spec.loader.exec_module(module)
     return module
 
@@ -142,3 +143,38 @@ def test_the_results_page_is_made_of_well_formed_sections() -> None:
         inner = update.read_section(text, name)
         assert inner.startswith("\n```console\n$ "), f"{name}: its command first"
         assert re.search(r"^Measured at `[^`]+`; ", inner, flags=re.M), f"{name}: the commit it was measured at"
+
+
+def _report(oracle: bool, commit: str) -> dict:
+    def run(makespan: float, jct: float, wasted: float) -> dict:
+        return {"makespan_s": makespan, "jct_mean_s": jct, "makespan_to_lower_bound": 1.1, "wasted_work_s": wasted,
+                "evictions": 1, "oom_kills": 0, "slowed_jobs_fraction": 0.04, "jct_mean_lower_bound_s": 100.0}
+
+    policies = {"kube-default": run(1000, 600, 0), "stowage": run(900, 280, 10)}
+    if not oracle:
+        policies["ubis"] = run(950, 500, 50)
+    return {"engine": {"oracle_durations": oracle}, "commit": commit, "policies": policies}
+
+
+def test_makespan_table_writes_its_sections_from_kept_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _script("makespan_table")
+
+    def no_runs(*_: object, **__: object) -> None:
+        raise AssertionError("a kept report was run again")
+
+    monkeypatch.setattr(script.subprocess, "run", no_runs)
+    for usage in script.USAGES:
+        for oracle in (False, True):
+            folder = tmp_path / "runs" / (f"embedded-{usage}" + ("-oracle" if oracle else ""))
+            folder.mkdir(parents=True)
+            (folder / "report.json").write_text(json.dumps(_report(oracle, "abc1234")))
+    page = tmp_path / "results.md"
+    page.write_text("".join(f"<!-- results:{n} -->\n<!-- /results:{n} -->\n"
+                            for n in ("makespan-targets", "makespan-embedded")))
+    assert script.main(["--out", str(tmp_path / "runs"), "--only", "embedded", "--doc", str(page)]) == 0
+    text = page.read_text()
+    targets, block = update.read_section(text, "makespan-targets"), update.read_section(text, "makespan-embedded")
+    assert "$ .venv/bin/python scripts/makespan_table.py --jobs 2 --only embedded\n" in block
+    assert "Measured at `abc1234`" in targets and "Measured at `abc1234`" in block
+    assert "| embedded | 0.5 | 0.900 ✓ | 0.900 ✓ |" in targets
+    assert "| 0.7 | **stowage** | 15.0m | **0.900** |" in block
