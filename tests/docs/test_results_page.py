@@ -179,3 +179,30 @@ def test_makespan_table_writes_its_sections_from_kept_reports(tmp_path: Path, mo
     assert "Measured at `abc1234`" in targets and "Measured at `abc1234`" in block
     assert "| embedded | 0.5 | 0.900 ✓ | 0.900 ✓ |" in targets
     assert "| 0.7 | **stowage** | 15.0m | **0.900** |" in block
+
+
+def test_fairness_sweep_rebuilds_its_section_from_kept_runs_without_running(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _script("fairness_sweep")
+    monkeypatch.setattr(script, "workloads", lambda: ["embedded", "random:1"])
+
+    def no_runs(*_: object) -> None:
+        raise AssertionError("--from-runs ran a simulation")
+
+    monkeypatch.setattr(script, "run", no_runs)
+    settings = ["kube-default", *map(script._name, script.HALF_LIVES)]
+    yardstick = {"usage_deviation_max": 0.4, "over_tolerance_fraction": 0.5, "usage_samples": 10,
+                 "below_floor_longest_s": 120.0}
+    runs = tmp_path / "sweep.jsonl"
+    runs.write_text("".join(json.dumps({"workload": w, "setting": s, "commit": "abc1234", "wall_s": 1.0,
+                                        "summary": {"jct_mean_s": 100.0 if s == "kube-default" else 55.0,
+                                                    "makespan_s": 1000.0}, "yardstick": yardstick}) + "\n"
+                            for w in ("embedded", "random:1") for s in settings))
+    page = tmp_path / "results.md"
+    page.write_text("<!-- results:fairness-sweep -->\n<!-- /results:fairness-sweep -->\n")
+    assert script.main(["--out", str(runs), "--from-runs", "--write-results", str(page)]) == 0
+    inner = update.read_section(page.read_text(), "fairness-sweep")
+    assert f"$ .venv/bin/python scripts/fairness_sweep.py --jobs 2 --out {runs}\n" in inner
+    assert "Measured at `abc1234`" in inner and "| 300 | 0.550 | 0.550 | 1.000 | 40% / 40% | 50% | 120 |" in inner
+    runs.write_text(runs.read_text().splitlines(keepends=True)[0])
+    assert script.main(["--out", str(runs), "--from-runs", "--write-results", str(page)]) == 1
