@@ -102,18 +102,6 @@ def table(rows: dict[tuple[str, str], dict[str, Any]], specs: Sequence[str]) -> 
     return "\n".join(lines)
 
 
-def update_results() -> Any:
-    """``scripts/update_results.py``, the results page's writer, loaded from beside this script."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parent / "update_results.py"
-    spec = importlib.util.spec_from_file_location("update_results", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
@@ -137,7 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "run without --from-runs to make them", file=sys.stderr)
         return 1
     if todo:
-        commit = update_results().commit_of()
+        import update_results  # beside this script, first on sys.path when it runs
+
+        commit = update_results.commit_of()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
@@ -154,7 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         commits = ", ".join(sorted({r.get("commit", "unknown") for r in shown})) or "unknown"
         line = ".venv/bin/python scripts/fairness_sweep.py --jobs 2" + (
             f" --out {args.out}" if args.out != Path("makespan-runs/fairness-sweep.jsonl") else "")
-        update_results().write_section(args.write_results, "fairness-sweep", line, body, commits)
+        import update_results  # beside this script, first on sys.path when it runs
+
+        update_results.write_section(args.write_results, "fairness-sweep", line, body, commits)
         print(f"{args.write_results}: section fairness-sweep rewritten", file=sys.stderr)
     return 0
 

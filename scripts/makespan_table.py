@@ -33,7 +33,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 from stowage.sim.report import format_duration
 
@@ -127,20 +126,11 @@ def run(case: Case, usage: float, out: Path, jobs: int, rerun: bool, policies: S
         doc = kept(case, usage, out, oracle)
         if doc is None:
             raise SystemExit(f"{report}: engine.oracle_durations is not {oracle} after the run")
-        doc["commit"] = update_results().commit_of(ROOT)
+        import update_results  # beside this script, first on sys.path when it runs
+
+        doc["commit"] = update_results.commit_of(ROOT)
         report.write_text(json.dumps(doc, indent=2))
     return doc
-
-
-def update_results() -> ModuleType:
-    """``scripts/update_results.py``, the results page's writer, loaded from beside this script."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("update_results", ROOT / "scripts" / "update_results.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def commits(docs: Sequence[dict | None]) -> str:
@@ -266,12 +256,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.doc == "-":
         print("\n\n".join(f"{name}:\n{body}" for name, body in bodies.items()))
         return 0
-    writer = update_results()
+    import update_results  # beside this script, first on sys.path when it runs
+
     for name, body in bodies.items():
         only = [case.name for case in shown] if name == "makespan-targets" else [name.removeprefix("makespan-")]
         line = " ".join([".venv/bin/python", "scripts/makespan_table.py", "--jobs", str(args.jobs),
                          *(a for o in only for a in ("--only", o))])
-        writer.write_section(Path(args.doc), name, line, body, commits(used[name]))
+        update_results.write_section(Path(args.doc), name, line, body, commits(used[name]))
     print(f"tables for {', '.join(c.name for c in shown)} written to {args.doc}", file=sys.stderr)
     return 0
 

@@ -169,18 +169,6 @@ def harvest_table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[i
     return "\n".join(lines)
 
 
-def update_results() -> Any:
-    """``scripts/update_results.py``, the results page's writer, loaded from beside this script."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parent / "update_results.py"
-    spec = importlib.util.spec_from_file_location("update_results", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def commits_of(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[int], presets: Sequence[str]) -> str:
     """The commit(s) the shown runs were made at, as the results page names them."""
     found = sorted({rows[(s, p)].get("commit", "unknown") for s in seeds for p in presets if (s, p) in rows})
@@ -250,7 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "run without --from-runs to make them", file=sys.stderr)
         return 1
     if todo:
-        commit = update_results().commit_of()
+        import update_results  # beside this script, first on sys.path when it runs
+
+        commit = update_results.commit_of()
         started = time.perf_counter()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
@@ -268,7 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write_results:
         section = args.section or default_section(args.start, args.without_bandwidth)
         commits = commits_of(rows, seeds, presets)
-        update_results().write_section(args.write_results, section, measuring_command(argv), body, commits)
+        import update_results  # beside this script, first on sys.path when it runs
+
+        update_results.write_section(args.write_results, section, measuring_command(argv), body, commits)
         print(f"{args.write_results}: section {section} rewritten", file=sys.stderr)
     return 0
 

@@ -28,6 +28,12 @@ def _script(name: str) -> ModuleType:
 
 update = _script("update_results")
 
+
+@pytest.fixture(autouse=True)
+def _scripts_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As when a script runs: its folder first on ``sys.path``, so ``import update_results`` finds the writer."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+
 PAGE = """# Results
 
 What the table shows, by hand.
