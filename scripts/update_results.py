@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         write_section(args.page, args.name, command, body, args.commit, args.code)
-    except SectionError as e:
+    except (SectionError, OSError) as e:
         print(f"error: {args.page}: {e}", file=sys.stderr)
         return 1
     print(f"{args.page}: section {args.name} rewritten", file=sys.stderr)

@@ -95,6 +95,7 @@ def test_the_command_line_runs_a_command_or_reads_stdin(tmp_path: Path, monkeypa
     # A failing command or a missing section leaves the page as it was.
     assert update.main([str(page), "alpha", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
     assert update.main([str(page), "nope", "--command", "c", "--commit", "abc1234"]) == 1
+    assert update.main([str(tmp_path / "missing.md"), "alpha", "--command", "c", "--commit", "abc1234"]) == 1
     assert page.read_text() == text
 
 
