@@ -94,7 +94,9 @@ def test_the_command_line_runs_a_command_or_reads_stdin(tmp_path: Path, monkeypa
     assert "$ make y" in text and "| y |" in text and "| x |" in text
     # A failing command or a missing section leaves the page as it was.
     assert update.main([str(page), "alpha", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    monkeypatch.setattr(sys, "stdin", io.StringIO("| z |\n"))
     assert update.main([str(page), "nope", "--command", "c", "--commit", "abc1234"]) == 1
+    monkeypatch.setattr(sys, "stdin", io.StringIO("| z |\n"))
     assert update.main([str(tmp_path / "missing.md"), "alpha", "--command", "c", "--commit", "abc1234"]) == 1
     assert page.read_text() == text
 
