@@ -146,7 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" --out {args.out}" if args.out != Path("makespan-runs/fairness-sweep.jsonl") else "")
         import update_results  # beside this script, first on sys.path when it runs
 
-        update_results.write_section(args.write_results, "fairness-sweep", line, body, commits)
+        try:
+            update_results.write_section(args.write_results, "fairness-sweep", line, body, commits)
+        except (update_results.SectionError, OSError) as e:
+            print(f"error: {args.write_results}: {e}", file=sys.stderr)
+            return 1
         print(f"{args.write_results}: section fairness-sweep rewritten", file=sys.stderr)
     return 0
 

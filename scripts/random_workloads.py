@@ -260,7 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         commits = commits_of(rows, seeds, presets)
         import update_results  # beside this script, first on sys.path when it runs
 
-        update_results.write_section(args.write_results, section, measuring_command(argv), body, commits)
+        try:
+            update_results.write_section(args.write_results, section, measuring_command(argv), body, commits)
+        except (update_results.SectionError, OSError) as e:
+            print(f"error: {args.write_results}: {e}", file=sys.stderr)
+            return 1
         print(f"{args.write_results}: section {section} rewritten", file=sys.stderr)
     return 0
 

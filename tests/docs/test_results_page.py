@@ -141,6 +141,9 @@ def test_random_workloads_rebuilds_its_section_from_kept_runs_without_running(tm
     before = page.read_text()
     assert script.main(["--seeds", "4", "--out", str(runs), "--from-runs", "--write-results", str(page)]) == 1
     assert page.read_text() == before
+    # A section the page does not have is refused, not appended.
+    assert script.main([*argv, "--section", "nowhere"]) == 1
+    assert page.read_text() == before
 
 
 def test_the_results_page_is_made_of_well_formed_sections() -> None:
