@@ -13,9 +13,12 @@ defaults otherwise (estimated durations, the operator's 0.2 s pass delay). Print
   yardstick, usage decayed with :data:`YARDSTICK_S` (each run's own half-life would judge a setting by itself);
 - the longest a backlogged queue held less than half its fair share (s, worst).
 
-Every run's summary goes to ``--out`` (JSON lines) as it finishes; runs already there are not run again.
+Every run's summary goes to ``--out`` (JSON lines, with the commit it was made at) as it finishes; runs already
+there are not run again. ``--from-runs`` runs nothing and prints the table of the kept runs; ``--write-results
+PAGE`` also writes it into the page's ``fairness-sweep`` section (``scripts/update_results.py``).
 
     .venv/bin/python scripts/fairness_sweep.py --jobs 2
+    .venv/bin/python scripts/fairness_sweep.py --from-runs --write-results docs/results.md
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def _name(half_life: float | None) -> str:
     return "strict" if half_life is None else f"{half_life:g}"
 
 
-def run(spec: str, setting: str) -> dict[str, Any]:
+def run(spec: str, setting: str, commit: str = "unknown") -> dict[str, Any]:
     """One run: ``setting`` is ``kube-default`` or a half-life name (``_name``)."""
     from stowage.config import StowageSettings
     from stowage.policy.dispatch import PASS_DELAY_S
@@ -73,7 +76,7 @@ def run(spec: str, setting: str) -> dict[str, Any]:
     yardstick = metrics.fairness_over_time(series["t"], series["shares"], series["backlogged"],
                                            np.array([q.weight for q in workload.queues]), YARDSTICK_S,
                                            base.packing.queue_share_floor)
-    return {"workload": spec, "setting": setting, "wall_s": time.perf_counter() - started,
+    return {"workload": spec, "setting": setting, "commit": commit, "wall_s": time.perf_counter() - started,
             "summary": result.summary, "yardstick": yardstick}
 
 
@@ -104,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
     parser.add_argument("--out", type=Path, default=Path("makespan-runs/fairness-sweep.jsonl"),
                         help="JSON lines of every run's summary, kept to resume (default: %(default)s)")
+    parser.add_argument("--from-runs", action="store_true",
+                        help="run nothing: the table of the runs kept in --out (refused if one is missing)")
+    parser.add_argument("--write-results", type=Path, metavar="PAGE",
+                        help="also write the table into PAGE's fairness-sweep section (scripts/update_results.py)")
     args = parser.parse_args(argv)
     specs = workloads()
     rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -113,16 +120,38 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r = json.loads(line)
                 rows[(r["workload"], r["setting"])] = r
     todo = [(w, s) for w in specs for s in ("kube-default", *map(_name, HALF_LIVES)) if (w, s) not in rows]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
-        for r in pool.map(run, [w for w, _ in todo], [s for _, s in todo]):
-            rows[(r["workload"], r["setting"])] = r
-            sink.write(json.dumps(r) + "\n")
-            sink.flush()
-            print(f"{r['workload']} {r['setting']}: {r['wall_s']:.1f}s ({time.perf_counter() - started:.0f}s so far)",
-                  file=sys.stderr)
-    print(table(rows, specs))
+    if args.from_runs and todo:
+        print(f"error: --from-runs: {args.out} lacks {len(todo)} run(s), e.g. {todo[0][0]} {todo[0][1]}; "
+              "run without --from-runs to make them", file=sys.stderr)
+        return 1
+    if todo:
+        import update_results  # beside this script, first on sys.path when it runs
+
+        commit = update_results.commit_of()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
+            for r in pool.map(run, [w for w, _ in todo], [s for _, s in todo], [commit] * len(todo)):
+                rows[(r["workload"], r["setting"])] = r
+                sink.write(json.dumps(r) + "\n")
+                sink.flush()
+                print(f"{r['workload']} {r['setting']}: {r['wall_s']:.1f}s "
+                      f"({time.perf_counter() - started:.0f}s so far)", file=sys.stderr)
+    body = table(rows, specs)
+    print(body)
+    if args.write_results:
+        shown = [r for (w, _), r in rows.items() if w in specs]
+        commits = ", ".join(sorted({r.get("commit", "unknown") for r in shown})) or "unknown"
+        line = ".venv/bin/python scripts/fairness_sweep.py --jobs 2" + (
+            f" --out {args.out}" if args.out != Path("makespan-runs/fairness-sweep.jsonl") else "")
+        import update_results  # beside this script, first on sys.path when it runs
+
+        try:
+            update_results.write_section(args.write_results, "fairness-sweep", line, body, commits)
+        except (update_results.SectionError, OSError) as e:
+            print(f"error: {args.write_results}: {e}", file=sys.stderr)
+            return 1
+        print(f"{args.write_results}: section fairness-sweep rewritten", file=sys.stderr)
     return 0
 
 

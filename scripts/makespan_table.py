@@ -1,9 +1,10 @@
 """Makespan, mean JCT and wasted work of every preset, per bundled workload and usage fraction.
 
 Runs ``stowage simulate`` once per (workload, usage fraction) with ``--jobs`` for parallel presets,
-keeps each ``report.json`` under ``--out`` (default ``makespan-runs/``), and writes the tables, in
-Markdown, between the ``makespan-table`` markers of ``--doc`` (default ``docs/simulator.md``) or to
-stdout (``--doc -``). Runs whose JSON is already there are not repeated (``--rerun`` repeats them), so
+keeps each ``report.json`` under ``--out`` (default ``makespan-runs/``, with the commit it was made at), and
+writes the tables, in Markdown, into the sections of the results page ``--doc`` (default ``docs/results.md``;
+``makespan-targets`` and ``makespan-<workload>``, through ``scripts/update_results.py``) or to stdout
+(``--doc -``). Runs whose JSON is already there are not repeated (``--rerun`` repeats them), so
 the tables can be rebuilt from kept reports, one workload at a time (``--only NAME``).
 
 ``tetris`` and ``stowage`` estimate task durations as a cluster would; each cell also gets a run of
@@ -36,7 +37,6 @@ from pathlib import Path
 from stowage.sim.report import format_duration
 
 ROOT = Path(__file__).resolve().parent.parent
-START, END = "<!-- makespan-table:start -->", "<!-- makespan-table:end -->"
 USAGES = (0.5, 0.7, 0.9)
 PRESETS = ("kube-default", "binpack", "drf", "load-aware", "tetris", "ubis", "stowage")
 
@@ -126,7 +126,16 @@ def run(case: Case, usage: float, out: Path, jobs: int, rerun: bool, policies: S
         doc = kept(case, usage, out, oracle)
         if doc is None:
             raise SystemExit(f"{report}: engine.oracle_durations is not {oracle} after the run")
+        import update_results  # beside this script, first on sys.path when it runs
+
+        doc["commit"] = update_results.commit_of(ROOT)
+        report.write_text(json.dumps(doc, indent=2))
     return doc
+
+
+def commits(docs: Sequence[dict | None]) -> str:
+    """The commit(s) the kept reports were made at (``unknown`` for reports kept before they recorded it)."""
+    return ", ".join(sorted({d.get("commit", "unknown") for d in docs if d})) or "unknown"
 
 
 def runs_of(doc: dict) -> dict[str, dict]:
@@ -140,7 +149,7 @@ def block(case: Case, reports: dict[float, dict], oracles: dict[float, dict | No
 
     oracle_line = generic(command(case, USAGES[0], Path("DIR"), jobs, ORACLE_PRESETS, True))
     header = "| usage | preset | makespan | ×kube | ÷LB | mean JCT | ×kube | wasted task-s | evictions + OOM | slowed |"
-    lines = [f"#### {case.title}", "", generic(command(case, USAGES[0], Path("DIR"), jobs)) + "; the "
+    lines = [generic(command(case, USAGES[0], Path("DIR"), jobs)) + "; the "
              f"\"(oracle)\" rows: {oracle_line}", "", header, "|---|---|---|---|---|---|---|---|---|---|"]
     for usage, doc in reports.items():
         runs = runs_of(doc)
@@ -217,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2, help="presets in parallel per run (stowage simulate --jobs)")
     ap.add_argument("--out", type=Path, default=ROOT / "makespan-runs", help="where the report.json files go")
-    ap.add_argument("--doc", default=str(ROOT / "docs/simulator.md"), help="Markdown file to update, '-': stdout")
+    ap.add_argument("--doc", default=str(ROOT / "docs/results.md"),
+                    help="the results page to update (its makespan-* sections), '-': stdout")
     ap.add_argument("--only", action="append", choices=[c.name for c in CASES], help="run only these workloads")
     ap.add_argument("--rerun", action="store_true", help="run again even where a report.json is kept")
     ap.add_argument("--policy", action="append", choices=PRESETS, default=[],
@@ -236,22 +246,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = [c for c in CASES if all(kept(c, u, args.out, False) for u in USAGES)]
     reports = {c.name: {u: kept(c, u, args.out, False) for u in USAGES} for c in shown}
     oracles = {c.name: {u: kept(c, u, args.out, True) for u in USAGES} for c in shown}
-    lines = [START, "", *targets(reports, oracles)]  # type: ignore[arg-type]
+    bodies = {"makespan-targets": "\n".join(targets(reports, oracles))}  # type: ignore[arg-type]
+    used = {"makespan-targets": [d for c in shown for u in USAGES
+                                 for d in (reports[c.name][u], oracles[c.name][u])]}
     for case in shown:
-        lines += block(case, reports[case.name], oracles[case.name], args.jobs)  # type: ignore[arg-type]
-    lines.append(END)
-    text = "\n".join(lines)
+        name = f"makespan-{case.name}"
+        bodies[name] = "\n".join(block(case, reports[case.name], oracles[case.name], args.jobs))  # type: ignore
+        used[name] = [d for u in USAGES for d in (reports[case.name][u], oracles[case.name][u])]
     if args.doc == "-":
-        print(text)
+        print("\n\n".join(f"{name}:\n{body}" for name, body in bodies.items()))
         return 0
-    doc = Path(args.doc)
-    body = doc.read_text() if doc.exists() else ""
-    if START in body and END in body:
-        body = body[: body.index(START)] + text + body[body.index(END) + len(END):]
-    else:
-        body = body.rstrip("\n") + "\n\n" + text + "\n"
-    doc.write_text(body)
-    print(f"tables for {', '.join(c.name for c in shown)} written to {doc}", file=sys.stderr)
+    import update_results  # beside this script, first on sys.path when it runs
+
+    for name, body in bodies.items():
+        only = [case.name for case in shown] if name == "makespan-targets" else [name.removeprefix("makespan-")]
+        line = " ".join([".venv/bin/python", "scripts/makespan_table.py", "--jobs", str(args.jobs),
+                         *(a for o in only for a in ("--only", o))])
+        update_results.write_section(Path(args.doc), name, line, body, commits(used[name]))
+    print(f"tables for {', '.join(c.name for c in shown)} written to {args.doc}", file=sys.stderr)
     return 0
 
 

@@ -19,6 +19,12 @@ so an interrupted benchmark resumes. One workload's run again, as the script ran
     .venv/bin/python scripts/random_workloads.py --without-bandwidth  # declared disk/network dropped
     .venv/bin/python scripts/random_workloads.py --policy stowage-regular --jobs 2  # + what harvesting adds
     .venv/bin/python scripts/random_workloads.py --start 50 --seeds 20 --out makespan-runs/held-out.jsonl  # held out
+    .venv/bin/python scripts/random_workloads.py --policy stowage-regular --from-runs --write-results docs/results.md
+
+``--from-runs`` runs nothing: it prints the tables of the runs kept in ``--out`` (every seed asked for must be
+there). ``--write-results PAGE`` also writes them into the page's section (``--section``, default
+``random-workloads``; ``scripts/update_results.py``), under the command that makes them and the commit the runs
+were made at (each kept run records it).
 """
 
 from __future__ import annotations
@@ -56,8 +62,9 @@ def without_bandwidth(workload: Any) -> Any:
     return dataclasses.replace(workload, jobs=jobs)
 
 
-def run_seed(seed: int, presets: Sequence[str], drop_bandwidth: bool = False) -> list[dict[str, Any]]:
-    """Each preset's summary on ``random:seed``, with the workload's drawn parameters and wall time."""
+def run_seed(seed: int, presets: Sequence[str], drop_bandwidth: bool = False,
+             commit: str = "unknown") -> list[dict[str, Any]]:
+    """Each preset's summary on ``random:seed``, with the workload's drawn parameters, wall time and ``commit``."""
     from stowage.policy.dispatch import PASS_DELAY_S
     from stowage.sim.engine import SimConfig, simulate
     from stowage.sim.traces.random_mix import random_mix
@@ -69,7 +76,7 @@ def run_seed(seed: int, presets: Sequence[str], drop_bandwidth: bool = False) ->
     for preset in presets:
         started = time.perf_counter()
         result = simulate(workload, preset, config=SimConfig(pass_delay_s=PASS_DELAY_S), seed=seed)
-        out.append({"seed": seed, "preset": preset, "wall_s": time.perf_counter() - started,
+        out.append({"seed": seed, "preset": preset, "commit": commit, "wall_s": time.perf_counter() - started,
                     "workload": {k: workload.model[k] for k in ("n_nodes", "load", "usage_mean", "queues",
                                                                  "jobs", "tasks")},
                     "summary": result.summary})
@@ -162,7 +169,41 @@ def harvest_table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[i
     return "\n".join(lines)
 
 
+def commits_of(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[int], presets: Sequence[str]) -> str:
+    """The commit(s) the shown runs were made at, as the results page names them."""
+    found = sorted({rows[(s, p)].get("commit", "unknown") for s in seeds for p in presets if (s, p) in rows})
+    return ", ".join(found) if found else "unknown"
+
+
+#: Options that choose where the tables go, not what they measure: left out of the command the page shows.
+_OUTPUT_FLAGS = {"--from-runs": 0, "--write-results": 1, "--section": 1}
+
+
+def measuring_command(argv: Sequence[str]) -> str:
+    """The command line that makes the tables (``argv`` without the output options), as the page prints it."""
+    import shlex
+
+    kept: list[str] = []
+    skip = 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in _OUTPUT_FLAGS:
+            skip = _OUTPUT_FLAGS[flag] if "=" not in arg else 0
+            continue
+        kept.append(arg)
+    return shlex.join([".venv/bin/python", "scripts/random_workloads.py", *kept])
+
+
+def default_section(start: int, drop_bandwidth: bool) -> str:
+    return ("random-workloads" + ("-held-out" if start >= len(SEEDS) else "")
+            + ("-without-bandwidth" if drop_bandwidth else ""))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="run the first N of SEEDS (default: all)")
     parser.add_argument("--start", type=int, default=0,
@@ -175,6 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "makespan-runs/random-workloads.jsonl, or random-workloads-without-bandwidth.jsonl)")
     parser.add_argument("--without-bandwidth", action="store_true",
                         help="diagnostic: drop every group's declared disk and network demand (see without_bandwidth)")
+    parser.add_argument("--from-runs", action="store_true",
+                        help="run nothing: the tables of the runs kept in --out (refused if a seed's run is missing)")
+    parser.add_argument("--write-results", type=Path, metavar="PAGE",
+                        help="also write the tables into PAGE's section (scripts/update_results.py)")
+    parser.add_argument("--section", help="the section of --write-results (default: random-workloads, "
+                                          "random-workloads-held-out from --start 50, -without-bandwidth)")
     args = parser.parse_args(argv)
     if args.out is None:
         name = "random-workloads-without-bandwidth" if args.without_bandwidth else "random-workloads"
@@ -185,19 +232,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = _load(args.out)
     todo = [s for s in seeds if not all((s, p) in rows for p in presets)]
     missing = {s: [p for p in presets if (s, p) not in rows] for s in todo}
-    started = time.perf_counter()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
-        for done in pool.map(run_seed, todo, [missing[s] for s in todo], [args.without_bandwidth] * len(todo)):
-            for r in done:
-                rows[(r["seed"], r["preset"])] = r
-                sink.write(json.dumps(r) + "\n")
-            sink.flush()
-            s = done[0]["seed"]
-            print(f"seed {s}: " + ", ".join(f"{r['preset']} {r['wall_s']:.1f}s" for r in done)
-                  + f" ({time.perf_counter() - started:.0f}s so far)", file=sys.stderr)
-    print(table(rows, seeds, presets))
-    print(harvest_table(rows, seeds, presets))
+    if args.from_runs and todo:
+        shown = ", ".join(f"{s} ({', '.join(missing[s])})" for s in todo[:5]) + (" …" if len(todo) > 5 else "")
+        print(f"error: --from-runs: {args.out} lacks {len(todo)} seed(s) of those asked: {shown}; "
+              "run without --from-runs to make them", file=sys.stderr)
+        return 1
+    if todo:
+        import update_results  # beside this script, first on sys.path when it runs
+
+        commit = update_results.commit_of()
+        started = time.perf_counter()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
+            for done in pool.map(run_seed, todo, [missing[s] for s in todo], [args.without_bandwidth] * len(todo),
+                                 [commit] * len(todo)):
+                for r in done:
+                    rows[(r["seed"], r["preset"])] = r
+                    sink.write(json.dumps(r) + "\n")
+                sink.flush()
+                s = done[0]["seed"]
+                print(f"seed {s}: " + ", ".join(f"{r['preset']} {r['wall_s']:.1f}s" for r in done)
+                      + f" ({time.perf_counter() - started:.0f}s so far)", file=sys.stderr)
+    body = table(rows, seeds, presets) + "\n" + harvest_table(rows, seeds, presets)
+    print(body)
+    if args.write_results:
+        section = args.section or default_section(args.start, args.without_bandwidth)
+        commits = commits_of(rows, seeds, presets)
+        import update_results  # beside this script, first on sys.path when it runs
+
+        try:
+            update_results.write_section(args.write_results, section, measuring_command(argv), body, commits)
+        except (update_results.SectionError, OSError) as e:
+            print(f"error: {args.write_results}: {e}", file=sys.stderr)
+            return 1
+        print(f"{args.write_results}: section {section} rewritten", file=sys.stderr)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 A real outcome, not a timing: the Tetris §5.1 mix on 8 nodes (43 jobs, 2,204 tasks over half an hour),
 at the usage fractions the target names. The full tables (every bundled workload) are in
-docs/simulator.md, made by ``scripts/makespan_table.py``.
+docs/results.md, made by ``scripts/makespan_table.py``.
 """
 
 from __future__ import annotations

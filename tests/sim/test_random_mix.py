@@ -106,7 +106,7 @@ def test_a_bad_random_spec_is_refused_naming_the_form(spec: str) -> None:
 
 def test_the_benchmark_can_drop_declared_bandwidth_and_keeps_everything_else() -> None:
     # scripts/random_workloads.py --without-bandwidth: the diagnostic behind the makespan finding in
-    # docs/simulator.md. Only disk and network demands go to 0; tasks, durations and other demands stay.
+    # docs/results.md. Only disk and network demands go to 0; tasks, durations and other demands stay.
     import importlib.util
     from pathlib import Path
 
