@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from stowage.operator import crd, queues
+from stowage.operator import crd, queues, tasks
 from stowage.operator.metrics import QueueNumbers
 
 from stowage import labels
@@ -336,11 +336,30 @@ def test_job_printer_columns_show_queue_phase_done_and_opportunistic_running(kub
                                      "groups": {"a": {"taskSeconds": 120.0, "source": "phase"}}}}},
             content_type="application/merge-patch+json")
     names, rows = _table(kube, crd.JOB.path(namespace=ns))
-    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Est. Remaining", "Age", "Opportunistic",
-                     "Suspended", "Remaining"]
-    assert rows["etl"][:6] == ["etl", "batch", "Running", "3/10", 2, 840]
-    assert rows["etl"][7:] == ["auto", False, 12.5]
-    assert rows["fresh"][:6] == ["fresh", "default", None, None, None, None]  # nothing written yet: empty cells
+    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Est. Remaining", "Held", "Age",
+                     "Opportunistic", "Suspended", "Remaining"]
+    assert rows["etl"][:7] == ["etl", "batch", "Running", "3/10", 2, 840, None]
+    assert rows["etl"][8:] == ["auto", False, 12.5]
+    assert rows["fresh"][:7] == ["fresh", "default", None, None, None, None, None]  # nothing written yet: empty cells
+
+
+def test_job_printer_column_held_shows_why_the_dispatcher_holds_it(kube: RawApi, ns: str) -> None:
+    """`kubectl get sjob` shows the Held condition's reason, as the operator writes it (tasks.held_condition)."""
+    for name in ("waiting", "released", "other"):
+        kube.ok("POST", crd.JOB.path(namespace=ns), _job(name))
+    now = "2026-01-01T00:00:00Z"
+    held = tasks.held_condition(("WaitingForShare", "3 task(s) held (3 for share). group 'a': ..."), {}, now)
+    released = tasks.held_condition(None, {"conditions": [held]}, now)
+    other = {"type": tasks.UNSCHEDULABLE, "status": "True", "reason": "FitsNoNode", "message": "too big",
+             "lastTransitionTime": now}
+    for name, conditions in (("waiting", [held]), ("released", [released]), ("other", [other])):
+        kube.ok("PATCH", crd.JOB.path(name, ns) + "/status", {"status": {"phase": "Pending", "conditions": conditions}},
+                content_type="application/merge-patch+json")
+    names, rows = _table(kube, crd.JOB.path(namespace=ns))
+    column = names.index("Held")
+    assert rows["waiting"][column] == "WaitingForShare"
+    assert rows["released"][column] == "NotHeld"
+    assert rows["other"][column] is None  # another condition's reason never shows under Held
 
 
 def test_queue_printer_columns_show_weight_and_shares_side_by_side(kube: RawApi, queue_name: str) -> None:
