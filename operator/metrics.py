@@ -1,4 +1,4 @@
-"""The operator's Prometheus metrics (names from :class:`stowage.labels.METRICS`, DESIGN.md "Metrics").
+"""The operator's Prometheus metrics (names from :class:`stowage.labels.METRICS`; docs/operator.md "Metrics").
 
 | metric | type | labels | meaning |
 |---|---|---|---|
