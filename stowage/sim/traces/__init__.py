@@ -51,7 +51,8 @@ EMBEDDED_DATA_PER_TASK = 6 * 2**30
 
 WORKLOAD_SPECS = (
     "embedded (default), synthetic, swim (bundled FB-2009 day), swim:PATH, openb:PODS[,NODES], "
-    "random or random:SEED (a random mix), or a workload file (.yaml, .yml, .json)"
+    "random or random:SEED (a random mix), or a workload file (.yaml, .yml, .json; Stowage Job and Queue "
+    "manifests too)"
 )
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
