@@ -144,12 +144,13 @@ def test_a_fraction_passed_with_set_reaches_the_components_as_a_number(tmp_path:
     """`--set` passes 0.8 as the string "0.8": the schema takes it and the settings file carries the number."""
     done = helm("template", "s", str(CHART), "--set", "settings.harvest.t_alloc.cpu=0.8",
                 "--set", "settings.packing.fairness_knob=0.5", "--set", "settings.contention.policy=neutral",
-                "--set", "defaultQueue.weight=0.5")
+                "--set", "defaultQueue.weight=0.5", "--set-string", "settings.packing.barrier_knob=0.7")
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     settings_cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-settings"))
     data = yaml.safe_load(settings_cm["data"]["settings.yaml"])
     assert data["harvest"]["t_alloc"]["cpu"] == 0.8 and isinstance(data["harvest"]["t_alloc"]["cpu"], float)
     assert data["packing"]["fairness_knob"] == 0.5
+    assert data["packing"]["barrier_knob"] == 0.7  # --set-string: a string to Helm too
     assert data["contention"]["policy"] == "neutral"  # a word stays a word
     path = tmp_path / "settings.yaml"
     path.write_text(settings_cm["data"]["settings.yaml"])
