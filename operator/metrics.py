@@ -1,4 +1,4 @@
-"""The operator's Prometheus metrics (names from :class:`stowage.labels.METRICS`, DESIGN.md "Metrics").
+"""The operator's Prometheus metrics (names from :class:`stowage.labels.METRICS`; docs/operator.md "Metrics").
 
 | metric | type | labels | meaning |
 |---|---|---|---|
@@ -7,6 +7,7 @@
 | ``stowage_queue_allocated`` | gauge | queue, pool, resource | held by its running tasks (cores, bytes, bytes/s) |
 | ``stowage_queue_pending_tasks`` | gauge | queue | tasks waiting for the dispatcher |
 | ``stowage_job_completion_seconds`` | histogram | queue | creation → completion of each Job that succeeded |
+| ``stowage_queue_wait_seconds`` | histogram | queue, kind | submission → first release of a Job or a plain pod |
 | ``stowage_dispatch_total`` | counter | class | tasks released, by the class given (regular, opportunistic) |
 | ``stowage_release_to_bind_seconds`` | histogram | | release (pod created / gate removed) → ``PodScheduled`` |
 | ``stowage_estimate_ratio`` | histogram | source | a finished task's estimate ÷ its actual run time, per source |
@@ -25,6 +26,7 @@ disappear with it.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,24 +35,33 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from stowage.labels import METRICS, PodClass
+from stowage.kube.records import parse_timestamp
+from stowage.labels import DEFAULT_QUEUE, LABEL_QUEUE, METRICS, PodClass
 from stowage.metrics_server import CountsCollector, MetricsServer, Probe
 from stowage.model import Pool
 from stowage.policy.estimates import SOURCE_NAMES
 from stowage.policy.holding import REASONS
 
-__all__ = ["BAD_OBJECT_KINDS", "PASS_STAGES", "OperatorMetrics", "QueueNumbers", "serve"]
+__all__ = ["BAD_OBJECT_KINDS", "PASS_STAGES", "WAIT_KINDS", "OperatorMetrics", "QueueNumbers", "serve"]
 
 #: Where a dispatch pass can stop (``stowage_pass_errors_total{stage}``): reading the caches into plans, writing
 #: the Jobs' status, learning from finished tasks, building the view, deciding, releasing, publishing the Queues'
 #: numbers and holds, saving the learned state. Per-object failures do not stop a pass (they fail the object).
 PASS_STAGES = ("plan", "apply", "learn", "view", "decide", "release", "publish", "state")
 BAD_OBJECT_KINDS = ("job", "pod", "node")
+#: What waited in ``stowage_queue_wait_seconds{kind}``: a Stowage Job (until its first task's release) or a plain
+#: pod (until its gate is removed).
+WAIT_KINDS = ("job", "pod")
+#: Jobs whose first release was observed, kept to this many (oldest forgotten first): a Job's later tasks of the
+#: same pass, before its status says it started, are not counted again.
+_WAITED_JOBS_KEPT = 100_000
 
 # Jobs run seconds to days.
 _JOB_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
 # A released pod waits for kube-scheduler (and the extender for opportunistic pods): milliseconds to minutes.
 _BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, float("inf"))
+# Queue wait: seconds on a free cluster, hours to a day behind a backlog.
+_WAIT_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
 # Estimate ÷ actual: 1 is exact; below it the task ran longer than estimated, above it shorter.
 _RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 10.0, float("inf"))
 
@@ -172,6 +183,12 @@ class OperatorMetrics:
         self.job_completion = Histogram(
             METRICS.JOB_COMPLETION_SECONDS, "Seconds from a Job's creation to its completion (Succeeded)",
             ["queue"], buckets=_JOB_BUCKETS, registry=self.registry)
+        self.queue_wait = Histogram(
+            METRICS.QUEUE_WAIT_SECONDS, "Seconds from submission (a Job's or a plain pod's creation) to the "
+            "dispatcher's first release of its work (a Job's first task, a plain pod's gate), by queue and kind",
+            ["queue", "kind"], buckets=_WAIT_BUCKETS, registry=self.registry)
+        self._waited: OrderedDict[Any, None] = OrderedDict()
+        self._waited_lock = threading.Lock()
         self.dispatch = Counter(
             METRICS.DISPATCH_TOTAL.removesuffix("_total"), "Tasks released by the dispatcher, by the class given",
             ["class"], registry=self.registry)
@@ -216,6 +233,38 @@ class OperatorMetrics:
         self._queues.set(queues)
         for numbers in queues:  # each queue's completion series from the start: rate() sees its first Job
             self.job_completion.labels(numbers.name)
+            for kind in WAIT_KINDS:
+                self.queue_wait.labels(numbers.name, kind)
+
+    def observe_job_release(self, job: Mapping[str, Any], now: float) -> None:
+        """A task of ``job`` was released at ``now`` (epoch seconds): its queue wait, if this is the Job's first.
+
+        A Job whose status has a ``startTime`` was released before (by this operator or one before a restart);
+        one released earlier in this pass is remembered by uid until its status says so.
+        """
+        meta = job.get("metadata") or {}
+        if (job.get("status") or {}).get("startTime"):
+            return
+        key = meta.get("uid") or (meta.get("namespace"), meta.get("name"))
+        with self._waited_lock:
+            if key in self._waited:
+                return
+            self._waited[key] = None
+            if len(self._waited) > _WAITED_JOBS_KEPT:
+                self._waited.popitem(last=False)
+        queue = str((job.get("spec") or {}).get("queue") or DEFAULT_QUEUE)
+        self._observe_wait(queue, "job", meta.get("creationTimestamp"), now)
+
+    def observe_pod_release(self, pod: Mapping[str, Any], now: float) -> None:
+        """A plain pod's gate was removed at ``now`` (epoch seconds): its queue wait since its creation."""
+        meta = pod.get("metadata") or {}
+        queue = str((meta.get("labels") or {}).get(LABEL_QUEUE) or DEFAULT_QUEUE)
+        self._observe_wait(queue, "pod", meta.get("creationTimestamp"), now)
+
+    def _observe_wait(self, queue: str, kind: str, created: Any, now: float) -> None:
+        submitted = parse_timestamp(created)
+        if submitted is not None:
+            self.queue_wait.labels(queue, kind).observe(max(now - submitted, 0.0))
 
     def publish_holds(self, held: Mapping[tuple[str, str], int], queues: Iterable[str]) -> None:
         """(queue, reason) → held tasks at the last pass; ``queues``: every known queue (their zeros are shown)."""

@@ -872,6 +872,7 @@ class OperatorRuntime:
                 self._bind_pending[(key[0], name)] = now
         if created:
             self.metrics.dispatch.labels(pod_class.value).inc()
+            self.metrics.observe_job_release(job, now)
         return created
 
     def _remove_gate(self, pod: Mapping[str, Any], pod_class: labels.PodClass | None = None,
@@ -908,6 +909,7 @@ class OperatorRuntime:
             self._released[key] = _Release(now, None, self._plain_group(pod))
             self._bind_pending[key] = now
         self.metrics.dispatch.labels(pod_class.value).inc()
+        self.metrics.observe_pod_release(pod, now)
         return True
 
     # --- the classifier and its state ------------------------------------------------------------

@@ -10,6 +10,7 @@
 #   KIND_NODE_IMAGE [kindest/node:v1.30.13] node image of a new cluster (created with InPlacePodVerticalScaling on)
 #   ENGINE [docker, else podman]           container engine that builds the image
 #   PROMETHEUS [1]                         0: no kube-prometheus-stack (nothing harvests: opportunistic pods wait)
+# Needs Helm 3.10+ (--set-json) and, with Docker, BuildKit (the default since Docker 23).
 #   NAMESPACE [stowage-system]             the chart's namespace
 #   MONITORING_NAMESPACE [monitoring]      kube-prometheus-stack's namespace (its Grafana finds the dashboard there)
 #   CAPACITY [cpu=2,memory=4Gi]            nodeMonitor.capacity: kind nodes report the host's size (docs/install.md)
@@ -43,8 +44,14 @@ if [ -z "$ENGINE" ]; then
 fi
 need "$ENGINE" "the container engine that builds the image"
 need kind "https://kind.sigs.k8s.io/docs/user/quick-start/#installation"
-need helm "Helm 3.8+ or 4: https://helm.sh/docs/intro/install/"
+need helm "Helm 3.10+ or 4: https://helm.sh/docs/intro/install/"
 need kubectl "https://kubernetes.io/docs/tasks/tools/"
+
+# --set-json (the capacity below) came with Helm 3.10: an older Helm would stop half-way, after the cluster.
+helm_version=$(helm version --template '{{.Version}}' 2>/dev/null || true)
+case "$helm_version" in
+  v3.[0-9].* | v2.*) die "Helm $helm_version is too old: 3.10+ (or 4) is needed for --set-json" ;;
+esac
 
 version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/stowage/Chart.yaml)
 [ -n "$version" ] || die "no appVersion in charts/stowage/Chart.yaml"
@@ -52,7 +59,13 @@ image="stowage:$version"
 context="kind-$CLUSTER"
 
 echo "==> building $image with $ENGINE"
-"$ENGINE" build -t "$image" .
+# The Dockerfile mounts the build stage's wheels (RUN --mount): Docker's BuildKit builder, the default since
+# Docker 23; DOCKER_BUILDKIT=1 asks an older Docker for it. Podman (buildah) supports --mount itself.
+if [ "$ENGINE" = docker ]; then
+  DOCKER_BUILDKIT=1 "$ENGINE" build -t "$image" .
+else
+  "$ENGINE" build -t "$image" .
+fi
 
 if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
   echo "==> using the existing kind cluster $CLUSTER (promotion needs InPlacePodVerticalScaling on it: docs/install.md)"
@@ -65,6 +78,9 @@ else
   kind create cluster --name "$CLUSTER" --image "$KIND_NODE_IMAGE" --config "$config" --wait 120s
   rm -f "$config"
 fi
+# kind switches kubectl to a cluster it creates, not to one it reuses: the commands the script prints (and
+# yours) must reach this cluster, not whichever context was current.
+kind export kubeconfig --name "$CLUSTER"
 
 echo "==> loading $image into $CLUSTER"
 if [ "$ENGINE" = docker ]; then
@@ -82,18 +98,23 @@ if [ "$PROMETHEUS" = 1 ]; then
   echo "==> installing kube-prometheus-stack in $MONITORING_NAMESPACE"
   helm repo add prometheus-community https://prometheus-community.github.io/helm-charts --force-update >/dev/null
   # Select every ServiceMonitor and PodMonitor, not only the ones labelled with this release: Stowage's too.
+  # The sidecar files a dashboard under the folder its ConfigMap's grafana_folder annotation names (Stowage's:
+  # "Stowage"); without these two values every dashboard lands in General.
   helm upgrade --install kps prometheus-community/kube-prometheus-stack --kube-context "$context" \
     -n "$MONITORING_NAMESPACE" --create-namespace --wait --timeout 10m \
     --set prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues=false \
-    --set prometheus.prometheusSpec.podMonitorSelectorNilUsesHelmValues=false
+    --set prometheus.prometheusSpec.podMonitorSelectorNilUsesHelmValues=false \
+    --set grafana.sidecar.dashboards.folderAnnotation=grafana_folder \
+    --set grafana.sidecar.dashboards.provider.foldersFromFilesStructure=true
   chart_args+=(--set "prometheus.url=http://prometheus-operated.$MONITORING_NAMESPACE.svc:9090"
                --set "dashboard.namespace=$MONITORING_NAMESPACE")
 fi
 
 echo "==> installing Stowage in $NAMESPACE"
-# --set-json: the capacity's comma would split a --set (docs/install.md).
+# --set-json: the capacity's comma would split a --set (docs/install.md). ${a[@]+…}: bash before 4.4 (macOS's
+# 3.2) calls an empty array unbound under `set -u` (PROMETHEUS=0 leaves chart_args empty).
 helm upgrade --install stowage charts/stowage --kube-context "$context" -n "$NAMESPACE" --create-namespace \
-  --wait --timeout 5m --set-json "nodeMonitor.capacity=\"$CAPACITY\"" "${chart_args[@]}" "$@"
+  --wait --timeout 5m --set-json "nodeMonitor.capacity=\"$CAPACITY\"" ${chart_args[@]+"${chart_args[@]}"} "$@"
 kubectl --context "$context" -n "$NAMESPACE" get deploy,ds,pods
 
 echo

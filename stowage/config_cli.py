@@ -31,9 +31,20 @@ def show(path: Path | None) -> None:
 
 
 @config.command("check")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
-def check(path: Path) -> None:
-    """Validate PATH; list every problem and exit 1 if any."""
+@click.option("--config", "path", type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML settings file (as every component and `config show` take it).")
+@click.argument("old_path", metavar="[PATH]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+def check(path: Path | None, old_path: Path | None) -> None:
+    """Validate the --config file; list every problem and exit 1 if any."""
+    if old_path is not None:
+        if path is not None:
+            raise click.UsageError("give the file once: --config FILE")
+        # The first form: kept working, said once, so scripts can move to the one spelling.
+        click.echo(f"warning: `stowage config check PATH` is deprecated: use `stowage config check --config "
+                   f"{old_path}`", err=True)
+        path = old_path
+    if path is None:
+        raise click.UsageError("which file? stowage config check --config FILE")
     try:
         load_settings(path)
     except ConfigError as exc:

@@ -139,6 +139,9 @@ class METRICS:
     QUEUE_ALLOCATED = "stowage_queue_allocated"
     QUEUE_PENDING_TASKS = "stowage_queue_pending_tasks"
     JOB_COMPLETION_SECONDS = "stowage_job_completion_seconds"
+    #: Histogram of the seconds from submission (a Job's or a plain pod's creation) to the dispatcher's first
+    #: release of its work, labels ``queue`` and ``kind`` (``job``, ``pod``); Kueue's ``admission_wait_time``.
+    QUEUE_WAIT_SECONDS = "stowage_queue_wait_seconds"
     DISPATCH_TOTAL = "stowage_dispatch_total"
     #: Seconds from the dispatcher's release (pod created or gate removed) to the pod's PodScheduled condition.
     RELEASE_TO_BIND_SECONDS = "stowage_release_to_bind_seconds"

@@ -108,7 +108,8 @@ def _say(text: str) -> None:
 
 @click.command("simulate")
 @click.option("--workload", "workload_spec", default="embedded", show_default=True, metavar="SPEC",
-              help="embedded | synthetic | swim | swim:PATH | openb:PODS[,NODES] | FILE (.yaml/.json).")
+              help="embedded | synthetic | swim | swim:PATH | openb:PODS[,NODES] | random[:SEED] | FILE (.yaml/.json: "
+                   "a workload file, or Stowage Job and Queue manifests with --nodes and --node-shape).")
 @click.option("--policy", "policies", multiple=True, type=click.Choice(PRESETS),
               help="Preset to run (repeatable). Default: all but stowage-regular and stowage-ungated, which take "
                    "stowage apart (harvesting off; no classifier gate).")

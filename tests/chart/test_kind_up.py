@@ -27,6 +27,12 @@ fi
 if [ "$(basename "$0")" = kind ] && [ "$1" = get ] && [ "$2" = clusters ]; then
   printf '%s' "${STANDIN_CLUSTERS:-}"
 fi
+if [ "$(basename "$0")" = docker ] && [ "$1" = build ]; then
+  echo "DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-}" >>"$STANDIN_LOG.env"
+fi
+if [ "$(basename "$0")" = helm ] && [ "$1" = version ]; then
+  printf '%s' "${STANDIN_HELM_VERSION:-v3.14.4}"
+fi
 """
 
 def _run(tmp_path: Path, commands: tuple[str, ...] = ("docker", "kind", "helm", "kubectl"), clusters: str = "",
@@ -87,11 +93,55 @@ def test_a_fresh_machine_builds_creates_loads_and_installs_in_that_order(tmp_pat
     assert all(c[c.index("--kube-context") + 1] == "kind-stowage" for c in calls if c[0] == "helm" and "upgrade" in c)
 
 
-def test_an_existing_cluster_is_reused(tmp_path: Path) -> None:
+def test_an_existing_cluster_is_reused_and_kubectl_switched_to_it(tmp_path: Path) -> None:
     done, calls = _run(tmp_path, clusters="other\nstowage\n")
     assert done.returncode == 0, done.stderr
     assert not [c for c in calls if c[:3] == ["kind", "create", "cluster"]]
     assert "using the existing kind cluster stowage" in done.stdout
+    # kind switches the current context only for a cluster it creates: the script does it for a reused one.
+    switch = _index(calls, "kind", "export", "kubeconfig")
+    assert calls[switch] == ["kind", "export", "kubeconfig", "--name", "stowage"]
+    assert switch < _index(calls, "helm", "upgrade", "--install", "kps")
+
+
+def test_the_dashboard_gets_its_folder_in_kube_prometheus_stacks_grafana(tmp_path: Path) -> None:
+    done, calls = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    kps = calls[_index(calls, "helm", "upgrade", "--install", "kps")]
+    sets = {kps[i + 1] for i, arg in enumerate(kps) if arg == "--set"}
+    # The annotation the chart's dashboard ConfigMap carries (dashboard.folder), read by Grafana's sidecar.
+    (configmap,) = [d for d in yaml.safe_load_all(render().stdout) if d and d["kind"] == "ConfigMap"
+                    and d["metadata"]["name"].endswith("-dashboard")]
+    (annotation,) = configmap["metadata"]["annotations"]
+    assert f"grafana.sidecar.dashboards.folderAnnotation={annotation}" in sets
+    assert "grafana.sidecar.dashboards.provider.foldersFromFilesStructure=true" in sets
+
+
+def test_docker_builds_with_buildkit(tmp_path: Path) -> None:
+    """The Dockerfile's RUN --mount needs BuildKit; an older Docker's legacy builder refuses it."""
+    assert "RUN --mount=" in (REPO / "Dockerfile").read_text()
+    done, _ = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "calls.log.env").read_text() == "DOCKER_BUILDKIT=1\n"
+
+
+def test_a_helm_without_set_json_stops_before_anything_runs(tmp_path: Path) -> None:
+    done, calls = _run(tmp_path, STANDIN_HELM_VERSION="v3.9.4")
+    assert done.returncode != 0 and "Helm v3.9.4 is too old: 3.10+" in done.stderr
+    assert [c[:2] for c in calls] == [["helm", "version"]]
+    done, _ = _run(tmp_path, STANDIN_HELM_VERSION="v3.10.0")
+    assert done.returncode == 0, done.stderr
+
+
+def test_no_array_is_expanded_unguarded_for_bash_3() -> None:
+    """macOS's bash 3.2 calls an empty array unbound under `set -u` (fixed in bash 4.4): with PROMETHEUS=0
+    `"${chart_args[@]}"` stopped the script. Every array expansion must be `${a[@]+"${a[@]}"}`."""
+    import re
+
+    text = SCRIPT.read_text()
+    expansions = re.findall(r'(\$\{\w+\[@\]\+)?"\$\{(\w+)\[@\]\}"', text)
+    assert expansions, "the script expands an array (chart_args)"
+    assert all(guard for guard, _ in expansions), [name for guard, name in expansions if not guard]
 
 
 def test_podman_goes_through_an_image_archive(tmp_path: Path) -> None:

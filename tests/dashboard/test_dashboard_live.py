@@ -53,7 +53,8 @@ SCRAPE_S = 1.0
 GI = 1 << 30
 #: Panels whose series exist only once the work happened: they must show more than zeros.
 DRIVEN = ("Evictions by resource and policy", "Extender rejections by reason", "Job completion time",
-          "Release-to-bind latency", "Extender latency", "Dispatches by class")
+          "Release-to-bind latency", "Extender latency", "Dispatches by class",
+          "Queue wait time (submission → release)")
 #: Panels whose series this stack may not have, and why: its kube-scheduler serves no metrics port to scrape
 #: (the observer's profile is not stowage-scheduler), and a pod may never be held at the gate at a scrape.
 #: ``test_prometheus_operator.py`` runs their queries on every series the components export, scraped through
@@ -289,8 +290,15 @@ TARGETS = list(grafana.targets(grafana.load(DASHBOARD)))
 
 
 def test_the_node_variable_finds_every_monitored_node(live: Live, dashboard: dict[str, Any]) -> None:
-    (variable_query,) = grafana.variable_queries(dashboard).values()
+    variable_query = grafana.variable_queries(dashboard)["node"]
     assert node_values(live.prometheus, variable_query, live.start, time.time()) == sorted(live.nodes)
+
+
+def test_the_queue_variable_finds_the_queues_with_work(live: Live, dashboard: dict[str, Any]) -> None:
+    """``$queue`` lists Stowage Queues (the operator's gauges), never kube-scheduler's internal queues."""
+    found = node_values(live.prometheus, grafana.variable_queries(dashboard)["queue"], live.start, time.time())
+    assert {"default", "dashboard"} <= set(found), found
+    assert not {"active", "backoff", "unschedulable", "gated"} & set(found), found
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=[f"{t.panel_id}{t.ref_id}-{t.panel}" for t in TARGETS])

@@ -37,7 +37,7 @@ def test_the_dashboard_has_queries_and_only_variables_grafana_knows() -> None:
     dashboard = grafana.load(DASHBOARD)
     targets = list(grafana.targets(dashboard))
     assert len(targets) >= 20
-    known = {"node"}
+    known = {"node", "queue"}
     for target in targets:
         sent = grafana.interpolate(target.expr, {name: ["n"] for name in known}, range_s=600, scrape_interval_s=5)
         assert "$" not in sent, (target.panel, sent)

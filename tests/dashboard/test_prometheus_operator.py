@@ -76,6 +76,7 @@ def exposition(component: str, path: str, n: int) -> str:
                     for r in ("cpu", "memory")),
                   f'{m.QUEUE_PENDING_TASKS}{{queue="default"}} 3',
                   *_histogram(m.JOB_COMPLETION_SECONDS, 'queue="default"', n),
+                  *_histogram(m.QUEUE_WAIT_SECONDS, 'queue="default",kind="job"', n),
                   *_histogram(m.RELEASE_TO_BIND_SECONDS, "", n),
                   f'{m.DISPATCH_TOTAL}{{class="regular"}} {n}',
                   # Added by #20's "why a pod waits" part: the panel reads it by this name.
@@ -180,7 +181,7 @@ def test_every_dashboard_query_answers_from_the_operators_scrape_config(scraped:
     dashboard = grafana.load(CHART / "dashboards" / "stowage.json")
     end = time.time()
     variables = {name: node_values(url, q, start, end) for name, q in grafana.variable_queries(dashboard).items()}
-    assert variables == {"node": sorted(NODES)}
+    assert variables == {"node": sorted(NODES), "queue": ["default"]}
     empty = []
     for target in grafana.targets(dashboard):
         sent = grafana.interpolate(target.expr, variables, range_s=end - start, scrape_interval_s=1.0)

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import copy
 import secrets
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from stowage.operator import crd, queues
+from stowage.operator import crd, holds, queues, tasks
 from stowage.operator.metrics import QueueNumbers
 
 from stowage import labels
 from stowage.kube import api
 from stowage.policy import estimates
 from tests.operator.conftest import RawApi
+from tests.operator.support import KUBECTL
+from tests.support.controlplane import ControlPlane, ExternalCluster
 from tests.support.crds import load_crds
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -337,11 +341,30 @@ def test_job_printer_columns_show_queue_phase_done_and_opportunistic_running(kub
                                      "groups": {"a": {"taskSeconds": 120.0, "source": "phase"}}}}},
             content_type="application/merge-patch+json")
     names, rows = _table(kube, crd.JOB.path(namespace=ns))
-    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Est. Remaining", "Age", "Opportunistic",
-                     "Suspended", "Remaining"]
-    assert rows["etl"][:6] == ["etl", "batch", "Running", "3/10", 2, 840]
-    assert rows["etl"][7:] == ["auto", False, 12.5]
-    assert rows["fresh"][:6] == ["fresh", "default", None, None, None, None]  # nothing written yet: empty cells
+    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Est. Remaining", "Held", "Age",
+                     "Opportunistic", "Suspended", "Remaining"]
+    assert rows["etl"][:7] == ["etl", "batch", "Running", "3/10", 2, 840, None]
+    assert rows["etl"][8:] == ["auto", False, 12.5]
+    assert rows["fresh"][:7] == ["fresh", "default", None, None, None, None, None]  # nothing written yet: empty cells
+
+
+def test_job_printer_column_held_shows_why_the_dispatcher_holds_it(kube: RawApi, ns: str) -> None:
+    """`kubectl get sjob` shows the Held condition's reason, as the operator writes it (tasks.held_condition)."""
+    for name in ("waiting", "released", "other"):
+        kube.ok("POST", crd.JOB.path(namespace=ns), _job(name))
+    now = "2026-01-01T00:00:00Z"
+    held = tasks.held_condition(("WaitingForShare", "3 task(s) held (3 for share). group 'a': ..."), {}, now)
+    released = tasks.held_condition(None, {"conditions": [held]}, now)
+    other = {"type": tasks.UNSCHEDULABLE, "status": "True", "reason": "FitsNoNode", "message": "too big",
+             "lastTransitionTime": now}
+    for name, conditions in (("waiting", [held]), ("released", [released]), ("other", [other])):
+        kube.ok("PATCH", crd.JOB.path(name, ns) + "/status", {"status": {"phase": "Pending", "conditions": conditions}},
+                content_type="application/merge-patch+json")
+    names, rows = _table(kube, crd.JOB.path(namespace=ns))
+    column = names.index("Held")
+    assert rows["waiting"][column] == "WaitingForShare"
+    assert rows["released"][column] == "NotHeld"
+    assert rows["other"][column] is None  # another condition's reason never shows under Held
 
 
 def test_queue_printer_columns_show_weight_and_shares_side_by_side(kube: RawApi, queue_name: str) -> None:
@@ -406,3 +429,47 @@ def test_crds_reapply_unchanged(kube: RawApi, stowage_crds: list[dict[str, Any]]
         before = kube.ok("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         after = kube.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", copy.deepcopy(definition))
         assert after["metadata"]["generation"] == before["metadata"]["generation"]
+
+
+def _documented_custom_columns_line() -> list[str]:
+    """The `kubectl get pods -o custom-columns=…` line docs/operator.md gives for gated plain pods, as argv."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
+    (line,) = re.findall(r"^\$ (kubectl get pods .*custom-columns=.*)$", text, re.MULTILINE)
+    return shlex.split(line)[1:]
+
+
+def test_the_documented_custom_columns_line_shows_why_a_gated_pod_waits(
+        kube: RawApi, ns: str, control_plane: ControlPlane | ExternalCluster) -> None:
+    """A gated plain pod shows only `SchedulingGated` in `kubectl get pods`; the documented line shows its queue
+    and its `stowage.io/Held` condition's reason and message (as operator/holds.py writes them)."""
+    if not KUBECTL.exists():
+        pytest.skip(f"{KUBECTL} missing (bash scripts/setup.sh unpacks it)")
+    held = {"p-held": ("WaitingForQuota", "queue 'default' is at its cpu quota: 4/4 in use, a task needs 1"),
+            "p-released": (holds.RELEASED, "released by the dispatcher")}
+    for name in (*held, "p-plain"):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {labels.LABEL_QUEUE: "gold"}},
+               "spec": {"schedulerName": labels.SCHEDULER_NAME, "schedulingGates": [{"name": labels.GATE_ADMISSION}],
+                        "containers": [{"name": "main", "image": "busybox:1.36"}]}}
+        kube.ok("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+        if name in held:
+            reason, message = held[name]
+            condition = {"type": labels.CONDITION_HELD, "status": "True" if name == "p-held" else "False",
+                         "reason": reason, "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            kube.ok("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": {"conditions": [condition]}},
+                    content_type=holds.STRATEGIC_MERGE)
+    argv = _documented_custom_columns_line()
+    argv[argv.index("-n") + 1] = ns
+    done = subprocess.run([str(KUBECTL), f"--kubeconfig={control_plane.kubeconfig}", *argv], capture_output=True,
+                          text=True, timeout=60, check=True)
+    rows = [line.split(None, 3) for line in done.stdout.splitlines()]
+    assert rows[0] == ["NAME", "QUEUE", "HELD", "WHY"]
+    assert {r[0]: r[1:] for r in rows[1:]} == {
+        "p-held": ["gold", "WaitingForQuota", held["p-held"][1]],
+        "p-plain": ["gold", "<none>", "<none>"],
+        "p-released": ["gold", holds.RELEASED, held["p-released"][1]]}
+    plain = subprocess.run([str(KUBECTL), f"--kubeconfig={control_plane.kubeconfig}", "get", "pods", "-n", ns],
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    assert all("SchedulingGated" in line for line in plain.splitlines()[1:]), plain  # the word the docs explain

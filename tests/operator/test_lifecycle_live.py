@@ -74,6 +74,8 @@ def test_a_job_of_two_groups_with_a_barrier_runs_to_succeeded(operator_stack: Op
     assert metric(text, "stowage_job_completion_seconds_count", {"queue": "default"}) >= 1
     assert metric(text, "stowage_dispatch_total", {"class": "regular"}) >= 4
     assert metric(text, "stowage_release_to_bind_seconds_count") >= 4
+    # Submission → first release, once per Job whatever its task count (Kueue's admission_wait_time).
+    assert metric(text, "stowage_queue_wait_seconds_count", {"queue": "default", "kind": "job"}) >= 1
     assert "exists already" not in operator.tail(1_000_000), "a running operator never tries a task twice"
     # The dispatcher's estimates (issue #19): in the status, and each finished task measured against them.
     estimate = status["estimate"]

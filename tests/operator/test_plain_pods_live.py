@@ -73,6 +73,7 @@ def test_a_plain_labelled_pod_is_gated_converted_released_and_bound(operator_sta
     assert not _gated(pod) and pod.spec.node_name in stack.nodes
     text = stack.operator_metrics(operator)
     assert metric(text, "stowage_dispatch_total", {"class": "opportunistic"}) >= 1
+    assert metric(text, "stowage_queue_wait_seconds_count", {"queue": "default", "kind": "pod"}) >= 1
 
 
 def test_plain_pods_are_released_in_fair_order(operator_stack: OperatorStack, operator: Proc, ns: str) -> None:

@@ -20,10 +20,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
+import yaml
 from kubernetes import client
 from stowage.operator import admission, crd, webhooks
 
@@ -605,3 +607,56 @@ def test_with_the_webhook_down_stowage_pods_are_refused_and_exempt_namespaces_ar
         operator.start()
     stored = kube.ok("POST", PODS.format(ns=ns), _pod("after", resources={"requests": {"cpu": "1"}}))
     assert _gates(stored) == [labels.GATE_ADMISSION]
+
+
+# --- the examples users start from ----------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
+#: Not an API object: a kube-scheduler configuration (tests/chart/test_scheduler_config.py starts one from it).
+NOT_API_OBJECTS = {"existing-scheduler.yaml"}
+#: queue.yaml first: job.yaml names its Queue.
+EXAMPLE_FILES = sorted((p.name for p in EXAMPLES.glob("*.yaml") if p.name not in NOT_API_OBJECTS),
+                       key=lambda name: (name != "queue.yaml", name))
+
+
+def _object_path(doc: dict[str, Any], ns: str) -> str:
+    name = doc["metadata"]["name"]
+    paths = {
+        (crd.API_VERSION, "Queue"): crd.QUEUE.path(name),
+        (crd.API_VERSION, "Job"): crd.JOB.path(name, ns),
+        ("v1", "Pod"): f"{PODS.format(ns=ns)}/{name}",
+        ("apps/v1", "Deployment"): f"/apis/apps/v1/namespaces/{ns}/deployments/{name}",
+        ("batch/v1", "Job"): f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+        ("scheduling.k8s.io/v1", "PriorityClass"): f"{PRIORITY_CLASSES}/{name}",
+    }
+    return paths[(doc["apiVersion"], doc["kind"])]
+
+
+def test_every_example_manifest_is_accepted_by_the_api_server_and_the_webhooks(kube: RawApi, ns: str) -> None:
+    """Each document of manifests/examples/*.yaml applied as `kubectl apply` would (server-side apply): the CRD
+    schemas, their CEL rules and Stowage's webhooks (the Job's queue must exist) all accept it."""
+    assert {"queue.yaml", "job.yaml", "one-label.yaml", "opportunistic-pod.yaml"} <= set(EXAMPLE_FILES)
+    created_queues = []
+    try:
+        for name in EXAMPLE_FILES:
+            for doc in (d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d):
+                path = _object_path(doc, ns)
+                status, answer = kube.request("PATCH", path, doc, query={"fieldManager": "kubectl", "force": "true"},
+                                              content_type="application/apply-patch+yaml")
+                assert status in (200, 201), f"{name}: {doc['kind']} {doc['metadata']['name']}: {status} {answer}"
+                if doc["kind"] == "Queue":
+                    created_queues.append(path)
+                if doc["apiVersion"] == crd.API_VERSION:  # kept as written (defaults added, nothing dropped)
+                    stored = answer["spec"]
+                    assert {k: stored[k] for k in doc["spec"] if k != "tasks"} == {
+                        k: v for k, v in doc["spec"].items() if k != "tasks"}
+                    for written, kept in zip(doc["spec"].get("tasks", []), stored.get("tasks", []), strict=True):
+                        assert {k: kept[k] for k in written} == written
+        job = kube.ok("GET", crd.JOB.path("wordcount", ns))
+        assert [t["replicas"] for t in job["spec"]["tasks"]] == [8, 2]
+        pod = kube.ok("GET", f"{PODS.format(ns=ns)}/report")  # one-label.yaml's bare pod: gated by the webhook
+        assert pod["spec"]["schedulerName"] == labels.SCHEDULER_NAME
+        assert labels.GATE_ADMISSION in [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+    finally:
+        for path in created_queues:
+            kube.request("DELETE", path)

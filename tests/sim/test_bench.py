@@ -19,7 +19,7 @@ def test_bench_simulator_command_reports_tasks_per_second(tmp_path) -> None:
     wl_file = tmp_path / "w.yaml"
     wl_file.write_text(
         "nodes: [{name: n, count: 3, cpu: 4, memory: 8Gi}]\n"
-        "jobs: [{name: j, groups: [{name: g, tasks: 20, demand: {cpu: 1, memory: 1Gi}, duration: 5}]}]\n"
+        "jobs: [{name: j, groups: [{name: g, replicas: 20, demand: {cpu: 1, memory: 1Gi}, duration: 5}]}]\n"
     )
     result = CliRunner().invoke(bench, ["simulator", "--workload", str(wl_file), "--policy", "kube-default",
                                         "--policy", "stowage", "--json", str(tmp_path / "b.json")])

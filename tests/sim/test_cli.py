@@ -22,13 +22,13 @@ jobs:
     queue: batch
     arrival: 0
     groups:
-      - {name: map, tasks: 4, demand: {cpu: 1, memory: 1Gi}, duration: 10, usage: 1.0}
-      - {name: reduce, tasks: 1, demand: {cpu: 1, memory: 1Gi}, duration: 5, usage: 1.0, dependsOn: [map]}
+      - {name: map, replicas: 4, demand: {cpu: 1, memory: 1Gi}, duration: 10, usage: 1.0}
+      - {name: reduce, replicas: 1, demand: {cpu: 1, memory: 1Gi}, duration: 5, usage: 1.0, dependsOn: [map]}
   - name: late
     queue: batch
     arrival: 30
     groups:
-      - {name: only, tasks: 2, demand: {cpu: 2, memory: 1Gi}, duration: 20, usage: 1.0}
+      - {name: only, replicas: 2, demand: {cpu: 2, memory: 1Gi}, duration: 20, usage: 1.0}
 """
 
 CONTRACT_KEYS = {
@@ -102,7 +102,8 @@ def test_simulate_is_deterministic_for_a_seed(tiny: Path, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        pytest.param(["--workload", "nope.yaml"], "no file at", id="missing-workload-file"),
+        pytest.param(["--workload", "nope.yaml"], "nope.yaml: no such file", id="missing-workload-file"),
+        pytest.param(["--workload", "/nonexistent"], "/nonexistent: no such file", id="missing-path-without-suffix"),
         pytest.param(["--workload", "bogus"], "--workload", id="unknown-workload-spec"),
         pytest.param(["--policy", "fair"], "'fair' is not one of", id="unknown-policy"),
     ],

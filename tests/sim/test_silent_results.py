@@ -32,7 +32,7 @@ def simulate(tmp_path: Path, *args: str) -> object:
 
 
 # Eight 10 s tasks on 4 cores: two waves, 20 s of simulated time.
-TWO_WAVES = "  - {name: j, groups: [{name: g, tasks: 8, demand: {cpu: 1, memory: 1Gi}, duration: 10, usage: 1}]}\n"
+TWO_WAVES = "  - {name: j, groups: [{name: g, replicas: 8, demand: {cpu: 1, memory: 1Gi}, duration: 10, usage: 1}]}\n"
 
 
 def test_a_run_stopped_by_the_time_cap_exits_3_naming_the_cap_and_the_option(tmp_path: Path) -> None:
@@ -62,11 +62,11 @@ def test_raising_the_cap_gives_a_complete_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("jobs", "message"),
     [
-        pytest.param("  - {name: late, arrival: 100000000, groups: [{name: g, tasks: 1, demand: {cpu: 1}, "
+        pytest.param("  - {name: late, arrival: 100000000, groups: [{name: g, replicas: 1, demand: {cpu: 1}, "
                      "duration: 5}]}\n"
-                     "  - {name: early, groups: [{name: g, tasks: 1, demand: {cpu: 1}, duration: 5}]}\n",
+                     "  - {name: early, groups: [{name: g, replicas: 1, demand: {cpu: 1}, duration: 5}]}\n",
                      "1 job arrives after the simulated-time cap", id="arrival-in-milliseconds"),
-        pytest.param("  - {name: long, groups: [{name: g, tasks: 1, demand: {cpu: 1}, duration: 100000000}]}\n",
+        pytest.param("  - {name: long, groups: [{name: g, replicas: 1, demand: {cpu: 1}, duration: 100000000}]}\n",
                      "jobs[long].groups[g]: a task of 1e+08 s starting 0 s after the first job ends at 1e+08 s, "
                      "past the simulated-time cap",
                      id="task-longer-than-the-cap"),
@@ -125,7 +125,7 @@ def test_a_negative_seed_is_a_usage_error_naming_the_option(tmp_path: Path) -> N
 
 
 def test_yaml_exponent_without_sign_gets_a_hint(tmp_path: Path) -> None:
-    jobs = "  - {name: j, groups: [{name: g, tasks: 1, demand: {cpu: 1}, duration: 1.0e15}]}\n"
+    jobs = "  - {name: j, groups: [{name: g, replicas: 1, demand: {cpu: 1}, duration: 1.0e15}]}\n"
     result = simulate(tmp_path, "--workload", str(write(tmp_path, jobs)))
     assert result.exit_code == 1
     assert ("jobs[j].groups[g].duration: a positive number of seconds, got '1.0e15' "
@@ -156,7 +156,7 @@ def test_ctrl_c_keeps_the_finished_presets_in_a_partial_report(tmp_path: Path, m
 
 
 SLOW = "".join(
-    f"  - {{name: j{i}, arrival: {i}, groups: [{{name: g, tasks: 400, demand: {{cpu: 1, memory: 1Gi}}, "
+    f"  - {{name: j{i}, arrival: {i}, groups: [{{name: g, replicas: 400, demand: {{cpu: 1, memory: 1Gi}}, "
     f"duration: {1 + i % 7}}}]}}\n"
     for i in range(60)
 )

@@ -41,11 +41,11 @@ jobs:
     opportunistic: auto    # true | auto | false
     groups:
       - name: map
-        tasks: 6
+        replicas: 6
         demand: {cpu: 2, memory: 3Gi, disk: 50Mi}
         duration: 10       # seconds when it runs alone at full speed
         usage: 1.0         # optional fraction of demand really used; default: the usage model
-      - {name: reduce, tasks: 2, demand: {cpu: 1, memory: 2Gi}, duration: 20, dependsOn: [map]}
+      - {name: reduce, replicas: 2, demand: {cpu: 1, memory: 2Gi}, duration: 20, dependsOn: [map]}
 """
 
 BIG = ResourceVector({"cpu": 2, "memory": 4 * GI, "disk": 200 * MI, "network": 125 * MI})
@@ -158,7 +158,7 @@ REJECTED = [
     ),
     pytest.param(
         _set("jobs.0.groups.0.durations", 3),
-        ["jobs[etl-1].groups[map].durations: unknown key; allowed: name, tasks, demand, duration, usage, dependsOn, "
+        ["jobs[etl-1].groups[map].durations: unknown key; allowed: name, replicas, demand, duration, usage, dependsOn, "
          "expectedDuration"],
         id="unknown-group-key",
     ),
@@ -227,10 +227,10 @@ REJECTED = [
         id="node-names-collide-after-expansion",
     ),
     pytest.param(_set("nodes.0.count", 0), ["nodes[big].count: a positive whole number, got 0"], id="zero-count"),
-    pytest.param(_set("jobs.0.groups.0.tasks", 0), ["jobs[etl-1].groups[map].tasks: a positive whole number, got 0"],
-                 id="zero-tasks"),
-    pytest.param(_set("jobs.0.groups.0.tasks", 1.5),
-                 ["jobs[etl-1].groups[map].tasks: a positive whole number, got 1.5"], id="fractional-tasks"),
+    pytest.param(_set("jobs.0.groups.0.replicas", 0),
+                 ["jobs[etl-1].groups[map].replicas: a positive whole number, got 0"], id="zero-replicas"),
+    pytest.param(_set("jobs.0.groups.0.replicas", 1.5),
+                 ["jobs[etl-1].groups[map].replicas: a positive whole number, got 1.5"], id="fractional-replicas"),
     pytest.param(_set("jobs.0.groups.1.duration", -5),
                  ["jobs[etl-1].groups[reduce].duration: a positive number of seconds, got -5"],
                  id="negative-duration"),
@@ -272,10 +272,10 @@ REJECTED = [
     ),
     pytest.param(
         _both(_set("jobs.0.groups.1.dependsOn", ["mapp"]), _set("nodes.0.count", -1),
-              _set("jobs.0.groups.0.tasks", 0), _set("extra", True)),
+              _set("jobs.0.groups.0.replicas", 0), _set("extra", True)),
         ["extra: unknown key; allowed: nodes, queues, jobs",
          "nodes[big].count: a positive whole number, got -1",
-         "jobs[etl-1].groups[map].tasks: a positive whole number, got 0",
+         "jobs[etl-1].groups[map].replicas: a positive whole number, got 0",
          "jobs[etl-1].groups[reduce].dependsOn: unknown group 'mapp'; known: map"],
         id="every-problem-is-listed-at-once",
     ),
@@ -378,7 +378,7 @@ def test_a_node_count_above_the_limit_is_refused_before_any_node_is_built(tmp_pa
     from stowage.sim.traces import resolve_workload
 
     doc = {"nodes": [{"name": "n", "count": 10_000_000, "cpu": 4, "memory": "8Gi"}],
-           "jobs": [{"name": "j", "arrival": 0, "groups": [{"name": "g", "tasks": 1, "duration": 10,
+           "jobs": [{"name": "j", "arrival": 0, "groups": [{"name": "g", "replicas": 1, "duration": 10,
                                                           "demand": {"cpu": 1, "memory": "1Gi"}}]}]}
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -397,3 +397,92 @@ def test_a_node_count_above_the_limit_is_refused_before_any_node_is_built(tmp_pa
     assert len(resolve_workload(str(path), nodes=None, node_shape=None, seed=0, max_nodes=3).nodes) == 3
     with pytest.raises(Exception, match="--max-nodes raises it"):
         resolve_workload("synthetic", nodes=10_000_000, node_shape=None, seed=0, max_nodes=20_000)
+
+
+# --- one word, one meaning; Stowage manifests; files that are not there ---------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "manifests" / "examples"
+
+
+def test_the_old_spelling_tasks_is_refused_saying_what_it_became() -> None:
+    doc = example()
+    group = doc["jobs"][0]["groups"][0]
+    group["tasks"] = group.pop("replicas")
+    with pytest.raises(WorkloadError) as caught:
+        parse_workload(doc)
+    assert caught.value.problems == [
+        "jobs[etl-1].groups[map].tasks: renamed `replicas` (the number of tasks in the group, as a Stowage Job's "
+        "spec.tasks[].replicas; `tasks` is a Job's list of task groups)"]
+
+
+def test_a_yaml_error_names_the_file_not_a_string(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("nodes: [\n  - a: b\n")
+    with pytest.raises(WorkloadError) as caught:
+        load_workload_file(path)
+    assert f'in "{path}", line 2' in str(caught.value)
+    assert "<unicode string>" not in str(caught.value)
+
+
+def _examples_file(tmp_path: Path) -> Path:
+    """queue.yaml and job.yaml of manifests/examples/ in one multi-document file, as `cat` would join them."""
+    path = tmp_path / "both.yaml"
+    path.write_text((EXAMPLES / "queue.yaml").read_text() + "---\n" + (EXAMPLES / "job.yaml").read_text())
+    return path
+
+
+def test_the_example_job_and_queues_replay_as_their_manifests_say(tmp_path: Path) -> None:
+    nodes = shapes.uniform_nodes(2, ResourceVector({"cpu": 4, "memory": 8 * GI}))
+    workload = load_workload_file(_examples_file(tmp_path), nodes=nodes)
+    assert workload.nodes == nodes
+    assert [(q.name, q.weight, q.job_order) for q in workload.queues] == [
+        ("research", 2.0, JobOrder.SRTF), ("batch", 1.0, JobOrder.FIFO)]
+    (job,) = workload.jobs
+    assert (job.name, job.queue, job.opportunistic, job.arrival_s) == ("wordcount", "research", Opportunistic.AUTO, 0.0)
+    map_, reduce = job.groups
+    assert (map_.name, map_.tasks, map_.duration_s, map_.expected_duration_s) == ("map", 8, 40.0, 40.0)
+    assert map_.demand == ResourceVector({"cpu": 0.5, "memory": 256 * MI})
+    assert (reduce.name, reduce.tasks, reduce.depends_on) == ("reduce", 2, ("map",))
+    assert reduce.demand == ResourceVector({"cpu": 1, "memory": 512 * MI})
+
+
+def test_a_job_manifest_alone_runs_in_a_default_queue_on_the_nodes_given(tmp_path: Path) -> None:
+    nodes = shapes.uniform_nodes(1, ResourceVector({"cpu": 2, "memory": 4 * GI}))
+    workload = load_workload_file(EXAMPLES / "job.yaml", nodes=nodes)
+    assert [(q.name, q.weight) for q in workload.queues] == [("research", 1.0)]  # named by the Job, defaults
+    with pytest.raises(WorkloadError, match="name no nodes: give --nodes N and --node-shape"):
+        load_workload_file(EXAMPLES / "job.yaml")
+
+
+def test_plain_pods_and_their_controllers_are_refused_naming_each_document() -> None:
+    with pytest.raises(WorkloadError) as caught:
+        load_workload_file(EXAMPLES / "one-label.yaml")
+    problems = caught.value.problems
+    assert [p.split(": ", 2)[1] for p in problems] == [
+        "documents[0] (apps/v1 Deployment batch-workers)", "documents[1] (batch/v1 Job etl-harvest)",
+        "documents[2] (v1 Pod report)"]
+    assert all("reads Stowage Jobs and Queues (stowage.io/v1alpha1)" in p for p in problems)
+
+
+def test_a_job_manifest_without_expected_duration_says_the_simulator_needs_it(tmp_path: Path) -> None:
+    job = yaml.safe_load((EXAMPLES / "job.yaml").read_text())
+    del job["spec"]["tasks"][1]["expectedDuration"]
+    path = tmp_path / "j.yaml"
+    path.write_text(yaml.safe_dump(job))
+    with pytest.raises(WorkloadError) as caught:
+        load_workload_file(path, nodes=shapes.uniform_nodes(1, ResourceVector({"cpu": 2, "memory": 4 * GI})))
+    assert caught.value.problems == [
+        f"{path}: documents[0] (stowage.io/v1alpha1 Job wordcount).spec.tasks[reduce].expectedDuration: required by "
+        "the simulator: one task's run time in seconds (in the cluster only a hint; here also the truth the replay "
+        "runs)"]
+
+
+def test_a_workload_that_is_no_file_says_no_such_file() -> None:
+    from stowage.sim.traces import resolve_workload
+
+    for spec in ("/nonexistent", "./missing.yaml", "missing.yaml"):
+        with pytest.raises(WorkloadError) as caught:
+            resolve_workload(spec, nodes=None, node_shape=None, seed=0)
+        assert caught.value.problems == [f"{spec}: no such file"]
+        assert "embedded (default)" not in str(caught.value)  # not the list of specs

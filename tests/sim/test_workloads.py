@@ -377,7 +377,7 @@ def test_the_package_never_reads_the_shared_traces_at_run_time() -> None:
 
 EXAMPLE_FILE = """\
 nodes: [{name: big, count: 2, cpu: 2, memory: 4Gi}]
-jobs: [{name: j, groups: [{name: g, tasks: 1, demand: {cpu: 1}, duration: 5}]}]
+jobs: [{name: j, groups: [{name: g, replicas: 1, demand: {cpu: 1}, duration: 5}]}]
 """
 
 
@@ -423,7 +423,6 @@ def test_resolve_workload_reads_a_swim_path(tmp_path: Path) -> None:
         pytest.param("swim:/no/such.tsv", None, None, r"^--workload: swim:PATH .* that exists", id="missing-swim"),
         pytest.param("swim:", None, None, r"^--workload: swim:PATH .* after the colon", id="swim-without-path"),
         pytest.param("openb:/no/pods.csv", None, None, r"^--workload: openb:PODS", id="missing-openb"),
-        pytest.param("/no/w.yaml", None, None, r"^--workload: a workload file that exists", id="missing-file"),
         pytest.param("synthetic", 0, None, r"^--nodes: a positive number of nodes, got 0", id="zero-nodes"),
         pytest.param("synthetic", None, "cpu=abc,memory=1Gi", r"^--node-shape cpu: a Kubernetes quantity",
                      id="bad-shape-quantity"),

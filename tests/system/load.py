@@ -79,7 +79,7 @@ def simulator_workload(jobs: Iterable[LoadJob], nodes: int, monitored: int) -> d
         "nodes": node_list,
         "queues": [{"name": q, "weight": w} for q, w in QUEUES.items()],
         "jobs": [{"name": j.name, "queue": j.queue, "arrival": 0, "opportunistic": j.opportunistic,
-                  "groups": [{"name": "t", "tasks": j.tasks, "demand": {"cpu": j.cpu, "memory": j.memory},
+                  "groups": [{"name": "t", "replicas": j.tasks, "demand": {"cpu": j.cpu, "memory": j.memory},
                               "duration": j.run_s}]} for j in jobs],
     }
 

@@ -633,7 +633,7 @@ def simulator_workload(workload: Workload, arrivals: Mapping[str, float], nodes:
         "queues": [{"name": q, "weight": w} for q, w in queues.items()],
         "jobs": [{"name": j.name, "queue": j.queue, "arrival": round(arrivals[j.name], 3),
                   "opportunistic": j.opportunistic,
-                  "groups": [{"name": g.name, "tasks": g.tasks, "demand": {"cpu": g.cpu, "memory": g.memory},
+                  "groups": [{"name": g.name, "replicas": g.tasks, "demand": {"cpu": g.cpu, "memory": g.memory},
                               "duration": g.run_s, **({"dependsOn": list(g.depends_on)} if g.depends_on else {})}
                              for g in j.groups]}
                  for j in sorted(workload.jobs, key=lambda j: (arrivals[j.name], j.name))],

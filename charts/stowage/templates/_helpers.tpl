@@ -166,3 +166,23 @@ imagePullSecrets:
     {{- include "stowage.settingsMount" . | nindent 4 }}
     {{- include "stowage.tmpMount" . | nindent 4 }}
 {{- end }}
+
+{{- /*
+A settings map with every numeric string made a number. `helm --set` passes a fraction as a string
+(`--set settings.harvest.t_alloc.cpu=0.8` gives "0.8"); the schema accepts it in range, and the settings file
+the components read carries a number, as `--set-json` or a values file would give. Returns JSON (a template
+returns text): recursion goes through fromJson.
+*/ -}}
+{{- define "stowage.numericSettings" -}}
+{{- $out := dict -}}
+{{- range $key, $value := . -}}
+{{- if kindIs "map" $value -}}
+{{- $_ := set $out $key (include "stowage.numericSettings" $value | fromJson) -}}
+{{- else if and (kindIs "string" $value) (regexMatch "^[0-9]*\\.?[0-9]+$" $value) -}}
+{{- $_ := set $out $key (float64 $value) -}}
+{{- else -}}
+{{- $_ := set $out $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end }}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from stowage.errors import InvalidInput
+from stowage.errors import InvalidInput, WorkloadError
 from stowage.resources import ResourceVector
 from stowage.sim.traces import random_mix, shapes, tenants
 from stowage.sim.traces.openb import read_openb
@@ -51,7 +51,8 @@ EMBEDDED_DATA_PER_TASK = 6 * 2**30
 
 WORKLOAD_SPECS = (
     "embedded (default), synthetic, swim (bundled FB-2009 day), swim:PATH, openb:PODS[,NODES], "
-    "random or random:SEED (a random mix), or a workload file (.yaml, .yml, .json)"
+    "random or random:SEED (a random mix), or a workload file (.yaml, .yml, .json; Stowage Job and Queue "
+    "manifests too)"
 )
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -169,10 +170,19 @@ def resolve_workload(
         nodes_path = _existing(node_list, spec, "openb:PODS,NODES with NODES an openb node list .csv") \
             if node_list else None
         return read_openb(pods_path, nodes_path, seed=seed, n_nodes=count, node_capacity=shape)
-    if Path(spec).suffix.lower() in _FILE_SUFFIXES:
-        workload = load_workload_file(_existing(spec, spec, "a workload file"), max_nodes=max_nodes)
+    path = Path(spec).expanduser()
+    if path.suffix.lower() in _FILE_SUFFIXES or path.exists() or _looks_like_path(spec):
+        if not path.is_file():
+            # A path, not a spec name: the list of specs would not say what is wrong.
+            raise WorkloadError([f"{spec}: no such file" if not path.exists() else f"{spec}: not a file"])
+        given = shapes.uniform_nodes(count, shape) if count is not None and shape is not None else ()
+        workload = load_workload_file(path, max_nodes=max_nodes, nodes=given)
         return _with_nodes(workload, count, shape)
     raise InvalidInput("--workload", spec, WORKLOAD_SPECS)
+
+
+def _looks_like_path(spec: str) -> bool:
+    return "/" in spec or "\\" in spec or spec.startswith(("~", "."))
 
 
 def _with_nodes(workload: Workload, count: int | None, shape: ResourceVector | None) -> Workload:

@@ -14,12 +14,16 @@ The contract (every key; anything else is rejected)::
         priority: 0            # optional, default 0 (kube-default orders by it)
         groups:
           - name: map
-            tasks: 6
+            replicas: 6        # tasks in the group (a Stowage Job's spec.tasks[].replicas)
             demand: {cpu: 2, memory: 3Gi, disk: 50Mi}
             duration: 10       # seconds when it runs alone at full speed
             usage: 1.0         # optional fraction (0, 1] of demand really used; default: the usage model
             expectedDuration: 12  # optional: what the user states (the estimator's hint; `duration` is the truth)
-          - {name: reduce, tasks: 2, demand: {cpu: 1, memory: 2Gi}, duration: 20, dependsOn: [map]}
+          - {name: reduce, replicas: 2, demand: {cpu: 1, memory: 2Gi}, duration: 20, dependsOn: [map]}
+
+A group's size is ``replicas``, as in a Stowage Job; ``tasks`` (its name before) is refused saying so. A file may
+instead hold Stowage Job and Queue manifests (``stowage.io/v1alpha1``, several YAML documents): see
+:func:`parse_manifests`.
 
 Nodes: ``name``, ``cpu`` and ``memory`` required; ``disk`` and ``network`` (bytes/s) and
 extended resources by their Kubernetes names (``nvidia.com/gpu``, whole numbers) optional;
@@ -45,13 +49,22 @@ from typing import Any
 import yaml
 
 from stowage.errors import InvalidInput, WorkloadError
-from stowage.labels import Opportunistic
+from stowage.labels import Opportunistic, bandwidth_demand
 from stowage.model import JobOrder, QueueOpportunistic
-from stowage.resources import CORE_RESOURCES, CPU, MEMORY, ResourceVector, format_quantity, parse_quantity
+from stowage.resources import (
+    CORE_RESOURCES,
+    CPU,
+    MEMORY,
+    ResourceVector,
+    format_quantity,
+    parse_quantity,
+    pod_demand,
+)
 from stowage.sim.traces.shapes import is_extended_resource
 from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup, Workload, nodes_over_limit
 
-__all__ = ["DEFAULT_QUEUE", "load_workload_file", "parse_workload", "workload_to_dict"]
+__all__ = ["DEFAULT_QUEUE", "STOWAGE_API", "load_workload_file", "manifests_to_document", "parse_workload",
+           "workload_to_dict"]
 
 #: The queue a file without ``queues`` gets.
 DEFAULT_QUEUE = QueueSpec("default", 1.0, JobOrder.SRTF, True)
@@ -60,7 +73,10 @@ _TOP_KEYS = ("nodes", "queues", "jobs")
 _NODE_KEYS = ("name", "count", "harvest", *CORE_RESOURCES)
 _QUEUE_KEYS = ("name", "weight", "jobOrder", "opportunistic")
 _JOB_KEYS = ("name", "queue", "arrival", "opportunistic", "priority", "groups")
-_GROUP_KEYS = ("name", "tasks", "demand", "duration", "usage", "dependsOn", "expectedDuration")
+_GROUP_KEYS = ("name", "replicas", "demand", "duration", "usage", "dependsOn", "expectedDuration")
+#: Keys an earlier release had, and what to write instead: refused with that message, never read silently.
+_RENAMED_GROUP_KEYS = {"tasks": "renamed `replicas` (the number of tasks in the group, as a Stowage Job's "
+                                "spec.tasks[].replicas; `tasks` is a Job's list of task groups)"}
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _NAME_ALLOWED = "a name of letters, digits, '-', '_' or '.' (starting and ending alphanumeric)"
 _RESOURCES_ALLOWED = "cpu, memory, disk, network or an extended resource such as nvidia.com/gpu"
@@ -292,10 +308,15 @@ def _groups(chk: _Checker, raw: object, job_path: str, nodes: Sequence[NodeSpec]
         entry = chk.mapping(item, path)
         if entry is None:
             continue
-        chk.keys(entry, path, _GROUP_KEYS)
-        ok = chk.required(entry, path, ("name", "tasks", "demand", "duration"))
+        renamed = [k for k in entry if k in _RENAMED_GROUP_KEYS]
+        for key in renamed:
+            chk.add(_join(path, key), _RENAMED_GROUP_KEYS[key])
+        chk.keys({k: v for k, v in entry.items() if k not in renamed}, path, _GROUP_KEYS)
+        ok = chk.required(entry, path, ("name", "demand", "duration"))
+        if not renamed:  # the old spelling's message says what to write; no "required field missing" on top
+            ok = chk.required(entry, path, ("replicas",)) and ok
         name = chk.name(entry, path)
-        tasks = chk.positive_whole(entry["tasks"], f"{path}.tasks") if "tasks" in entry else None
+        tasks = chk.positive_whole(entry["replicas"], f"{path}.replicas") if "replicas" in entry else None
         duration = entry.get("duration")
         if "duration" in entry and (not _is_number(duration) or duration <= 0):
             chk.add(f"{path}.duration", f"a positive number of seconds, {_got(duration)}")
@@ -424,20 +445,134 @@ def parse_workload(data: object, name: str = "workload", source: str = "workload
     )
 
 
-def load_workload_file(path: str | Path, *, max_nodes: int | None = None) -> Workload:
-    """Read and validate a YAML (``.yaml``/``.yml``) or JSON (``.json``) workload file (``max_nodes``: as
-    :func:`parse_workload`)."""
+STOWAGE_API = "stowage.io/v1alpha1"
+_MANIFEST_KINDS = ("Job", "Queue")
+
+
+def _document_name(doc: Mapping[str, Any], index: int) -> str:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return f"documents[{index}] ({doc.get('apiVersion')} {doc.get('kind')} {name})"
+
+
+def _manifest_group(chk: _Checker, task: object, where: str) -> dict[str, Any] | None:
+    """One ``spec.tasks[]`` entry of a Stowage Job as a workload group: its template's requests (as
+    kube-scheduler sums them) plus the bandwidth annotations; ``expectedDuration`` as its run time."""
+    entry = chk.mapping(task, where)
+    if entry is None:
+        return None
+    name = entry.get("name", "?")
+    path = f"{where.rsplit('[', 1)[0]}[{name}]"
+    template = entry.get("template") if isinstance(entry.get("template"), Mapping) else {}
+    metadata = template.get("metadata") if isinstance(template.get("metadata"), Mapping) else {}
+    try:
+        demand = pod_demand({"metadata": metadata, "spec": template.get("spec") or {}})
+        demand = demand + bandwidth_demand(metadata.get("annotations") or {}, f"{path}.template.metadata.annotations")
+    except InvalidInput as exc:
+        chk.add(f"{path}.template", str(exc))
+        return None
+    if "expectedDuration" not in entry:
+        chk.add(f"{path}.expectedDuration", "required by the simulator: one task's run time in seconds (in the "
+                                            "cluster only a hint; here also the truth the replay runs)")
+        return None
+    group: dict[str, Any] = {"name": name, "replicas": entry.get("replicas", 1), "demand": demand.as_dict(),
+                             "duration": entry["expectedDuration"], "expectedDuration": entry["expectedDuration"]}
+    if "dependsOn" in entry:
+        group["dependsOn"] = entry["dependsOn"]
+    return group
+
+
+def manifests_to_document(docs: Sequence[object]) -> dict[str, Any]:
+    """Stowage Job and Queue manifests (and at most one workload document, for ``nodes``) as one workload
+    document for :func:`parse_workload`; :class:`WorkloadError` naming each document it cannot read.
+
+    A Job becomes a job arriving at 0 in its ``spec.queue`` (default ``default``) with its ``spec.opportunistic``;
+    each of its ``spec.tasks`` a group of ``replicas`` tasks whose demand is the template's requests (limits where
+    a request is missing, init containers and overhead as kube-scheduler counts them) plus the
+    ``stowage.io/*-bandwidth`` annotations, running ``expectedDuration`` seconds (required here). A Queue
+    becomes a queue; a queue a Job names that no Queue defines gets the defaults (weight 1, SRTF, Allow).
+    Plain pods and their controllers (Deployments, batch/v1 Jobs) are refused: the simulator replays only
+    Stowage's own objects.
+    """
+    chk = _Checker()
+    workload: dict[str, Any] = {}
+    queues: dict[str, dict[str, Any]] = {}
+    jobs: list[dict[str, Any]] = []
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, Mapping):
+            chk.add(f"documents[{index}]", f"a mapping, got {doc!r}")
+            continue
+        if "apiVersion" not in doc and "kind" not in doc:
+            if workload:
+                chk.add(f"documents[{index}]", "a second workload document (nodes/queues/jobs): give one")
+            workload = dict(doc)
+            continue
+        where = _document_name(doc, index)
+        if doc.get("apiVersion") != STOWAGE_API or doc.get("kind") not in _MANIFEST_KINDS:
+            chk.add(where, f"the simulator reads Stowage Jobs and Queues ({STOWAGE_API}) and workload documents, "
+                           "not plain pods or their controllers (Deployments, batch/v1 Jobs): docs/workloads.md")
+            continue
+        meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
+        spec = doc.get("spec") if isinstance(doc.get("spec"), Mapping) else {}
+        name = meta.get("name")
+        if not isinstance(name, str):
+            chk.add(f"{where}.metadata.name", "required field missing")
+            continue
+        if doc["kind"] == "Queue":
+            queues[name] = {"name": name, **{k: spec[k] for k in ("weight", "jobOrder", "opportunistic")
+                                              if k in spec}}
+            continue
+        tasks = chk.entries(spec.get("tasks"), f"{where}.spec.tasks", "task groups")
+        groups = [_manifest_group(chk, task, f"{where}.spec.tasks[{i}]") for i, task in enumerate(tasks)]
+        job: dict[str, Any] = {"name": name, "queue": spec.get("queue", DEFAULT_QUEUE.name),
+                               "opportunistic": spec.get("opportunistic", "auto"),
+                               "groups": [g for g in groups if g is not None]}
+        jobs.append(job)
+    if chk.problems:
+        raise WorkloadError(chk.problems)
+    for job in jobs:
+        queues.setdefault(job["queue"], {"name": job["queue"]})
+    listed = list(workload.get("queues") or [])
+    known = {q.get("name") for q in listed if isinstance(q, Mapping)}
+    out = {**workload, "jobs": [*(workload.get("jobs") or []), *jobs]}
+    out["queues"] = listed + [q for n, q in queues.items() if n not in known]
+    if "nodes" not in out:
+        out["nodes"] = []  # the caller's --nodes/--node-shape make them (resolve_workload)
+    return out
+
+
+def load_workload_file(path: str | Path, *, max_nodes: int | None = None,
+                       nodes: Sequence[NodeSpec] = ()) -> Workload:
+    """Read and validate a YAML (``.yaml``/``.yml``, one document or several) or JSON (``.json``) workload file
+    (``max_nodes``: as :func:`parse_workload`). A file of Stowage Job and Queue manifests
+    (:func:`manifests_to_document`) runs on ``nodes`` when it gives none of its own."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open(encoding="utf-8") as stream:  # a stream, so that a YAML error names the file
+            if path.suffix.lower() == ".json":
+                docs: list[object] = [json.load(stream)]
+            else:
+                docs = [d for d in yaml.safe_load_all(stream) if d is not None]
     except OSError as exc:
         raise WorkloadError([f"{path}: cannot read ({exc.strerror or exc})"]) from exc
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
         raise WorkloadError([f"{path}: not valid {kind}: {exc}"]) from exc
-    return parse_workload(data, name=path.stem, source=f"workload file {path.name}", max_nodes=max_nodes)
+    manifests = len(docs) != 1 or (isinstance(docs[0], Mapping) and ("apiVersion" in docs[0] or "kind" in docs[0]))
+    if not manifests:
+        return parse_workload(docs[0], name=path.stem, source=f"workload file {path.name}", max_nodes=max_nodes)
+    try:
+        document = manifests_to_document(docs)
+    except WorkloadError as exc:
+        raise WorkloadError([f"{path}: {p}" for p in exc.problems]) from None
+    if not document["nodes"]:
+        if not nodes:
+            raise WorkloadError([f"{path}: Stowage manifests name no nodes: give --nodes N and --node-shape "
+                                 "(e.g. --nodes 4 --node-shape cpu=8,memory=32Gi), or add a workload document "
+                                 "with `nodes:` to the file (docs/workloads.md)"])
+        document["nodes"] = [{"name": n.name, **_quantities(n.capacity), **({} if n.harvest else {"harvest": False})}
+                             for n in nodes]
+    return parse_workload(document, name=path.stem, source=f"Stowage manifests {path.name}", max_nodes=max_nodes)
 
 
 def _quantities(vector: Mapping[str, float]) -> dict[str, str]:
@@ -463,7 +598,7 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
     for job in workload.jobs:
         groups = []
         for g in job.groups:
-            group: dict[str, Any] = {"name": g.name, "tasks": g.tasks, "demand": _quantities(g.demand),
+            group: dict[str, Any] = {"name": g.name, "replicas": g.tasks, "demand": _quantities(g.demand),
                                      "duration": g.duration_s}
             if g.usage is not None:
                 group["usage"] = g.usage
