@@ -114,6 +114,9 @@ def view_arrays(view: DispatchView) -> ViewArrays:
     is_opp = np.array([p.opportunistic for p in pods], dtype=bool)
     queue = np.array([q_index.get(p.queue, -1) if p.queue is not None else -1 for p in pods], dtype=np.int64)
     np.add.at(reg, on[(on >= 0) & ~is_opp], demand[(on >= 0) & ~is_opp])
+    asked = [i for i, p in enumerate(pods) if p.opportunistic and p.requests and on[i] >= 0]
+    if asked:  # kube-scheduler counts an opportunistic pod's own requests (1m cpu) in what regular pods fit
+        np.add.at(reg, on[asked], rows.of([pods[i].requests for i in asked]))
     np.add.at(opp, on[(on >= 0) & is_opp], demand[(on >= 0) & is_opp])
     np.add.at(qa, (is_opp[queue >= 0].astype(np.int64), queue[queue >= 0]), demand[queue >= 0])
     a = ViewArrays(resources, node_names, alloc, reg, opp, qa)

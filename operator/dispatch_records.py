@@ -61,6 +61,9 @@ class RunningPod:
     key: str = ""
     """``namespace/name``: the pod a promotion patches."""
     uid: str = ""
+    requests: ResourceVector | None = None
+    """An opportunistic pod's own requests (the conversion's ``1m`` cpu): kube-scheduler counts them on its node, so
+    they come off the regular room too. None: none."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -620,7 +620,8 @@ class OperatorRuntime:
                 del promoting[uid]
         return [RunningPod(node=p.node, demand=p.demand, queue=p.queue,
                            opportunistic=p.opportunistic and p.uid not in promoting, bound_at_s=p.bound_at_s,
-                           started_at_s=p.start_time_s, key=f"{p.namespace}/{p.name}", uid=p.uid)
+                           started_at_s=p.start_time_s, key=f"{p.namespace}/{p.name}", uid=p.uid,
+                           requests=p.requests if p.opportunistic else None)
                 for p in self.cluster.pods()]
 
     # --- promotion -------------------------------------------------------------------------------

@@ -109,7 +109,7 @@ class NodeView:
     known: np.ndarray  # (N,) bool
     capacity: np.ndarray  # (N,R)
     allocatable: np.ndarray  # (N,R)
-    regular_requests: np.ndarray  # (N,R) requests of regular pods (+ their bandwidth)
+    regular_requests: np.ndarray  # (N,R) kube-scheduler's count: regular pods (+ bandwidth), opportunistic requests
     opportunistic_demand: np.ndarray  # (N,R) real demand of opportunistic pods (+ their bandwidth)
     harvest_enabled: np.ndarray  # (N,) bool
     assumed: np.ndarray  # (N,R) the assumed set S: demand of pods placed within recent_window_s
@@ -280,10 +280,13 @@ class ClusterModel:
         row = self._index.get(pod.node)
         if row is None:
             return
-        target = self._opportunistic if pod.opportunistic else self._regular
-        target[row] += sign * self._row_of(pod.demand)
-        if sign < 0:
-            np.maximum(target[row], 0.0, out=target[row])  # float drift must never go negative
+        targets = [(self._regular, pod.demand)]
+        if pod.opportunistic:  # its demand is harvested; kube-scheduler still counts its requests (1m cpu)
+            targets = [(self._opportunistic, pod.demand), (self._regular, pod.requests)]
+        for target, vector in targets:
+            target[row] += sign * self._row_of(vector)
+            if sign < 0:
+                np.maximum(target[row], 0.0, out=target[row])  # float drift must never go negative
 
     def _remove_pod(self, key: str) -> None:
         old = self._pods.pop(key, None)
@@ -305,7 +308,7 @@ class ClusterModel:
         self._bad.note(POD, key, object_name(pod), record.problem if record is not None else None, error)
         if record is None:  # occupies no node, or cannot be read: left out
             return
-        self._ensure_columns((record.demand,))
+        self._ensure_columns((record.demand, record.requests))
         self._pods[key] = record
         self._pods_by_node.setdefault(record.node, set()).add(key)
         self._add_pod_to_row(record, +1)

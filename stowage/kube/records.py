@@ -89,6 +89,10 @@ class PodRecord:
     scheduler_name: str = ""
     problem: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    requests: ResourceVector = field(default_factory=ResourceVector)
+    """What kube-scheduler counts for it on its node (``resources.pod_demand``, no bandwidth). For a regular pod
+    it is ``demand`` less bandwidth; for an opportunistic one the conversion's ``1m`` cpu per container (or 0): the
+    regular room a node offers is what kube-scheduler sees, so an opportunistic pod's requests come off it too."""
 
 
 def node_record(node: Mapping[str, Any]) -> NodeRecord:
@@ -246,4 +250,5 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
         scheduler_name=_text(spec.get("schedulerName")),
         problem="; ".join(problems) or None,
         labels={k: v for k, v in pod_labels.items() if isinstance(v, str)},
+        requests=tracked(requests),
     )

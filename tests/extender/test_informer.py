@@ -15,7 +15,7 @@ from kubernetes import client
 from stowage.kube.api import ApiError
 from stowage.kube.cluster import ClusterModel
 from stowage.kube.informer import Backoff, Informer, cluster_informers
-from stowage.labels import LABEL_CLASS, LABEL_HARVEST
+from stowage.labels import ANN_DEMAND, LABEL_CLASS, LABEL_HARVEST
 from tests.support.kube import KubeEmulator, gone_once, kube_emulator, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -177,6 +177,21 @@ def test_pods_seen_before_their_node_count_once_the_node_arrives(model: ClusterM
     model.replace_pods([pod("a", "late", cpu="3", memory="1Gi")])
     model.apply_node_event("ADDED", node("late"))
     assert requests_of(model, "late") == pytest.approx({"cpu": 3.0, "memory": GI, "disk": 0.0, "network": 0.0})
+
+
+def test_an_opportunistic_pods_own_requests_count_as_kube_scheduler_counts_them(model: ClusterModel) -> None:
+    """A converted pod requests 1m cpu per container and harvests its real demand: kube-scheduler counts the 1m in
+    what a regular pod may still take on the node, so the model's regular room must too."""
+    converted = pod("opp", "n1", cpu="1m", memory="0", **{LABEL_CLASS: "opportunistic"})
+    converted["metadata"]["annotations"] = {ANN_DEMAND: '{"cpu": "2", "memory": "4Gi"}'}
+    model.replace_nodes([node("n1", cpu="4")])
+    model.replace_pods([pod("a", "n1", cpu="3"), converted])
+    view = model.view(["n1"])
+    cpu = view.resources.index("cpu")
+    assert view.regular_requests[0, cpu] == pytest.approx(3.001)  # so a regular pod of 1 cpu no longer fits
+    assert view.opportunistic_demand[0, cpu] == pytest.approx(2.0)
+    model.apply_pod_event("DELETED", converted)
+    assert requests_of(model, "n1")["cpu"] == pytest.approx(3.0)
 
 
 def test_extended_resources_grow_the_resource_axis(model: ClusterModel) -> None:

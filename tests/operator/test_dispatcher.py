@@ -230,6 +230,18 @@ def test_tasks_released_but_not_bound_yet_keep_their_capacity() -> None:
     assert d.decide(bound) == []
 
 
+def test_an_opportunistic_pods_own_requests_come_off_the_regular_room() -> None:
+    """kube-scheduler counts a converted pod's 1m cpu: a regular task that needs exactly the rest does not fit
+    there, so the dispatcher must not release it onto that room (it would wait unbound)."""
+    regular = RunningPod("n1", rv(cpu=3.0, memory=GI), queue="q")
+    converted = RunningPod("n1", rv(cpu=2.0, memory=GI), queue="q", opportunistic=True, requests=rv(cpu=0.001))
+    exact = [grp("g", cpu=1.0, memory=1.0)]
+    free = DispatchView([node("n1", cpu=4.0)], [regular], [QueueRecord("q")], exact)
+    assert released(Dispatcher(StowageSettings()).decide(free))["g"] == 1
+    taken = DispatchView([node("n1", cpu=4.0)], [regular, converted], [QueueRecord("q")], exact)
+    assert released(Dispatcher(StowageSettings()).decide(taken))["g"] == 0
+
+
 # --- harvesting ----------------------------------------------------------------------------------
 
 
