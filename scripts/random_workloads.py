@@ -107,6 +107,7 @@ def table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[int], pre
         b = {seed: rows[(seed, BASE)]["summary"] for seed in done}
         figures = {
             "makespan ÷ kube-default": {k: s[k]["makespan_s"] / b[k]["makespan_s"] for k in done},
+            "makespan ÷ its lower bound": {k: s[k]["makespan_s"] / s[k]["makespan_lower_bound_s"] for k in done},
             "mean JCT ÷ kube-default": {k: s[k]["jct_mean_s"] / b[k]["jct_mean_s"] for k in done},
             "mean JCT ÷ its lower bound": {k: s[k]["jct_mean_s"] / s[k]["jct_mean_lower_bound_s"] for k in done},
             "jobs slowed > 10 % vs fluid": {k: s[k]["slowed_vs_fluid_fraction"] for k in done},
@@ -123,7 +124,13 @@ def table(rows: dict[tuple[int, str], dict[str, Any]], seeds: Sequence[int], pre
             wins = sum(rows[(k, preset)]["summary"]["makespan_s"] <= rows[(k, BASE)]["summary"]["makespan_s"]
                        for k in done)
             lost = sum(rows[(k, preset)]["summary"]["lost_tasks"] for k in done)
-            lines.append(f"- {preset}: makespan ≤ kube-default's in {wins} of {len(done)}; lost tasks {lost}.")
+            # the bar where kube-default is already at the fluid bound: at the bound or ahead of kube-default
+            bar = [k for k in done if rows[(k, preset)]["summary"]["makespan_s"] <= max(
+                rows[(k, BASE)]["summary"]["makespan_s"], 1.02 * rows[(k, BASE)]["summary"]["makespan_lower_bound_s"])]
+            misses = sorted(set(done) - set(bar))
+            lines.append(f"- {preset}: makespan ≤ kube-default's in {wins} of {len(done)}; ≤ max(kube-default's, "
+                         f"1.02 × the lower bound) in {len(bar)} of {len(done)} (misses: {misses or 'none'}); "
+                         f"lost tasks {lost}.")
         walls = [r["wall_s"] for (k, _), r in rows.items() if k in done]
         lines.append(f"- wall time per run: median {np.median(walls):.1f} s, max {max(walls):.1f} s.")
     return "\n".join(lines)
