@@ -236,9 +236,14 @@ def resize_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {"spec": {"containers": [{"name": n, "resources": {"requests": r}} for n, r in targets.items()]}}
 
 
-def class_patch(uid: str) -> dict[str, Any]:
-    """The label part of a promotion (the uid guards against a same-named successor)."""
-    return {"metadata": {"uid": uid, "labels": {labels.LABEL_CLASS: labels.PodClass.REGULAR.value}}}
+def class_patch(uid: str, resource_version: str | None = None) -> dict[str, Any]:
+    """The label part of a promotion. The uid guards against a same-named successor; ``resource_version`` (the
+    version the promotion last read) makes the API server refuse the patch (409) if the pod changed since, e.g. an
+    eviction marked it for deletion: a pod being evicted must not turn regular on its way out."""
+    meta: dict[str, Any] = {"uid": uid, "labels": {labels.LABEL_CLASS: labels.PodClass.REGULAR.value}}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {"metadata": meta}
 
 
 def _still_promotable(pod: Mapping[str, Any], uid: str) -> bool:
@@ -316,16 +321,19 @@ class Promoter:
         try:
             if self.support.mode is Mode.RESIZE:
                 try:
-                    self.client.patch(f"{path}/resize", resize, api.STRATEGIC_MERGE_PATCH)
+                    resized = self.client.patch(f"{path}/resize", resize, api.STRATEGIC_MERGE_PATCH)
                 except api.ApiError as exc:
                     if exc.status == 404 and self._exists(path, uid):  # the pod is there, its subresource is not
                         self.turn_off(f"the API server does not serve pods/resize ({exc.message}): is the feature "
                                       f"gate {FEATURE_GATE} turned off?")
                         return Outcome.OFF
                     raise
-                self.client.patch(path, class_patch(uid), api.STRATEGIC_MERGE_PATCH)
+                if not _still_promotable(resized, uid):  # evicted between the read and the resize
+                    return Outcome.GONE
+                version = (resized.get("metadata") or {}).get("resourceVersion")
+                self.client.patch(path, class_patch(uid, version), api.STRATEGIC_MERGE_PATCH)
             else:
-                body = {**resize, **class_patch(uid)}
+                body = {**resize, **class_patch(uid, (pod.get("metadata") or {}).get("resourceVersion"))}
                 self.client.patch(path, body, api.STRATEGIC_MERGE_PATCH)
         except api.ApiError as exc:
             if exc.status == 404:

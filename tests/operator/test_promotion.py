@@ -45,6 +45,7 @@ class Client:
         self.patches: list[tuple[str, Any, str]] = []
         self.events: list[dict[str, Any]] = []
         self.answer: api.ApiError | None = None
+        self.evict_on_patch = False
 
     def get(self, path: str, params: Any = None) -> dict[str, Any]:
         if path == "/version":
@@ -62,7 +63,12 @@ class Client:
         if self.answer is not None:
             raise self.answer
         self.patches.append((path, body, content_type))
-        return {}
+        if self.pod is None:
+            return {}
+        if self.evict_on_patch:  # an eviction lands between the promotion's read and this patch
+            self.pod = {**self.pod, "metadata": {**self.pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                                 "resourceVersion": "8"}}
+        return self.pod  # the API answers a patch with the object as it now is
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
         self.events.append(event)
@@ -113,6 +119,19 @@ def test_from_v1_33_the_requests_go_through_the_resize_subresource_then_the_labe
     (resize, path_r, _), (label, path_l, _) = [(b, p_, k) for p_, b, k in client.patches]
     assert path_r.endswith("/pods/p/resize") and "metadata" not in resize
     assert path_l.endswith("/pods/p") and label["metadata"]["labels"] == {labels.LABEL_CLASS: "regular"}
+
+
+def test_a_pod_evicted_between_the_read_and_the_resize_does_not_turn_regular() -> None:
+    """The eviction's deletionTimestamp shows in the resize's answer: no class patch, the pod leaves opportunistic
+    (the node monitor's eviction of it stands), and the class patch otherwise carries the version it read."""
+    client = Client(converted(), minor="33")
+    client.evict_on_patch = True
+    assert promoter(client).promote("ns/p", "u1") is promotion.Outcome.GONE
+    assert [path for path, _, _ in client.patches] == ["/api/v1/namespaces/ns/pods/p/resize"]
+    fine = Client(converted(), minor="33")
+    fine.pod["metadata"]["resourceVersion"] = "7"
+    assert promoter(fine).promote("ns/p", "u1") is promotion.Outcome.PROMOTED
+    assert fine.patches[-1][1]["metadata"]["resourceVersion"] == "7"  # a change since makes it a 409
 
 
 @pytest.mark.parametrize("change", ["gone", "other-uid", "regular-already", "finished", "deleting"])
