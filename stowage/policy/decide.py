@@ -1,9 +1,9 @@
 """One dispatch decision: which waiting tasks start now, where, and as which class.
 
-The one decision path of Stowage. The operator's dispatcher (``stowage.operator.dispatcher``) builds a
-``DecideInput`` from its informers and acts on the ``Decision``; the simulator's packing presets
-(``stowage.sim.packing``) build one from the simulation's arrays and place what it returns. Neither keeps a
-copy of the orchestration below.
+The one decision path of Stowage. The operator's dispatcher (``stowage.operator.dispatcher``) fills a
+``snapshot.PassSnapshot`` from its informers and acts on the ``Decision``; the simulator's packing presets
+(``stowage.sim.packing``) fill one from the simulation's arrays and place what it returns. Both make their
+``DecideInput`` with the one builder, ``snapshot.build``; neither keeps a copy of the orchestration below.
 
 ``Decider.decide(inp)``:
 

@@ -88,6 +88,24 @@ def test_the_operator_and_the_simulator_run_the_one_decision_and_no_copy_of_it(p
     assert own == [], f"{path} runs part of the decision itself: {own}"
 
 
+@pytest.mark.parametrize("path", ["operator/dispatcher.py", "stowage/sim/packing.py"])
+def test_the_operator_and_the_simulator_build_the_decisions_input_through_the_one_builder(path: str) -> None:
+    """Both fill a ``snapshot.PassSnapshot`` and call ``snapshot.build`` (issue #34); neither fills
+    ``DecideInput`` or gates the harvestable room and the features itself."""
+    calls = _calls(path)
+    assert {"snapshot.PassSnapshot", "snapshot.build"} <= calls
+    own = sorted(c for c in calls if c.endswith(("DecideInput", "Evidence", "needs_harvestable", "needs_features")))
+    assert own == [], f"{path} builds part of the decision's input itself: {own}"
+
+
+def test_only_the_builder_fills_the_decisions_input() -> None:
+    """``DecideInput(...)`` is called in ``stowage/policy/snapshot.py`` and nowhere else in the product."""
+    callers = sorted(str(p.relative_to(ROOT)) for folder in ("stowage", "operator", "extender", "node-monitor")
+                     for p in (ROOT / folder).rglob("*.py")
+                     if any(c.endswith("DecideInput") for c in _calls(str(p.relative_to(ROOT)))))
+    assert callers == ["stowage/policy/snapshot.py"]
+
+
 def test_only_the_decision_runs_packing_passes() -> None:
     """``dispatch.pack`` is called by ``stowage/policy/decide.py`` and by nothing else in the product (the
     dispatcher benchmark times it alone on the decision's own inputs)."""

@@ -286,7 +286,7 @@ def test_the_harvestable_room_and_features_are_built_only_when_some_group_may_ha
     d = Dispatcher(StowageSettings(), clock=lambda: 0.0)
     view = _full_node_view(grp("no", intent=Opportunistic.FALSE), grp("none-left", intent=Opportunistic.TRUE, tasks=0))
     inp = d.decide_input(view, d._arrays(view), 0.0)
-    assert inp.harvestable is None and inp.features == (None, None) and built == []
+    assert inp.harvestable is None and inp.features is None and built == []
     assert d.decide(view) == [] and built == []
     view = _full_node_view(grp("no", intent=Opportunistic.FALSE), grp("maybe", intent=Opportunistic.AUTO))
     inp = d.decide_input(view, d._arrays(view), 0.0)
@@ -498,6 +498,38 @@ def test_the_dispatcher_releases_what_one_pass_of_the_simulators_stowage_preset_
         got[(r.group_key, r.pod_class, r.node_hint)] += r.count
     assert got == expected
     assert sum(expected.values()) > 0
+
+
+def test_the_dispatcher_and_the_simulator_build_the_decisions_input_through_one_builder(monkeypatch) -> None:
+    """Every ``DecideInput`` the two decide on comes from ``snapshot.build`` (issue #34): with the builder
+    patched to record its callers, a dispatcher pass and a simulated run both go through it, and each decision
+    is handed exactly what the builder returned."""
+    from stowage.policy import decide, snapshot
+
+    built: list[str] = []
+    decided: list[bool] = []
+    made: set[int] = set()
+    real_build, real_decide = snapshot.build, decide.Decider.decide
+
+    def spy_build(snap: snapshot.PassSnapshot, **kw: object) -> decide.DecideInput:
+        import inspect
+
+        built.append(inspect.stack()[1].filename.replace("\\", "/").rsplit("/", 2)[-2])
+        inp = real_build(snap, **kw)
+        made.add(id(inp))
+        return inp
+
+    def spy_decide(self: decide.Decider, inp: decide.DecideInput) -> decide.Decision:
+        decided.append(id(inp) in made)
+        return real_decide(self, inp)
+
+    monkeypatch.setattr(snapshot, "build", spy_build)
+    monkeypatch.setattr(decide.Decider, "decide", spy_decide)
+    wl = _workload(0)
+    sim, _ = _first_pass_of_the_stowage_preset(wl, False)
+    Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(_same_state_as_a_view(wl, sim, False))
+    assert set(built) == {"sim", "operator"}
+    assert decided and all(decided)
 
 
 # --- restart safety and the published numbers ----------------------------------------------------
