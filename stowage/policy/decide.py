@@ -70,6 +70,7 @@ __all__ = [
     "DecideInput",
     "Decider",
     "Decision",
+    "PassFacts",
     "Promotable",
     "chains",
     "harvest_candidates",
@@ -91,8 +92,22 @@ POOLS: Final = (Pool.REGULAR, Pool.OPPORTUNISTIC)
 
 
 @dataclass(frozen=True, slots=True)
-class DecideInput:
-    """One decision's view as arrays: N nodes, R resources, S demand shapes, G groups, J jobs, Q queues.
+class Promotable:
+    """Running opportunistic pods (P of them) in the order promotion walks them (oldest first)."""
+
+    demand: NDArray[np.float64]
+    """(P, R) each pod's demand, on ``DecideInput``'s resource axis."""
+    node: NDArray[np.int64]
+    """(P,) its node (a row of ``DecideInput.capacity``)."""
+    queue: NDArray[np.int64]
+    """(P,) its queue (a row of ``DecideInput.queue_name``; −1: none)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassFacts:
+    """What a pass knows that the decision reads as it is, on its axes: N nodes, R resources, S demand shapes,
+    G groups, J jobs, Q queues. ``DecideInput`` and the adapters' ``snapshot.PassSnapshot`` both carry these;
+    each adds its own (the input: what ``snapshot.build`` derives; the snapshot: what it derives them from).
 
     List every group of every unfinished job (remaining work and FSP sizes count them all); ``releasable`` says
     which may start now. Nothing here is changed by the decision.
@@ -101,13 +116,8 @@ class DecideInput:
     now: float
     capacity: NDArray[np.float64]
     """(N, R) node capacity (allocatable)."""
-    regular_free: NDArray[np.float64]
-    """(N, R) ``allocatable − Σ requests of regular pods`` (``harvest.regular_available``)."""
     bandwidth: NDArray[np.bool_]
     """(R,) the declared-bandwidth columns (disk, network): the regular pass is capped at ``bandwidth_room``."""
-    bandwidth_room: NDArray[np.float64]
-    """(N, R) ``capacity − the regular pods' declared demand`` (read on the ``bandwidth`` columns only). The
-    opportunistic pass is not capped by it: harvested room is measured on every resource, bandwidth included."""
     shapes: NDArray[np.float64]
     """(S, R) distinct per-task demands."""
     group_shape: NDArray[np.int64]
@@ -124,9 +134,6 @@ class DecideInput:
     """(G,) ``INTENT_FALSE`` / ``INTENT_AUTO`` / ``INTENT_TRUE``."""
     finished_fraction: NDArray[np.float64]
     """(G,) finished / total tasks of the group (barrier knob)."""
-    evidence: estimates.Evidence
-    """(G,) what the cluster knows of each group's task duration. Its ``prior_s`` is not read: the decider
-    fills in its own learned priors (``Decider.priors``)."""
     job_key: Sequence[Hashable]
     """(J,) stable job identities (FSP trackers)."""
     job_arrival: NDArray[np.float64]
@@ -139,20 +146,10 @@ class DecideInput:
     """(Q,) ``spec.opportunistic: Allow``."""
     queue_alloc: NDArray[np.float64]
     """(2, Q, R) what each queue holds, regular pool then opportunistic pool."""
-    pool_total: NDArray[np.float64]
-    """(R,) the denominator of dominant shares."""
     node_key: Sequence[Hashable]
     """(N,) stable node identities (held nodes survive by them)."""
-    harvestable: NDArray[np.float64] | None = None
-    """(N, R) ``A_opp`` (``harvest.harvestable``); None: harvesting is off for this decision (no opportunistic
-    pass; holds are told in the regular pool). Read only when some group may harvest: an adapter that harvests
-    builds it when ``needs_harvestable`` says so and passes None otherwise, for the same decision. Not changed."""
     queue_quota: NDArray[np.float64] | None = None
     """(Q, R) ``spec.quota`` per pool (``+inf`` where none); None: no queue has one."""
-    features: Sequence[Mapping[str, str] | None] | None = None
-    """(G,) each group's classifier features (``classifier.task_features``), read only for the groups
-    ``needs_features`` marks (``auto`` groups that may harvest; None elsewhere will do); None: no classifier for
-    this decision (every ``auto`` group that fits may harvest)."""
     duration_s: NDArray[np.float64] | None = None
     """(G,) true task durations: the oracle (an upper bound, never what a cluster has); None: estimates."""
     group_children: Sequence[Sequence[int]] | None = None
@@ -171,16 +168,29 @@ class DecideInput:
     """The running opportunistic pods that may be promoted, oldest first; None: promotion is off."""
 
 
-@dataclass(frozen=True, slots=True)
-class Promotable:
-    """Running opportunistic pods (P of them) in the order promotion walks them (oldest first)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideInput(PassFacts):
+    """One decision's view as arrays: the pass's facts (``PassFacts``) and what ``snapshot.build`` derives from
+    them. Data only: no callbacks into the adapter. Nothing here is changed by the decision."""
 
-    demand: NDArray[np.float64]
-    """(P, R) each pod's demand, on ``DecideInput``'s resource axis."""
-    node: NDArray[np.int64]
-    """(P,) its node (a row of ``DecideInput.capacity``)."""
-    queue: NDArray[np.int64]
-    """(P,) its queue (a row of ``DecideInput.queue_name``; −1: none)."""
+    regular_free: NDArray[np.float64]
+    """(N, R) ``allocatable − Σ requests of regular pods`` (``harvest.regular_available``)."""
+    bandwidth_room: NDArray[np.float64]
+    """(N, R) ``capacity − the regular pods' declared demand`` (read on the ``bandwidth`` columns only). The
+    opportunistic pass is not capped by it: harvested room is measured on every resource, bandwidth included."""
+    evidence: estimates.Evidence
+    """(G,) what the cluster knows of each group's task duration. Its ``prior_s`` is not read: the decider
+    fills in its own learned priors (``Decider.priors``)."""
+    pool_total: NDArray[np.float64]
+    """(R,) the denominator of dominant shares."""
+    harvestable: NDArray[np.float64] | None = None
+    """(N, R) ``A_opp`` (``harvest.harvestable``); None: harvesting is off for this decision (no opportunistic
+    pass; holds are told in the regular pool). Read only when some group may harvest: an adapter that harvests
+    builds it when ``needs_harvestable`` says so and passes None otherwise, for the same decision. Not changed."""
+    features: Sequence[Mapping[str, str] | None] | None = None
+    """(G,) each group's classifier features (``classifier.task_features``), read only for the groups
+    ``needs_features`` marks (``auto`` groups that may harvest; None elsewhere will do); None: no classifier for
+    this decision (every ``auto`` group that fits may harvest)."""
 
 
 @dataclass(frozen=True, slots=True)
