@@ -106,6 +106,19 @@ def test_only_the_builder_fills_the_decisions_input() -> None:
     assert callers == ["stowage/policy/snapshot.py"]
 
 
+@pytest.mark.parametrize(("path", "stepper"), [("node-monitor/monitor.py", "contention.step"),
+                                                ("stowage/sim/monitor.py", "contention.Nodes")])
+def test_the_node_monitor_and_the_simulator_run_the_one_eviction_loop(path: str, stepper: str) -> None:
+    """Both step ``stowage.policy.contention`` (``Nodes`` is ``step`` on many nodes, checked against it in
+    tests/policy/test_contention.py) and pick victims with ``choose_victims`` against ``thresholds`` (issue #34);
+    neither keeps the counter or PRESERVE's window itself."""
+    calls = _calls(path)
+    assert {stepper, "contention.choose_victims", "contention.thresholds"} <= calls
+    source = (ROOT / path).read_text()
+    own = [name for name in ("over_counts", "last_relief_s", "block_time_s", "t_preempt") if name in source]
+    assert own == [], f"{path} re-implements part of the contention policy: {own}"
+
+
 def test_only_the_decision_runs_packing_passes() -> None:
     """``dispatch.pack`` is called by ``stowage/policy/decide.py`` and by nothing else in the product (the
     dispatcher benchmark times it alone on the decision's own inputs)."""
