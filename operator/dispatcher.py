@@ -277,30 +277,39 @@ class Dispatcher:
     # --- queue numbers ---------------------------------------------------------------------------
 
     def queue_shares(self, view: DispatchView) -> list[QueueShare]:
-        """Per queue: allocation, dominant share per pool, fair share (``fairness``), from the view as it is."""
+        """Per queue: allocation, dominant share per pool, fair share and usage target, from the view as it is.
+
+        The fair share is the dispatcher's (``fairness.fair_shares``, weighted max-min over the regular pool, the
+        queues with tasks ready to start wanting more): the level its floor and holds read. The usage target is
+        what its tiers even out (``fairness.usage_targets``: the backlogged queues' decayed usage split by weight;
+        a queue with nothing waiting, its own usage)."""
         a = self._arrays(view)
         queues = queue_records(view)
         if not queues:  # none known yet (the operator's first pass)
             return []
         weights = np.array([q.weight for q in queues], dtype=np.float64)
         total = a.alloc.sum(axis=0) if a.node_names else np.zeros(len(a.resources))
-        active = np.zeros(len(queues), dtype=bool)
+        # Backlogged as a pass sees it: tasks ready to start (the opportunistic pool: in queues that allow it).
+        waiting = np.zeros(len(queues), dtype=bool)
         q_index = {q.name: i for i, q in enumerate(queues)}
         for g in view.groups:
-            if g.queue in q_index and (g.releasable > 0 or g.remaining_tasks > 0 or g.unbound > 0):
-                active[q_index[g.queue]] = True
-        active |= a.queue_alloc.sum(axis=(0, 2)) > 0
-        fair = fairness.fair_share(weights, active)
+            if g.queue in q_index and g.releasable > 0:
+                waiting[q_index[g.queue]] = True
+        backlogged = {Pool.REGULAR.value: waiting,
+                      Pool.OPPORTUNISTIC.value: waiting & np.array([q.opportunistic for q in queues], dtype=bool)}
         out = []
         shares = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, weights) for p, pool in
                   enumerate(_POOLS)}
         plain = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, np.ones(len(queues))) for p, pool in
                  enumerate(_POOLS)}
+        fair = fairness.fair_shares(plain[Pool.REGULAR.value], weights, waiting)
         names = [q.name for q in queues]
-        used = {}
+        targets: dict[str, NDArray[np.float64]] = {}
+        used: dict[str, NDArray[np.float64]] = {}
         for pool in _POOLS:
             decayed = self.decider.queue_usage(pool, names, self.clock())
             used[pool.value] = plain[pool.value] if decayed is None else decayed
+            targets[pool.value] = fairness.usage_targets(used[pool.value], weights, backlogged[pool.value])
         for i, q in enumerate(queues):
             out.append(QueueShare(
                 name=q.name,
@@ -310,7 +319,7 @@ class Dispatcher:
                 share={pool: float(s[i]) for pool, s in plain.items()},
                 fair_share=float(fair[i]),
                 usage={pool: float(u[i]) for pool, u in used.items()},
-                usage_target={pool: float(fair[i] * u[active].sum()) for pool, u in used.items()},
+                usage_target={pool: float(t[i]) for pool, t in targets.items()},
                 quota_used=self._quota_used(a, p_alloc=a.queue_alloc[:, i], quota=q.quota),
             ))
         return out
