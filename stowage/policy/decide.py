@@ -22,8 +22,8 @@ The one decision path of Stowage. The operator's dispatcher (``stowage.operator.
 The decision works from the snapshot it is given: ``DecideInput`` holds data only, no callbacks into the adapter.
 The two inputs that cost the adapter something to build, the harvestable room and the classifier's features, are
 needed only when some group may harvest; ``harvest_candidates`` is that rule (the decision's own, asked again after
-its regular pass), and ``needs_harvestable`` / ``needs_features`` tell the adapters, from the same arrays, whether
-to build them at all.
+its regular pass), and ``needs_harvestable`` / ``needs_features`` tell the one builder (``snapshot.build``), from
+the same arrays, whether to ask the adapter for them at all.
 
 The regular pass caps disk and network at what the regular pods' declared bandwidth leaves (the extender's
 filter; the opportunistic pass has measured room on them). Both passes share queues per pool by weighted DRF
