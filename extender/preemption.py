@@ -4,8 +4,8 @@
   ``stowage.io/class`` as it is now: a pod the operator promoted in place is regular here, though its
   priority class stays ``stowage-opportunistic`` (immutable) and kube-scheduler offers it as a victim to
   any pod of higher priority.
-- A regular victim is acceptable only if its queue is above its fair share
-  (weighted DRF over the regular pool, ``policy.fairness``, with the Queues' live
+- A regular victim is acceptable only if its queue is above its fair share of the regular pool
+  (``policy.fairness.fair_shares``, the dispatcher's weighted max-min, with the Queues' live
   weights); a regular pod without a queue, or one Stowage has never seen, is protected.
 - The scheduler's dry run picked the *minimum* victim set for each node, so a node
   with any unacceptable victim is dropped whole (evicting only part of the set
@@ -45,10 +45,10 @@ def over_share_queues(
     ``allocated`` (Q,R) sums the requests of each queue's regular pods; ``total`` (R,)
     is the cluster's allocatable; ``weights`` are the Queues' ``spec.weight`` (the extender's
     ``queues.QueueWeights``), 1 for a queue missing from them.
-    A queue is active when it has regular pods running or is in ``pending`` (the
-    preemptor's queue). With ``s_q = max_r(alloc_qr/total_r)/w_q`` (policy.fairness
-    .dominant_shares) and fair share ``f_q = w_q/Σ_active w``, the queue is over its
-    share when its unweighted dominant share ``s_q·w_q`` exceeds ``f_q``.
+    The fair share is the dispatcher's (``policy.fairness.fair_shares``, weighted max-min): the queues in
+    ``pending`` (the preemptor's) want more, every other queue wants what it holds. A queue is over its share when
+    its unweighted dominant share ``max_r(alloc_qr/total_r)`` exceeds it: it holds more than the level ``w_q·L``
+    the pending queues are filled to, so a queue that holds less than its weight's level is never preempted.
     """
     queues = sorted({p.queue for p in pods if p.queue and not p.opportunistic} | set(pending))
     if not queues:
@@ -63,9 +63,8 @@ def over_share_queues(
             if name in col:
                 allocated[qi[p.queue], col[name]] += amount
     w = np.array([float((weights or {}).get(q, 1.0)) for q in queues])
-    active = (allocated.sum(axis=1) > 0) | np.array([q in pending for q in queues])
-    dominant = fairness.dominant_shares(allocated, total, w) * w
-    fair = fairness.fair_share(w, active)
+    dominant = fairness.dominant_shares(allocated, total, np.ones(len(queues)))
+    fair = fairness.fair_shares(dominant, w, np.array([q in pending for q in queues], dtype=bool))
     return {q for q, d, f in zip(queues, dominant.tolist(), fair.tolist(), strict=True) if d > f}
 
 

@@ -1,7 +1,8 @@
 """Queue weights for preempt, kept live by an informer over the cluster-scoped Queue objects.
 
 ``queues.stowage.io/v1alpha1``: ``spec.weight`` (> 0, default 1) is a queue's weight in weighted
-DRF, the weight preempt's fair share uses (``preemption.over_share_queues``). The rules:
+DRF, the weight preempt's fair share (the dispatcher's, ``fairness.fair_shares``) uses
+(``preemption.over_share_queues``). The rules:
 
 - a queue with no Queue object, or whose Queue was deleted, weighs 1;
 - a weight that is missing, not a number, not finite or ≤ 0 reads as 1 (the CRD schema and the

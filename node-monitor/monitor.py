@@ -152,7 +152,7 @@ class NodeMonitor:
         pending = np.array([uid in self._pending for uid in usage.pod_uids], dtype=bool)
         # Pods already on their way out will free their usage: project it away before choosing more.
         projected = np.nan_to_num(usage.node, nan=0.0) - pod_usage[pending].sum(axis=0)
-        threshold = self.settings.t_preempt.array(RESOURCES) * cap
+        threshold = contention.thresholds(self.settings, RESOURCES, cap)
         counts = contention.sustained_counts(self.settings, RESOURCES)
         pressure = [
             Pressure(r, float(usage.node[k]), float(threshold[k]), float(cap[k]),

@@ -1,9 +1,9 @@
 """A ``DispatchView`` as arrays on one resource axis, and the capacity each pass of the dispatcher packs into.
 
 ``view_arrays`` lines nodes, running pods, queues and groups up on cpu, memory, disk, network, then extended
-resource names; the job helpers give per-job queue and arrival; ``bandwidth_room`` is what declared bandwidth
-leaves regular pods, ``harvestable`` the opportunistic pool's free vectors, both by :mod:`stowage.policy.room`'s
-rules (the extender's and the simulator's). Pure: no state, no I/O.
+resource names; the job helpers give per-job queue and arrival; ``harvestable`` the opportunistic pool's free
+vectors by :mod:`stowage.policy.room`'s rule (the extender's and the simulator's); the regular and the declared
+bandwidth room follow from ``ViewArrays.reg_alloc`` in ``stowage.policy.snapshot.build``. Pure: no state, no I/O.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ __all__ = [
     "VectorRows",
     "ViewArrays",
     "bandwidth_mask",
-    "bandwidth_room",
     "harvestable",
     "job_arrival",
     "job_queue",
@@ -159,14 +158,6 @@ def job_arrival(a: ViewArrays) -> NDArray[np.float64]:
 def bandwidth_mask(a: ViewArrays) -> NDArray[np.bool_]:
     """(R,) the declared-bandwidth columns (disk, network): not Kubernetes resources, capped by the extender."""
     return np.array([r in (DISK, NETWORK) for r in a.resources], dtype=bool)
-
-
-def bandwidth_room(a: ViewArrays) -> NDArray[np.float64]:
-    """(N, R) ``allocatable − the regular pods' declared demand`` (``room.bandwidth_room``): what the extender's
-    filter leaves on the bandwidth columns for a regular pod (read on ``bandwidth_mask``'s columns only).
-    Opportunistic pods reserve no declared bandwidth: theirs is measured, in ``U``, and they fit the harvested
-    room (:func:`harvestable`) on every resource, disk and network included."""
-    return room.bandwidth_room(a.alloc, a.reg_alloc)
 
 
 def harvestable(h: HarvestSettings, view: DispatchView, a: ViewArrays, now: float, *,

@@ -157,11 +157,14 @@ class QueueShare:
     share: dict[str, float]
     """pool → unweighted dominant share ``max_r(alloc_r/total_r)`` (comparable with ``fair_share``)."""
     fair_share: float
-    """``weight / Σ weights of the queues with work`` (0 without work)."""
+    """The dispatcher's fair share of the regular pool, comparable with ``share``: weighted max-min
+    (``fairness.fair_shares``) with the queues that have tasks ready to start wanting more. With tasks waiting,
+    its level ``w·L`` (what the dispatcher's floor and holds read); otherwise what it holds, up to ``w·L``."""
     usage: dict[str, float] = field(default_factory=dict)
     """pool → decayed usage: the dominant share averaged with ``packing.queue_usage_half_life_s``
     (``fairness.QueueUsage``; the dominant share now with a half-life of 0)."""
     usage_target: dict[str, float] = field(default_factory=dict)
-    """pool → the usage its weight entitles it to: ``fair_share`` × the usage of the queues with work."""
+    """pool → the decayed usage its weight entitles it to (``fairness.usage_targets``): the waiting queues' usage
+    split by weight, what the dispatcher's tiers even out; a queue waiting for nothing, its own usage."""
     quota_used: dict[str, dict[str, float]] = field(default_factory=dict)
     """pool → resource → allocated / ``spec.quota`` for each resource the quota names ({} without a quota)."""

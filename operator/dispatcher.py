@@ -30,7 +30,6 @@ from stowage.operator import usage_state
 from stowage.operator.dispatch_arrays import (
     ViewArrays,
     bandwidth_mask,
-    bandwidth_room,
     harvestable,
     job_arrival,
     queue_records,
@@ -49,7 +48,7 @@ from stowage.operator.dispatch_records import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic, PodClass
 from stowage.model import Pool
-from stowage.policy import classifier, decide, dispatch, estimates, fairness, harvest, holding, tolerances
+from stowage.policy import classifier, decide, dispatch, estimates, fairness, holding, snapshot, tolerances
 
 __all__ = [
     "DispatchView",
@@ -202,52 +201,43 @@ class Dispatcher:
 
     def decide_input(self, view: DispatchView, a: ViewArrays, now: float,
                      promotable: Sequence[RunningPod] | None = None) -> decide.DecideInput:
-        """The view as ``decide.DecideInput`` (the arrays ``_arrays`` built, unbound releases reserved);
-        ``promotable``: the running opportunistic pods promotion may walk, in order (None: promotion is off).
+        """The view as ``decide.DecideInput`` (the arrays ``_arrays`` built, unbound releases reserved), through
+        the builder the simulator uses too (``snapshot.build``); ``promotable``: the running opportunistic pods
+        promotion may walk, in order (None: promotion is off).
 
-        The harvestable room and the classifier's features are built here, before the decision, and only when it
-        may read them (``decide.needs_harvestable``, ``decide.needs_features``): no group that may harvest, no
-        room computed."""
+        The harvestable room and the classifier's features are built before the decision, and only when it may
+        read them (``snapshot.build`` asks ``decide.needs_harvestable``, ``decide.needs_features``): no group that
+        may harvest, no room computed."""
         queues = queue_records(view)
         groups = a.groups
-        n = len(groups)
-        shapes, group_shape = (np.unique(a.demand, axis=0, return_inverse=True) if n
-                               else (np.zeros((0, len(a.resources))), np.zeros(0, np.int64)))
+        shapes, group_shape = snapshot.shapes_of(a.demand.reshape(len(groups), len(a.resources)))
         mean_cap = a.alloc.mean(axis=0) if a.node_names else np.zeros(len(a.resources))
-        evidence = estimates.Evidence(
-            hint_s=np.array([g.expected_duration_s for g in groups], dtype=np.float64),
+        snap = snapshot.PassSnapshot(
+            now=now, capacity=a.alloc, regular_requests=a.reg_alloc, bandwidth=bandwidth_mask(a), shapes=shapes,
+            group_shape=group_shape, group_key=[g.key for g in groups], group_job=a.job, group_queue=a.queue,
+            releasable=np.array([max(g.releasable, 0) for g in groups], dtype=np.int64),
+            remaining=np.array([max(g.remaining_tasks, 0) for g in groups], dtype=np.int64),
+            intent=np.array([decide.INTENT_CONVERTED if g.converted else _INTENT[g.intent] for g in groups],
+                            dtype=np.int64),
             finished=np.array([g.finished_tasks for g in groups], dtype=np.int64),
+            finished_fraction=np.array([g.finished_fraction for g in groups], dtype=np.float64),
             finished_mean_s=np.array([g.finished_mean_s for g in groups], dtype=np.float64),
+            hint_s=np.array([g.expected_duration_s for g in groups], dtype=np.float64),
             elapsed_s=np.array([g.running_elapsed_s for g in groups], dtype=np.float64),
             history_s=np.array([self.decider.history.get(g.recurring_key, g.group)
                                 if g.recurring_key is not None else np.nan for g in groups], dtype=np.float64),
-            prior_s=np.full(n, np.nan))
-        releasable = np.array([max(g.releasable, 0) for g in groups], dtype=np.int64)
-        intent = np.array([decide.INTENT_CONVERTED if g.converted else _INTENT[g.intent] for g in groups],
-                          dtype=np.int64)
-        queue_opportunistic = np.array([q.opportunistic for q in queues], dtype=bool)
-        room = (harvestable(self.settings.harvest, view, a, now, period_s=self.settings.contention.sample_interval_s)
-                if decide.needs_harvestable(intent, releasable, a.queue, queue_opportunistic, explain=self.explain)
-                else None)
-        ask = decide.needs_features(intent, releasable, a.queue, queue_opportunistic)
-        features = tuple(self._features(a, g, mean_cap) if asked else None for g, asked in enumerate(ask.tolist()))
-        return decide.DecideInput(
-            now=now, capacity=a.alloc, regular_free=harvest.regular_available(a.alloc, a.reg_alloc),
-            bandwidth=bandwidth_mask(a), bandwidth_room=bandwidth_room(a), shapes=shapes,
-            group_shape=np.asarray(group_shape, dtype=np.int64).reshape(-1), group_key=[g.key for g in groups],
-            group_job=a.job, group_queue=a.queue,
-            releasable=releasable, remaining=np.array([max(g.remaining_tasks, 0) for g in groups], dtype=np.int64),
-            intent=intent,
-            finished_fraction=np.array([g.finished_fraction for g in groups], dtype=np.float64),
-            evidence=evidence, job_key=a.job_keys, job_arrival=job_arrival(a),
-            queue_name=[q.name for q in queues], queue_weight=np.array([q.weight for q in queues], dtype=np.float64),
+            job_key=a.job_keys, job_arrival=job_arrival(a), queue_name=[q.name for q in queues],
+            queue_weight=np.array([q.weight for q in queues], dtype=np.float64),
             queue_order=[q.job_order for q in queues],
-            queue_opportunistic=queue_opportunistic,
-            queue_alloc=a.queue_alloc, pool_total=a.alloc.sum(axis=0), node_key=a.node_names,
-            harvestable=room, queue_quota=self._quota(a, queues), features=features, explain=self.explain,
-            resources=a.resources,
+            queue_opportunistic=np.array([q.opportunistic for q in queues], dtype=bool),
+            queue_alloc=a.queue_alloc, node_key=a.node_names, queue_quota=self._quota(a, queues),
+            explain=self.explain, resources=a.resources,
             sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64),
             promotable=self._promotable_arrays(a, queues, promotable))
+        return snapshot.build(
+            snap, features=lambda g: self._features(a, g, mean_cap),
+            harvestable=lambda: harvestable(self.settings.harvest, view, a, now,
+                                            period_s=self.settings.contention.sample_interval_s))
 
     @staticmethod
     def _promotable_arrays(a: ViewArrays, queues: Sequence[QueueRecord],
@@ -287,30 +277,39 @@ class Dispatcher:
     # --- queue numbers ---------------------------------------------------------------------------
 
     def queue_shares(self, view: DispatchView) -> list[QueueShare]:
-        """Per queue: allocation, dominant share per pool, fair share (``fairness``), from the view as it is."""
+        """Per queue: allocation, dominant share per pool, fair share and usage target, from the view as it is.
+
+        The fair share is the dispatcher's (``fairness.fair_shares``, weighted max-min over the regular pool, the
+        queues with tasks ready to start wanting more): the level its floor and holds read. The usage target is
+        what its tiers even out (``fairness.usage_targets``: the backlogged queues' decayed usage split by weight;
+        a queue with nothing waiting, its own usage)."""
         a = self._arrays(view)
         queues = queue_records(view)
         if not queues:  # none known yet (the operator's first pass)
             return []
         weights = np.array([q.weight for q in queues], dtype=np.float64)
         total = a.alloc.sum(axis=0) if a.node_names else np.zeros(len(a.resources))
-        active = np.zeros(len(queues), dtype=bool)
+        # Backlogged as a pass sees it: tasks ready to start (the opportunistic pool: in queues that allow it).
+        waiting = np.zeros(len(queues), dtype=bool)
         q_index = {q.name: i for i, q in enumerate(queues)}
         for g in view.groups:
-            if g.queue in q_index and (g.releasable > 0 or g.remaining_tasks > 0 or g.unbound > 0):
-                active[q_index[g.queue]] = True
-        active |= a.queue_alloc.sum(axis=(0, 2)) > 0
-        fair = fairness.fair_share(weights, active)
+            if g.queue in q_index and g.releasable > 0:
+                waiting[q_index[g.queue]] = True
+        backlogged = {Pool.REGULAR.value: waiting,
+                      Pool.OPPORTUNISTIC.value: waiting & np.array([q.opportunistic for q in queues], dtype=bool)}
         out = []
         shares = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, weights) for p, pool in
                   enumerate(_POOLS)}
         plain = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, np.ones(len(queues))) for p, pool in
                  enumerate(_POOLS)}
+        fair = fairness.fair_shares(plain[Pool.REGULAR.value], weights, waiting)
         names = [q.name for q in queues]
-        used = {}
+        targets: dict[str, NDArray[np.float64]] = {}
+        used: dict[str, NDArray[np.float64]] = {}
         for pool in _POOLS:
             decayed = self.decider.queue_usage(pool, names, self.clock())
             used[pool.value] = plain[pool.value] if decayed is None else decayed
+            targets[pool.value] = fairness.usage_targets(used[pool.value], weights, backlogged[pool.value])
         for i, q in enumerate(queues):
             out.append(QueueShare(
                 name=q.name,
@@ -320,7 +319,7 @@ class Dispatcher:
                 share={pool: float(s[i]) for pool, s in plain.items()},
                 fair_share=float(fair[i]),
                 usage={pool: float(u[i]) for pool, u in used.items()},
-                usage_target={pool: float(fair[i] * u[active].sum()) for pool, u in used.items()},
+                usage_target={pool: float(t[i]) for pool, t in targets.items()},
                 quota_used=self._quota_used(a, p_alloc=a.queue_alloc[:, i], quota=q.quota),
             ))
         return out

@@ -3,7 +3,7 @@
 | metric | type | labels | meaning |
 |---|---|---|---|
 | ``stowage_queue_dominant_share`` | gauge | queue, pool | weighted dominant share, per pool (regular, opportunistic) |
-| ``stowage_queue_fair_share`` | gauge | queue | the dominant share the queue is entitled to among queues with work |
+| ``stowage_queue_fair_share`` | gauge | queue | the dispatcher's fair share of the regular pool (weighted max-min) |
 | ``stowage_queue_allocated`` | gauge | queue, pool, resource | held by its running tasks (cores, bytes, bytes/s) |
 | ``stowage_queue_pending_tasks`` | gauge | queue | tasks waiting for the dispatcher |
 | ``stowage_job_completion_seconds`` | histogram | queue | creation → completion of each Job that succeeded |
@@ -81,7 +81,7 @@ class QueueNumbers:
     extra: Mapping[str, Any] = field(default_factory=dict)
     quota_used: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # pool → resource → alloc/quota
     usage: Mapping[str, float] = field(default_factory=dict)  # pool → decayed usage (fraction of the pool)
-    usage_target: Mapping[str, float] = field(default_factory=dict)  # pool → the usage its weight entitles it to
+    usage_target: Mapping[str, float] = field(default_factory=dict)  # pool → fairness.usage_targets
 
 
 class _QueueCollector(Collector):

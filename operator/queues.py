@@ -4,9 +4,9 @@ Queue status (``status`` subresource; the CRD's printer columns read it)::
 
     allocated:      {regular: {cpu: "6", memory: 12Gi}, opportunistic: {...}}   what running tasks hold
     dominantShare:  {regular: 0.38, opportunistic: 0.0}                         max_r(alloc_r/total_r)/weight
-    fairShare:      0.25                                                        entitled share among queues with work
+    fairShare:      0.25                                                        the dispatcher's fair share (max-min)
     usage:          {regular: 0.31, opportunistic: 0.0}                         dominant share, decayed (half-life)
-    usageTarget:    {regular: 0.25, opportunistic: 0.0}                         what its weight entitles it to
+    usageTarget:    {regular: 0.25, opportunistic: 0.0}                         the usage the dispatcher evens out to
     quotaUsed:      {regular: {cpu: 0.75}, opportunistic: {cpu: 0.0}}           allocated / spec.quota (with a quota)
     pendingTasks, runningTasks, pendingJobs, runningJobs
 

@@ -57,7 +57,8 @@ from stowage.errors import InvalidInput
 from stowage.policy.tolerances import ROUNDING_EPS
 from stowage.resources import CPU, MEMORY
 
-__all__ = ["ContentionDecision", "ContentionState", "choose_victims", "step", "sustained_counts"]
+__all__ = ["ContentionDecision", "ContentionState", "Nodes", "choose_victims", "over_threshold", "step",
+           "sustained_counts", "thresholds"]
 
 def _readonly(a: NDArray) -> NDArray:
     a = np.array(a, copy=True)
@@ -122,6 +123,19 @@ def _clean(values: ArrayLike, name: str, n: int) -> NDArray[np.float64]:
     return np.where(np.isfinite(v), np.maximum(v, 0.0), 0.0)
 
 
+def thresholds(settings: ContentionSettings, resources: tuple[str, ...], capacity: ArrayLike) -> NDArray[np.float64]:
+    """``T_preempt,r · C_r`` for one node (R,) or many (N, R): the usage above which a resource is over, and down to
+    which ``choose_victims`` relieves it."""
+    return settings.t_preempt.array(resources) * np.asarray(capacity, dtype=np.float64)
+
+
+def over_threshold(usage: NDArray[np.float64], capacity: NDArray[np.float64],
+                   threshold: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """``over_r = C_r > 0 ∧ U_r > T_preempt,r·C_r`` on cleaned usage and capacity (``threshold`` = ``T·C``), for one
+    node (R,) or many (N, R): a resource with zero capacity is never over."""
+    return (capacity > 0) & (usage > threshold)
+
+
 def sustained_counts(settings: ContentionSettings, resources: tuple[str, ...]) -> NDArray[np.int64]:
     """(R,) ``K_r``, the consecutive over-threshold samples before acting on each resource (module docstring):
     ``sustained_count_cpu`` on cpu, ``sustained_count`` elsewhere; at least 1."""
@@ -150,8 +164,7 @@ def step(
         raise InvalidInput("state.over_counts", state.over_counts.shape, f"must have one entry per resource ({n})")
     u = _clean(usage, "usage", n)
     c = _clean(capacity, "capacity", n)
-    threshold = settings.t_preempt.array(resources) * c
-    over = (c > 0) & (u > threshold)
+    over = over_threshold(u, c, thresholds(settings, resources, c))
     counts = np.where(over, state.over_counts + 1, 0)
     sustained = counts >= sustained_counts(settings, resources)
 
@@ -184,6 +197,63 @@ def step(
         contentions=contentions,
     )
     return new_state, ContentionDecision(over=over, sustained=sustained, relieve=relieve, blocked=_readonly(blocked))
+
+
+class Nodes:
+    """``step`` on N nodes at once, one call per sample, for a caller that watches many (the simulator's monitor).
+
+    ``step`` is called on the nodes where it can change something. The others are known without calling it:
+
+    * a node with no opportunistic pod and nothing blocked (``quiet``): nothing is relieved (no opportunistic pod)
+      and PRESERVE has nothing to decay (only ``B > 0`` decays), so ``step`` changes only its counts; they are
+      advanced here for all such nodes at once and handed to its state when it next matters (``state``);
+    * a node with nothing over, no count running and, if something is blocked, still inside PRESERVE's block
+      window (``now − last_relief ≤ BT``): ``step`` would return its state as it is.
+
+    ``tests/policy/test_contention.py`` checks this against ``step`` on every node at every sample.
+    """
+
+    def __init__(self, n_nodes: int, settings: ContentionSettings, resources: tuple[str, ...]) -> None:
+        self.settings, self.resources = settings, resources
+        self._states = [ContentionState.initial(len(resources)) for _ in range(n_nodes)]
+        self.counts = np.zeros((n_nodes, len(resources)), dtype=np.int64)
+        """(N, R) each node's ``over_counts`` (its state's may lag behind on a quiet node)."""
+        self.blocked = np.zeros((n_nodes, len(resources)))
+        """(N, R) each node's blocked amounts after the last sample (``ContentionDecision.blocked``)."""
+        self._blocked_any = np.zeros(n_nodes, dtype=bool)
+
+    def state(self, n: int) -> ContentionState:
+        """Node ``n``'s state, as ``step`` on every sample would have left it."""
+        state = self._states[n]
+        if not np.array_equal(state.over_counts, self.counts[n]):
+            state = self._states[n] = replace(state, over_counts=self.counts[n].copy())
+        return state
+
+    def step(self, usage: NDArray[np.float64], capacity: NDArray[np.float64], now_s: float,
+             has_opportunistic: NDArray[np.bool_]) -> list[tuple[int, ContentionDecision]]:
+        """One sample of every node: ``usage``, ``capacity`` (N, R) as ``step`` takes them, ``has_opportunistic``
+        (N,). Returns (node, decision) for the nodes ``step`` was called on, in node order; the others' decisions
+        relieve nothing and leave ``blocked`` as it was."""
+        u = np.where(np.isfinite(usage), np.maximum(usage, 0.0), 0.0)
+        c = np.where(np.isfinite(capacity), np.maximum(capacity, 0.0), 0.0)
+        over = over_threshold(u, c, thresholds(self.settings, self.resources, c))
+        quiet = ~np.asarray(has_opportunistic, dtype=bool) & ~self._blocked_any
+        self.counts[quiet] = np.where(over[quiet], self.counts[quiet] + 1, 0)
+        out: list[tuple[int, ContentionDecision]] = []
+        now = float(now_s)
+        for n in np.flatnonzero(~quiet & (over.any(axis=1) | self.counts.any(axis=1) | self._blocked_any)).tolist():
+            state = self._states[n]
+            if (not over[n].any() and not self.counts[n].any() and state.last_relief_s is not None
+                    and now - state.last_relief_s <= state.block_time_s):
+                continue  # inside the block window, nothing over: step decays nothing (``_preserve``)
+            state, decision = step(self.state(n), u[n], c[n], now, self.settings, self.resources,
+                                   bool(has_opportunistic[n]))
+            self._states[n] = state
+            self.counts[n] = state.over_counts
+            self.blocked[n] = decision.blocked
+            self._blocked_any[n] = bool(decision.blocked.any())
+            out.append((n, decision))
+        return out
 
 
 def _preserve(

@@ -1,9 +1,9 @@
 """One dispatch decision: which waiting tasks start now, where, and as which class.
 
-The one decision path of Stowage. The operator's dispatcher (``stowage.operator.dispatcher``) builds a
-``DecideInput`` from its informers and acts on the ``Decision``; the simulator's packing presets
-(``stowage.sim.packing``) build one from the simulation's arrays and place what it returns. Neither keeps a
-copy of the orchestration below.
+The one decision path of Stowage. The operator's dispatcher (``stowage.operator.dispatcher``) fills a
+``snapshot.PassSnapshot`` from its informers and acts on the ``Decision``; the simulator's packing presets
+(``stowage.sim.packing``) fill one from the simulation's arrays and place what it returns. Both make their
+``DecideInput`` with the one builder, ``snapshot.build``; neither keeps a copy of the orchestration below.
 
 ``Decider.decide(inp)``:
 
@@ -22,8 +22,8 @@ copy of the orchestration below.
 The decision works from the snapshot it is given: ``DecideInput`` holds data only, no callbacks into the adapter.
 The two inputs that cost the adapter something to build, the harvestable room and the classifier's features, are
 needed only when some group may harvest; ``harvest_candidates`` is that rule (the decision's own, asked again after
-its regular pass), and ``needs_harvestable`` / ``needs_features`` tell the adapters, from the same arrays, whether
-to build them at all.
+its regular pass), and ``needs_harvestable`` / ``needs_features`` tell the one builder (``snapshot.build``), from
+the same arrays, whether to ask the adapter for them at all.
 
 The regular pass caps disk and network at what the regular pods' declared bandwidth leaves (the extender's
 filter; the opportunistic pass has measured room on them). Both passes share queues per pool by weighted DRF
@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -70,6 +71,7 @@ __all__ = [
     "DecideInput",
     "Decider",
     "Decision",
+    "PassFacts",
     "Promotable",
     "chains",
     "harvest_candidates",
@@ -91,8 +93,22 @@ POOLS: Final = (Pool.REGULAR, Pool.OPPORTUNISTIC)
 
 
 @dataclass(frozen=True, slots=True)
-class DecideInput:
-    """One decision's view as arrays: N nodes, R resources, S demand shapes, G groups, J jobs, Q queues.
+class Promotable:
+    """Running opportunistic pods (P of them) in the order promotion walks them (oldest first)."""
+
+    demand: NDArray[np.float64]
+    """(P, R) each pod's demand, on ``DecideInput``'s resource axis."""
+    node: NDArray[np.int64]
+    """(P,) its node (a row of ``DecideInput.capacity``)."""
+    queue: NDArray[np.int64]
+    """(P,) its queue (a row of ``DecideInput.queue_name``; −1: none)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassFacts:
+    """What a pass knows that the decision reads as it is, on its axes: N nodes, R resources, S demand shapes,
+    G groups, J jobs, Q queues. ``DecideInput`` and the adapters' ``snapshot.PassSnapshot`` both carry these;
+    each adds its own (the input: what ``snapshot.build`` derives; the snapshot: what it derives them from).
 
     List every group of every unfinished job (remaining work and FSP sizes count them all); ``releasable`` says
     which may start now. Nothing here is changed by the decision.
@@ -101,13 +117,8 @@ class DecideInput:
     now: float
     capacity: NDArray[np.float64]
     """(N, R) node capacity (allocatable)."""
-    regular_free: NDArray[np.float64]
-    """(N, R) ``allocatable − Σ requests of regular pods`` (``harvest.regular_available``)."""
     bandwidth: NDArray[np.bool_]
     """(R,) the declared-bandwidth columns (disk, network): the regular pass is capped at ``bandwidth_room``."""
-    bandwidth_room: NDArray[np.float64]
-    """(N, R) ``capacity − the regular pods' declared demand`` (read on the ``bandwidth`` columns only). The
-    opportunistic pass is not capped by it: harvested room is measured on every resource, bandwidth included."""
     shapes: NDArray[np.float64]
     """(S, R) distinct per-task demands."""
     group_shape: NDArray[np.int64]
@@ -124,9 +135,6 @@ class DecideInput:
     """(G,) ``INTENT_FALSE`` / ``INTENT_AUTO`` / ``INTENT_TRUE``."""
     finished_fraction: NDArray[np.float64]
     """(G,) finished / total tasks of the group (barrier knob)."""
-    evidence: estimates.Evidence
-    """(G,) what the cluster knows of each group's task duration. Its ``prior_s`` is not read: the decider
-    fills in its own learned priors (``Decider.priors``)."""
     job_key: Sequence[Hashable]
     """(J,) stable job identities (FSP trackers)."""
     job_arrival: NDArray[np.float64]
@@ -139,20 +147,10 @@ class DecideInput:
     """(Q,) ``spec.opportunistic: Allow``."""
     queue_alloc: NDArray[np.float64]
     """(2, Q, R) what each queue holds, regular pool then opportunistic pool."""
-    pool_total: NDArray[np.float64]
-    """(R,) the denominator of dominant shares."""
     node_key: Sequence[Hashable]
     """(N,) stable node identities (held nodes survive by them)."""
-    harvestable: NDArray[np.float64] | None = None
-    """(N, R) ``A_opp`` (``harvest.harvestable``); None: harvesting is off for this decision (no opportunistic
-    pass; holds are told in the regular pool). Read only when some group may harvest: an adapter that harvests
-    builds it when ``needs_harvestable`` says so and passes None otherwise, for the same decision. Not changed."""
     queue_quota: NDArray[np.float64] | None = None
     """(Q, R) ``spec.quota`` per pool (``+inf`` where none); None: no queue has one."""
-    features: Sequence[Mapping[str, str] | None] | None = None
-    """(G,) each group's classifier features (``classifier.task_features``), read only for the groups
-    ``needs_features`` marks (``auto`` groups that may harvest; None elsewhere will do); None: no classifier for
-    this decision (every ``auto`` group that fits may harvest)."""
     duration_s: NDArray[np.float64] | None = None
     """(G,) true task durations: the oracle (an upper bound, never what a cluster has); None: estimates."""
     group_children: Sequence[Sequence[int]] | None = None
@@ -171,16 +169,29 @@ class DecideInput:
     """The running opportunistic pods that may be promoted, oldest first; None: promotion is off."""
 
 
-@dataclass(frozen=True, slots=True)
-class Promotable:
-    """Running opportunistic pods (P of them) in the order promotion walks them (oldest first)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideInput(PassFacts):
+    """One decision's view as arrays: the pass's facts (``PassFacts``) and what ``snapshot.build`` derives from
+    them. Data only: no callbacks into the adapter. Nothing here is changed by the decision."""
 
-    demand: NDArray[np.float64]
-    """(P, R) each pod's demand, on ``DecideInput``'s resource axis."""
-    node: NDArray[np.int64]
-    """(P,) its node (a row of ``DecideInput.capacity``)."""
-    queue: NDArray[np.int64]
-    """(P,) its queue (a row of ``DecideInput.queue_name``; −1: none)."""
+    regular_free: NDArray[np.float64]
+    """(N, R) ``allocatable − Σ requests of regular pods`` (``harvest.regular_available``)."""
+    bandwidth_room: NDArray[np.float64]
+    """(N, R) ``capacity − the regular pods' declared demand`` (read on the ``bandwidth`` columns only). The
+    opportunistic pass is not capped by it: harvested room is measured on every resource, bandwidth included."""
+    evidence: estimates.Evidence
+    """(G,) what the cluster knows of each group's task duration. Its ``prior_s`` is not read: the decider
+    fills in its own learned priors (``Decider.priors``)."""
+    pool_total: NDArray[np.float64]
+    """(R,) the denominator of dominant shares."""
+    harvestable: NDArray[np.float64] | None = None
+    """(N, R) ``A_opp`` (``harvest.harvestable``); None: harvesting is off for this decision (no opportunistic
+    pass; holds are told in the regular pool). Read only when some group may harvest: an adapter that harvests
+    builds it when ``needs_harvestable`` says so and passes None otherwise, for the same decision. Not changed."""
+    features: Sequence[Mapping[str, str] | None] | None = None
+    """(G,) each group's classifier features (``classifier.task_features``), read only for the groups
+    ``needs_features`` marks (``auto`` groups that may harvest; None elsewhere will do); None: no classifier for
+    this decision (every ``auto`` group that fits may harvest)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +239,75 @@ def needs_features(intent: NDArray[np.int64], releasable: NDArray[np.int64], gro
     (the classifier is asked only about those that fit some node's harvested room)."""
     return (harvest_candidates(intent, releasable, group_queue, queue_opportunistic)
             & (np.asarray(intent, dtype=np.int64) == INTENT_AUTO))
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One decision's constants, the same for both its passes (``Decider._plan``)."""
+
+    capacity: NDArray[np.float64]
+    demand: NDArray[np.float64]
+    """(G, R) each group's per-task demand."""
+    work: NDArray[np.float64]
+    """(J,) remaining work (``remaining_work``)."""
+    skips: NDArray[np.int64]
+    """(G,) the starvation guard's skip counts at the start of the decision."""
+    node_index: Mapping[Hashable, int]
+    """node key → row, for the held nodes ({} when none is held)."""
+    durations: NDArray[np.float64] | None
+    paths: NDArray[np.float64] | None
+    job_rank: Callable[[NDArray[np.int64]], NDArray[np.float64]] | None
+
+
+@dataclass(slots=True)
+class _Placed:
+    """What one decision has placed so far: each pass reads it and adds its own (``add``)."""
+
+    releasable: NDArray[np.int64]
+    """(G,) tasks still releasable."""
+    room: NDArray[np.float64]
+    """(N, R) declared-bandwidth room left (``DecideInput.bandwidth_room`` less the placements)."""
+    bandwidth: NDArray[np.bool_]
+    queue_alloc: NDArray[np.float64]
+    """(2, Q, R) each queue's allocation with the placements."""
+    skipped: NDArray[np.bool_]
+    placements: list[tuple[int, int, Pool]] = field(default_factory=list)
+    left: dict[int, holding.PoolLeft] = field(default_factory=dict)
+    """pool → what its pass left (``explain`` only)."""
+    harvested: NDArray[np.float64] | None = None
+    """The harvestable room the opportunistic pass started from, once read."""
+
+    @classmethod
+    def start(cls, inp: DecideInput) -> _Placed:
+        return cls(releasable=np.array(inp.releasable, dtype=np.int64),
+                   room=np.array(inp.bandwidth_room, dtype=np.float64),
+                   bandwidth=np.asarray(inp.bandwidth, dtype=bool),
+                   queue_alloc=np.array(inp.queue_alloc, dtype=np.float64),
+                   skipped=np.zeros(len(inp.group_key), dtype=bool))
+
+    def capped(self, avail: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``avail`` capped at the declared-bandwidth room left, on the bandwidth columns (the regular pool)."""
+        out = np.array(avail, dtype=np.float64)
+        bw = self.bandwidth
+        out[:, bw] = np.minimum(out[:, bw], np.maximum(self.room[:, bw], 0.0))
+        return out
+
+    def add(self, inp: DecideInput, demand: NDArray[np.float64], pool: Pool, result: dispatch.PassResult,
+            avail: NDArray[np.float64]) -> None:
+        """A pass's placements on ``avail``: fewer releasable tasks, less bandwidth room, more queue allocation."""
+        p = 0 if pool is Pool.REGULAR else 1
+        after = np.array(avail, dtype=np.float64) if inp.explain else avail
+        for pl in result.placements:
+            g, n = pl.group, pl.node
+            self.releasable[g] -= 1
+            self.room[n] -= demand[g]
+            self.queue_alloc[p, inp.group_queue[g]] += demand[g]
+            self.placements.append((g, n, pool))
+            if inp.explain:
+                after[n] -= demand[g]
+        if inp.explain:
+            self.left[p] = holding.PoolLeft(after, self.queue_alloc[p].copy())
+        self.skipped |= result.skipped
 
 
 class Decider:
@@ -304,128 +384,121 @@ class Decider:
     # --- the decision -----------------------------------------------------------------------------
 
     def decide(self, inp: DecideInput) -> Decision:
-        """Estimates, regular pass, opportunistic pass (module docstring)."""
-        now = inp.now
-        n_groups = len(inp.group_key)
+        """Estimates, promotion, regular pass, opportunistic pass, holds (module docstring), one step each."""
         dur, source = self.estimate(inp)
         self._last_keys, self._last_estimates, self._last_index = inp.group_key, (dur, source), None
         self._forget(inp)
-        placements: list[tuple[int, int, Pool]] = []
-        skipped = np.zeros(n_groups, dtype=bool)
         promoted, inp = self._promote(inp)
+        n_groups = len(inp.group_key)
         if n_groups == 0 or len(inp.node_key) == 0 or not (inp.releasable > 0).any():
-            self.record_usage(inp.queue_name, np.asarray(inp.queue_alloc, dtype=np.float64), inp.pool_total, now)
+            self.record_usage(inp.queue_name, np.asarray(inp.queue_alloc, dtype=np.float64), inp.pool_total, inp.now)
             holds = self._explain(inp, np.asarray(inp.releasable), {}) if inp.explain and n_groups else {}
-            return Decision(placements, skipped, dur, source, holds, promoted)
+            return Decision([], np.zeros(n_groups, dtype=bool), dur, source, holds, promoted)
+        plan = self._plan(inp, dur)
+        done = _Placed.start(inp)
+        self._regular_pass(inp, plan, done)
+        self._opportunistic_pass(inp, plan, done)
+        self._count_skips(inp, done.placements, done.skipped)
+        self.record_usage(inp.queue_name, done.queue_alloc, inp.pool_total, inp.now)  # held until the next decision
+        holds = self._holds(inp, done) if inp.explain else {}
+        return Decision(done.placements, done.skipped, dur, source, holds, promoted)
+
+    def _plan(self, inp: DecideInput, dur: NDArray[np.float64]) -> _Plan:
+        """What both passes read and neither changes: demand, remaining work (FSP arrivals with it), the guard's
+        skip counts and held nodes' index, the durations the knobs read."""
         knobs = self.knobs
         cap = np.asarray(inp.capacity, dtype=np.float64)
-        mean_cap = cap.mean(axis=0)
         demand = np.asarray(inp.shapes, dtype=np.float64)[inp.group_shape]
-        n_jobs = len(inp.job_key)
         left = dur * np.maximum(inp.remaining, 0)
-        work = remaining_work.remaining_work(left, demand, inp.group_job, n_jobs, mean_cap)
+        work = remaining_work.remaining_work(left, demand, inp.group_job, len(inp.job_key), cap.mean(axis=0))
         if self.job_order:
-            self._fsp_arrive(inp, left, demand, now)
-        releasable = np.array(inp.releasable, dtype=np.int64)
-        queue_alloc = np.array(inp.queue_alloc, dtype=np.float64)
-        room = np.array(inp.bandwidth_room, dtype=np.float64)
-        bw = np.asarray(inp.bandwidth, dtype=bool)
-        skips = np.zeros(n_groups, dtype=np.int64)
-        rows = np.flatnonzero(releasable > 0).tolist()
+            self._fsp_arrive(inp, left, demand, inp.now)
+        skips = np.zeros(len(inp.group_key), dtype=np.int64)
         if self.skips:
+            rows = np.flatnonzero(np.asarray(inp.releasable) > 0).tolist()
             skips[rows] = [self.skips.get(inp.group_key[g], 0) for g in rows]
-        node_index = ({k: i for i, k in enumerate(inp.node_key)} if self.held else {})
-        durations = dur if knobs.bottleneck_weight > 0 or knobs.critical_path_fraction > 0 else None
         paths = (chains(dur, inp.group_children) if knobs.critical_path_fraction > 0
                  and inp.group_children is not None else None)
+        return _Plan(
+            capacity=cap, demand=demand, work=work, skips=skips,
+            node_index={k: i for i, k in enumerate(inp.node_key)} if self.held else {},
+            durations=dur if knobs.bottleneck_weight > 0 or knobs.critical_path_fraction > 0 else None, paths=paths,
+            job_rank=partial(self._job_ranks, inp, work=work, now=inp.now) if self.job_order else None)
 
-        def capped(avail: NDArray[np.float64]) -> NDArray[np.float64]:
-            out = np.array(avail, dtype=np.float64)
-            out[:, bw] = np.minimum(out[:, bw], np.maximum(room[:, bw], 0.0))
-            return out
-
-        def rank(jobs: NDArray[np.int64]) -> NDArray[np.float64]:
-            return self._job_ranks(inp, jobs, work, now)
-
-        def run(pool: Pool, pending: NDArray[np.int64], avail: NDArray[np.float64]) -> None:
-            p = 0 if pool is Pool.REGULAR else 1
-            held = np.full(n_groups, -1, dtype=np.int64)
-            if self.held:
-                for g in np.flatnonzero(pending > 0).tolist():
-                    node = self.held.get((inp.group_key[g], pool.value))
-                    if node is not None:
-                        held[g] = node_index.get(node, -1)
-            passed = dispatch.PassInput(
-                capacity=cap, available=avail, shapes=inp.shapes, group_shape=inp.group_shape,
-                group_job=inp.group_job, group_queue=inp.group_queue, pending=pending,
-                finished_fraction=inp.finished_fraction, job_work=work, queue_alloc=queue_alloc[p].copy(),
-                pool_total=inp.pool_total, queue_weight=inp.queue_weight,
-                job_rank=rank if self.job_order else None, skips=skips, held=held, queue_quota=inp.queue_quota,
-                queue_usage=self.queue_usage(pool, inp.queue_name, now),
-                group_duration_s=durations, group_path_s=paths)
-            result = dispatch.pack(passed, knobs)
-            if self.on_pass is not None:
-                self.on_pass(pool, passed, result)
-            after = np.array(avail, dtype=np.float64) if inp.explain else avail
-            for pl in result.placements:
-                g, n = pl.group, pl.node
-                releasable[g] -= 1
-                room[n] -= demand[g]
-                queue_alloc[p, inp.group_queue[g]] += demand[g]
-                placements.append((g, n, pool))
-                if inp.explain:
-                    after[n] -= demand[g]
-            if inp.explain:
-                left[p] = holding.PoolLeft(after, queue_alloc[p].copy())
-            skipped[:] |= result.skipped
-            for g in np.flatnonzero(pending > 0).tolist():
-                node = int(result.held[g])
-                if node >= 0:
-                    self.held[(inp.group_key[g], pool.value)] = inp.node_key[node]
-                else:
-                    self.held.pop((inp.group_key[g], pool.value), None)
-
-        harvesting = inp.harvestable is not None
-        intent = np.asarray(inp.intent, dtype=np.int64)
-        left: dict[int, holding.PoolLeft] = {}  # pool → what the decision left (explain)
-        harvested: list[NDArray[np.float64]] = []  # the harvestable room, once read
-        regular = np.where(intent != INTENT_CONVERTED, releasable, 0)
+    def _regular_pass(self, inp: DecideInput, plan: _Plan, done: _Placed) -> None:
+        """UBIS Alg. 1 l.11–19: every releasable group but the converted pods, on the regular room capped at the
+        declared bandwidth; skipped when nothing changed in the regular pool since the last decision."""
+        regular = np.where(np.asarray(inp.intent) != INTENT_CONVERTED, done.releasable, 0)
         if inp.regular_changed and (regular > 0).any():
-            run(Pool.REGULAR, regular, capped(inp.regular_free))
-        if harvesting:
-            assert inp.harvestable is not None
-            eligible = harvest_candidates(intent, releasable, inp.group_queue, inp.queue_opportunistic)
-            if eligible.any():
-                # Harvested room is measured on every resource (T_alloc·C − U − B − S, bandwidth included): the
-                # declared bandwidth caps the regular pool only, as requests do (opportunistic pods reserve nothing).
-                avail = np.array(inp.harvestable, dtype=np.float64)  # a copy: the caller's array is not changed
-                # This pass's regular placements bind before the opportunistic ones: each is then a pod just
-                # bound, in the ramp-up allowance S at its full demand (harvest.assumed), where the extender sees it.
-                just = [(n, g) for g, n, pool in placements if pool is Pool.REGULAR]
-                if just:
-                    nodes, groups = np.array(just, dtype=np.int64).T
-                    np.subtract.at(avail, nodes, demand[groups])
-                    np.maximum(avail, 0.0, out=avail)
-                harvested.append(avail)
-                eligible &= self._fits_some_node(inp, eligible, avail)
-                if self.classifier is not None and inp.features is not None:
-                    self._ask_classifier(inp, eligible & (intent == INTENT_AUTO), eligible)
-                if eligible.any():
-                    run(Pool.OPPORTUNISTIC, np.where(eligible, releasable, 0), avail)
-        self._count_skips(inp, placements, skipped)
-        self.record_usage(inp.queue_name, queue_alloc, inp.pool_total, now)  # they hold until the next decision
-        holds: dict[int, holding.Hold] = {}
-        if inp.explain:
-            if 0 not in left:
-                left[0] = holding.PoolLeft(capped(inp.regular_free), queue_alloc[0].copy())
-            if 1 not in left and harvesting and ((releasable > 0) & (intent >= INTENT_TRUE)).any():
-                # Only groups waiting in the harvested pool (``_explain``) are told on it.
-                assert inp.harvestable is not None
-                if not harvested:
-                    harvested.append(np.array(inp.harvestable, dtype=np.float64))
-                left[1] = holding.PoolLeft(harvested[0], queue_alloc[1].copy())
-            holds = self._explain(inp, releasable, left)
-        return Decision(placements, skipped, dur, source, holds, promoted)
+            self._pass(inp, plan, done, Pool.REGULAR, regular, done.capped(inp.regular_free))
+
+    def _opportunistic_pass(self, inp: DecideInput, plan: _Plan, done: _Placed) -> None:
+        """l.21–29: the groups still releasable that may harvest, fit some node's harvested room, and (``auto``)
+        the classifier calls short, on the harvestable room less this decision's regular placements."""
+        if inp.harvestable is None:
+            return
+        intent = np.asarray(inp.intent, dtype=np.int64)
+        eligible = harvest_candidates(intent, done.releasable, inp.group_queue, inp.queue_opportunistic)
+        if not eligible.any():
+            return
+        # Harvested room is measured on every resource (T_alloc·C − U − B − S, bandwidth included): the declared
+        # bandwidth caps the regular pool only, as requests do (opportunistic pods reserve nothing).
+        avail = np.array(inp.harvestable, dtype=np.float64)  # a copy: the caller's array is not changed
+        # This pass's regular placements bind before the opportunistic ones: each is then a pod just bound, in the
+        # ramp-up allowance S at its full demand (harvest.assumed), where the extender sees it.
+        just = [(n, g) for g, n, pool in done.placements if pool is Pool.REGULAR]
+        if just:
+            nodes, groups = np.array(just, dtype=np.int64).T
+            np.subtract.at(avail, nodes, plan.demand[groups])
+            np.maximum(avail, 0.0, out=avail)
+        done.harvested = avail
+        eligible &= self._fits_some_node(inp, eligible, avail)
+        if self.classifier is not None and inp.features is not None:
+            self._ask_classifier(inp, eligible & (intent == INTENT_AUTO), eligible)
+        if eligible.any():
+            self._pass(inp, plan, done, Pool.OPPORTUNISTIC, np.where(eligible, done.releasable, 0), avail)
+
+    def _pass(self, inp: DecideInput, plan: _Plan, done: _Placed, pool: Pool, pending: NDArray[np.int64],
+              avail: NDArray[np.float64]) -> None:
+        """One ``dispatch.pack`` over ``pool`` for the ``pending`` tasks on ``avail``; its placements go into
+        ``done`` (and, with ``explain``, what it left), its held nodes into the starvation guard."""
+        p = 0 if pool is Pool.REGULAR else 1
+        held = np.full(len(inp.group_key), -1, dtype=np.int64)
+        if self.held:
+            for g in np.flatnonzero(pending > 0).tolist():
+                node = self.held.get((inp.group_key[g], pool.value))
+                if node is not None:
+                    held[g] = plan.node_index.get(node, -1)
+        passed = dispatch.PassInput(
+            capacity=plan.capacity, available=avail, shapes=inp.shapes, group_shape=inp.group_shape,
+            group_job=inp.group_job, group_queue=inp.group_queue, pending=pending,
+            finished_fraction=inp.finished_fraction, job_work=plan.work, queue_alloc=done.queue_alloc[p].copy(),
+            pool_total=inp.pool_total, queue_weight=inp.queue_weight, job_rank=plan.job_rank, skips=plan.skips,
+            held=held, queue_quota=inp.queue_quota, queue_usage=self.queue_usage(pool, inp.queue_name, inp.now),
+            group_duration_s=plan.durations, group_path_s=plan.paths)
+        result = dispatch.pack(passed, self.knobs)
+        if self.on_pass is not None:
+            self.on_pass(pool, passed, result)
+        done.add(inp, plan.demand, pool, result, avail)
+        for g in np.flatnonzero(pending > 0).tolist():
+            node = int(result.held[g])
+            if node >= 0:
+                self.held[(inp.group_key[g], pool.value)] = inp.node_key[node]
+            else:
+                self.held.pop((inp.group_key[g], pool.value), None)
+
+    def _holds(self, inp: DecideInput, done: _Placed) -> dict[int, holding.Hold]:
+        """``_explain`` on what the passes left; a pool no pass ran in is told as the decision found it."""
+        left = dict(done.left)
+        if 0 not in left:
+            left[0] = holding.PoolLeft(done.capped(inp.regular_free), done.queue_alloc[0].copy())
+        if (1 not in left and inp.harvestable is not None
+                and ((done.releasable > 0) & (np.asarray(inp.intent) >= INTENT_TRUE)).any()):
+            # Only groups waiting in the harvested pool (``_explain``) are told on it.
+            harvested = (done.harvested if done.harvested is not None
+                         else np.array(inp.harvestable, dtype=np.float64))
+            left[1] = holding.PoolLeft(harvested, done.queue_alloc[1].copy())
+        return self._explain(inp, done.releasable, left)
 
     @staticmethod
     def _promote(inp: DecideInput) -> tuple[NDArray[np.int64], DecideInput]:

@@ -54,10 +54,11 @@ __all__ = [
     "decayed",
     "dominant_shares",
     "fair_levels",
-    "fair_share",
+    "fair_shares",
     "padded",
     "projected",
     "queue_tiers",
+    "usage_targets",
 ]
 
 _FLOAT_MAX: Final = float(np.finfo(np.float64).max)
@@ -132,22 +133,6 @@ def _dominant(alloc: NDArray[np.float64], tot: NDArray[np.float64], plain: bool 
 def _plain(tot: NDArray[np.float64]) -> bool:
     """Whether ``_dominant`` may divide by these cleaned totals unguarded: R ≥ 1 and each one ≥ 1."""
     return bool(tot.size) and float(tot.min()) >= 1.0
-
-
-def fair_share(weights: ArrayLike, active: ArrayLike) -> NDArray[np.float64]:
-    """Each queue's fair share of a pool: ``w_q / Σ_{active} w`` (0 when inactive).
-
-    weights: (Q,), NaN/negative → 0. active: (Q,) bool (has running or pending
-    work; for the opportunistic pool, also Allows it). If the active weights
-    sum to 0, every share is 0. Returns (Q,) summing to 1 over active queues.
-    """
-    w = np.maximum(np.nan_to_num(_vec(weights, "weights"), nan=0.0, posinf=0.0), 0.0)
-    act = _vec(active, "active", bool)
-    if act.shape != w.shape:
-        raise InvalidInput("active.shape", act.shape, f"must be {w.shape}, one per queue")
-    w = np.where(act, w, 0.0)
-    total = w.sum()
-    return w / total if total > 0 else np.zeros_like(w)
 
 
 IDLE: Final = -1
@@ -278,24 +263,61 @@ def projected(dominant: ArrayLike, usage: ArrayLike) -> NDArray[np.float64]:
     return (np.asarray(usage, dtype=np.float64) + np.asarray(dominant, dtype=np.float64)) / 2.0
 
 
-def fair_levels(dominant: ArrayLike, weights: ArrayLike, backlogged: ArrayLike) -> NDArray[np.float64]:
-    """(Q,) each backlogged queue's weighted fair share of a pool, 0 for the others: weighted max-min.
+def _by_weight(w: NDArray[np.float64], among: NDArray[np.bool_], amount: float | NDArray[np.float64],
+               weight: float) -> NDArray[np.float64]:
+    """``w_q · amount / Σ_among w`` (``weight`` that sum): what the ``among`` queues share, in proportion to their
+    weights; 0 for the others, and for every queue when the weights sum to 0."""
+    return np.where(among, w * amount / weight, 0.0) if weight > 0 else np.zeros_like(w)
 
-    The backlogged queues want more; every other queue wants what it holds. Filling at a common level ``L``,
-    a queue gets ``min(want, w·L)`` and the level solves Σ = 1, so a queue that holds little leaves the rest
-    to the backlogged ones, in proportion to their weights (``w_q·L``). Weights ≤ 0 or NaN count as 0.
+
+def fair_shares(dominant: ArrayLike, weights: ArrayLike, backlogged: ArrayLike) -> NDArray[np.float64]:
+    """(Q,) each queue's weighted fair share of a pool: weighted max-min, the one definition of a fair share.
+
+    The backlogged queues want more; every other queue wants what it holds (``dominant``, unweighted). Filling at a
+    common level ``L``, a queue gets ``min(want, w·L)`` and the level solves Σ = 1: a queue that holds little
+    leaves the rest to the others, in proportion to their weights. A backlogged queue's share is ``w·L`` (its
+    level, ``fair_levels``: the dispatcher's floor, the holds, the published ``fairShare``); another queue's is
+    what it holds, up to ``w·L`` (above it, the queue holds more than its share: the extender may preempt it).
+    With every queue that holds something backlogged, this is ``w / Σ w`` over the backlogged queues. Weights ≤ 0
+    or NaN count as 0.
     """
     dom = nan_to_num_if_needed(_vec(dominant, "dominant"), posinf=1.0)
     w = np.maximum(nan_to_num_if_needed(_vec(weights, "weights")), 0.0)
-    on = _vec(backlogged, "backlogged", bool) & (w > 0)
+    on = _vec(backlogged, "backlogged", bool)
+    if not (dom.shape == w.shape == on.shape):
+        raise InvalidInput("backlogged.shape", (w.shape, on.shape), f"must be {dom.shape}, one per queue")
+    on = on & (w > 0)  # not in place: the caller's array
     rest = ~on & (w > 0) & (dom > 0)
     left, weight = 1.0, float(w[on | rest].sum())
+    level_set = on | rest  # the queues filled at the level: the backlogged ones and those that want more than it
     for q in np.flatnonzero(rest)[np.argsort(dom[rest] / w[rest], kind="stable")].tolist():
         if weight <= 0 or dom[q] / w[q] > left / weight:
             break
         left, weight = left - float(dom[q]), weight - float(w[q])
-    level = max(left, 0.0) / weight if weight > 0 else 0.0
-    return np.where(on, w * level, 0.0)
+        level_set[q] = False
+    share = _by_weight(w, level_set, max(left, 0.0), weight)
+    return np.where(level_set, share, np.where(rest, dom, 0.0))  # below the level: what it holds
+
+
+def fair_levels(dominant: ArrayLike, weights: ArrayLike, backlogged: ArrayLike) -> NDArray[np.float64]:
+    """(Q,) ``fair_shares`` of the backlogged queues (``w·L``), 0 for the others: what the floor of
+    ``queue_tiers`` and the holds read."""
+    on = _vec(backlogged, "backlogged", bool)
+    return np.where(on, fair_shares(dominant, weights, on), 0.0)
+
+
+def usage_targets(usage: ArrayLike, weights: ArrayLike, backlogged: ArrayLike) -> NDArray[np.float64]:
+    """(Q,) the decayed usage each queue's weight entitles it to: the backlogged queues' usage, split in proportion
+    to their weights (as ``fair_shares`` splits a pool), which is what ``queue_tiers`` evens out (usage per weight
+    within ``packing.queue_usage_tolerance``); a queue with nothing waiting asks for no more than it has: its own
+    usage. Weights ≤ 0 or NaN count as 0."""
+    u = np.maximum(nan_to_num_if_needed(_vec(usage, "usage")), 0.0)
+    w = np.maximum(nan_to_num_if_needed(_vec(weights, "weights")), 0.0)
+    on = _vec(backlogged, "backlogged", bool)
+    if not (u.shape == w.shape == on.shape):
+        raise InvalidInput("backlogged.shape", (w.shape, on.shape), f"must be {u.shape}, one per queue")
+    on = on & (w > 0)
+    return np.where(on, _by_weight(w, on, float(u[on].sum()), float(w[on].sum())), u)
 
 
 def decayed(usage: ArrayLike, dominant: ArrayLike, elapsed_s: float, half_life_s: float) -> NDArray[np.float64]:

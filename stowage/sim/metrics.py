@@ -18,17 +18,19 @@
   (#12).
 * **queues over time** (issue #21; ``fairness_over_time``): with two or more queues backlogged (work ready to
   start), each queue's *decayed usage* (its sampled dominant share averaged with
-  ``packing.queue_usage_half_life_s``, as the policy keeps it) against its weight's share of the backlogged queues'
-  usage: ``usage_deviation_max`` the largest relative deviation, ``over_tolerance_fraction`` the fraction of such
+  ``packing.queue_usage_half_life_s``, as the policy keeps it) against its target, its weight's share of the
+  backlogged queues' usage (``fairness.usage_targets``, the Queue status' ``usageTarget``):
+  ``usage_deviation_max`` the largest relative deviation, ``over_tolerance_fraction`` the fraction of such
   samples where some queue is more than 15 % off, both counted once every backlogged queue has been so for one
   half-life (before that the average still remembers the time it was not); ``below_floor_longest_s`` the longest a
   backlogged queue held less than ``packing.queue_share_floor`` of its weighted fair share
   (``fairness.fair_levels``). To the sampling period.
 * **relative integral unfairness** (Tetris §5.4): per job ``∫ (a(t) − f(t))/f(t) dt`` over its runtime, divided by
-  the runtime, with ``a`` the job's dominant share of the cluster and ``f`` its fair share (its queue's weighted
-  share among active queues, split evenly among the queue's active jobs, capped at the dominant share of the job's
-  unfinished tasks: a fair scheme gives no job more than it can use); sampled at the metrics period. Reported: the
-  fraction of jobs below zero and their mean.
+  the runtime, with ``a`` the job's dominant share of the cluster and ``f`` its fair share (its queue's
+  ``fairness.fair_shares`` with every queue that has an unfinished job wanting more, ``w / Σ w`` over them, split
+  evenly among the queue's active jobs, capped at the dominant share of the job's unfinished tasks: a fair scheme
+  gives no job more than it can use); sampled at the metrics period. Reported: the fraction of jobs below zero and
+  their mean.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def fairness_over_time(t: NDArray[np.float64], shares: NDArray[np.float64], back
             longest = max(longest, float(np.nanmax(t[i] - below_from)))
         warm = on.sum() >= 2 and bool((t[i] - since[on] >= half_life_s).all())
         if warm and usage[on].sum() > 0:
-            dev = np.abs((usage[on] / usage[on].sum()) / (w[on] / w[on].sum()) - 1.0)
+            dev = np.abs(usage[on] / fairness.usage_targets(usage, w, on)[on] - 1.0)
             worst, counted = max(worst, float(dev.max())), counted + 1
             over += int(dev.max() > FAIRNESS_TOLERANCE)
     return {"usage_deviation_max": worst, "over_tolerance_fraction": over / counted if counted else 0.0,
@@ -186,8 +188,8 @@ class Recorder:
         active = st.j_arrived & np.isnan(st.j_finish)
         if active.any():
             q_active = np.bincount(spec.j_queue[active], minlength=self._q)
-            w = np.where(q_active > 0, spec.q_weight, 0.0)
-            q_fair = w / w.sum() if w.sum() > 0 else w
+            # Every queue with an unfinished job wants more (Tetris' fair scheme): its weighted fair share.
+            q_fair = fairness.fair_shares(qshare, spec.q_weight, q_active > 0)
             idx = np.flatnonzero(active)
             even = q_fair[spec.j_queue[idx]] / np.maximum(q_active[spec.j_queue[idx]], 1)
             # A fair scheme gives a job no more than it can use: its unfinished tasks' demand.

@@ -6,8 +6,9 @@ Each tick (``contention.sample_interval_s``, 1 s by default) it
    saturated resource reads as full);
 2. where memory use exceeds capacity, the kernel's OOM killer ends opportunistic tasks first (``oom_score_adj``
    999), largest memory use first, until the rest fits;
-3. on presets with harvesting, runs ``stowage.policy.contention.step`` on every node that is over a threshold or
-   still remembers a contention, sets the node's blocked capacity, and evicts ``choose_victims``' picks, called as
+3. on presets with harvesting, runs the node monitor's contention policy, ``stowage.policy.contention.step``, on
+   every node (through ``contention.Nodes``, which calls it where it can change something and is checked against
+   it on every node and sample), sets the node's blocked capacity, and evicts ``choose_victims``' picks, called as
    the node monitor calls it: the work an eviction would waste is a task's run time, which a node knows, not its
    progress, which it does not.
 
@@ -17,7 +18,6 @@ capacity.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -55,12 +55,9 @@ class Monitor:
 
     def __init__(self, host: Host, status: Status, cluster: Cluster, running: Running, harvesting: bool) -> None:
         self.host, self.status, self.cluster, self.running = host, status, cluster, running
-        self.harvesting, n, r = harvesting, cluster.n, cluster.r
-        self.states = [contention.ContentionState.initial(r) for _ in range(n)]
-        self.active = np.zeros(n, dtype=bool)  # state not initial: must be stepped
-        self.counts = np.zeros((n, r), dtype=np.int64)  # consecutive over-threshold samples
-        self.blocked_any = np.zeros(n, dtype=bool)
-        self.threshold = host.settings.contention.t_preempt.array(cluster.resources) * cluster.cap
+        self.harvesting = harvesting
+        self.nodes = contention.Nodes(cluster.n, host.settings.contention, cluster.resources)
+        self.threshold = contention.thresholds(host.settings.contention, cluster.resources, cluster.cap)
         self.last_tick = host.now
         self.last_sample = -np.inf
         self.contentions = 0
@@ -120,36 +117,15 @@ class Monitor:
             self.sample()
 
     def _contention(self) -> None:
+        """``contention.Nodes.step`` (``contention.step`` on the nodes where it can change something), then the
+        node monitor's victims (``choose_victims``) on the nodes it acts on."""
         host, c, run = self.host, self.cluster, self.running
         has_opp = np.bincount(run.node[run.opp], minlength=c.n) > 0 if len(run) else np.zeros(c.n, bool)
-        over = c.usage > self.threshold
-        # A node with no opportunistic pod and nothing blocked has nothing to relieve and nothing
-        # to decay (contention.step: relieve needs has_opportunistic; PRESERVE only moves B > 0):
-        # its only change is the consecutive-sample count, advanced here for all such nodes at
-        # once and handed to the policy state when the node next matters.
-        quiet = ~has_opp & ~self.blocked_any
-        self.counts[quiet] = np.where(over[quiet], self.counts[quiet] + 1, 0)
-        settings = host.settings.contention
         victims: list[int] = []
         use = None
-        for n in np.flatnonzero(~quiet & (over.any(axis=1) | self.active | self.counts.any(axis=1))):
-            state = self.states[n]
-            if (not over[n].any() and not self.counts[n].any() and state.last_relief_s is not None
-                    and host.now - state.last_relief_s <= state.block_time_s):
-                # Inside PRESERVE's block window with no contention: step would change nothing
-                # (it only decays B once now − last_relief > BT; contention module docstring).
-                continue
-            if not np.array_equal(state.over_counts, self.counts[n]):
-                state = replace(state, over_counts=self.counts[n].copy())
-            state, decision = contention.step(
-                state, c.usage[n], c.cap[n], host.now, settings, c.resources, bool(has_opp[n])
-            )
-            self.states[n] = state
-            self.counts[n] = state.over_counts
-            self.active[n] = bool(state.over_counts.any() or state.blocked.any())
-            c.blocked[n] = decision.blocked if decision.blocked.shape == (c.r,) else 0.0
-            self.blocked_any[n] = bool(c.blocked[n].any())
-            if decision.acts and has_opp[n]:
+        for n, decision in self.nodes.step(c.usage, c.cap, host.now, has_opp):
+            c.blocked[n] = decision.blocked
+            if decision.acts:
                 self.contentions += 1
                 if use is None:
                     use = host.current_use()

@@ -1,9 +1,10 @@
 """Tetris packing (``tetris``) and everything Stowage does on top of it (``stowage``).
 
-Both presets run the operator's decision, ``stowage.policy.decide`` (one path, no copy): this module only builds its
-``DecideInput`` from the simulation and places what it returns. ``stowage`` is the operator's dispatcher as
-configured (harvesting, each queue's job order, OPERA's classifier, the starvation guard); ``tetris`` is the paper's
-policy (regular only, no job-order mask, no guard).
+Both presets run the operator's decision, ``stowage.policy.decide`` (one path, no copy): this module only fills its
+``snapshot.PassSnapshot`` from the simulation (``snapshot.build``, the operator's builder, makes the input) and
+places what it returns. ``stowage`` is the operator's dispatcher as configured (harvesting, each queue's job order,
+OPERA's classifier, the starvation guard); ``tetris`` is the paper's policy (regular only, no job-order mask, no
+guard).
 
 The decision sees what a cluster knows: each group's ``expectedDuration`` if the workload states one, its finished
 tasks' run times, its running tasks' elapsed times, earlier runs of the same recurring job and the queue's learned
@@ -16,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.model import Pool
-from stowage.policy import classifier, decide, estimates
+from stowage.policy import classifier, decide, estimates, snapshot
 from stowage.sim.preset import Preset, View
 
 __all__ = ["PackingPreset"]
@@ -100,9 +101,9 @@ class PackingPreset(Preset):
     def schedule(self) -> None:
         """One ``decide.Decider.decide`` over the arrived, unfinished jobs; its placements become ``View.place``.
 
-        The harvestable room and the classifier's features are built before the decision, only when some group
-        may harvest (``decide.needs_harvestable``, ``decide.needs_features``). The room reads the monitor's sample
-        (taken again when a period old, ``View.usage``, as the node monitor samples every period anyway)."""
+        The input comes from ``snapshot.build``, the operator's builder: it asks for the harvestable room and the
+        classifier's features only when some group may harvest. The room reads the monitor's sample (taken again
+        when a period old, ``View.usage``, as the node monitor samples every period anyway)."""
         v = self.view
         spec, st = v.spec, v.status
         c = v.cluster
@@ -122,32 +123,22 @@ class PackingPreset(Preset):
         if len(run):
             np.maximum.at(elapsed, run.group, v.now - run.start)
         releasable = np.where(ready, st.g_pending[groups], 0)
-        intent, queue = spec.j_opp[spec.g_job[groups]], spec.g_queue[groups]
-        room: NDArray[np.float64] | None = None
-        features: list[dict[str, str] | None] | None = None
-        if self.harvesting and decide.needs_harvestable(intent, releasable, queue, spec.q_opp):
-            room = self._harvestable()
-            if self.use_classifier:
-                features = [None] * groups.size
-                for i in np.flatnonzero(decide.needs_features(intent, releasable, queue, spec.q_opp)).tolist():
-                    features[i] = self._features(int(groups[i]))
-        inp = decide.DecideInput(
-            now=v.now, capacity=c.cap, regular_free=c.regular_free(), bandwidth=spec.io_resources,
-            bandwidth_room=c.cap - c.reg_alloc, shapes=spec.shapes, group_shape=spec.g_shape[groups],
-            group_key=groups.tolist(), group_job=np.searchsorted(jobs, spec.g_job[groups]),
-            group_queue=queue, releasable=releasable, remaining=spec.g_tasks[groups] - finished, intent=intent,
-            finished_fraction=finished / np.maximum(spec.g_tasks[groups], 1),
-            evidence=estimates.Evidence(
-                hint_s=self._hint[groups], finished=finished,
-                finished_mean_s=self._finished_s[groups] / np.maximum(finished, 1), elapsed_s=elapsed[groups],
-                history_s=self._history[groups], prior_s=np.full(groups.size, np.nan)),
+        snap = snapshot.PassSnapshot(
+            now=v.now, capacity=c.cap, regular_requests=c.reg_alloc, bandwidth=spec.io_resources,
+            shapes=spec.shapes, group_shape=spec.g_shape[groups], group_key=groups.tolist(),
+            group_job=np.searchsorted(jobs, spec.g_job[groups]), group_queue=spec.g_queue[groups],
+            releasable=releasable, remaining=spec.g_tasks[groups] - finished, intent=spec.j_opp[spec.g_job[groups]],
+            finished=finished, finished_fraction=finished / np.maximum(spec.g_tasks[groups], 1),
+            finished_mean_s=self._finished_s[groups] / np.maximum(finished, 1), hint_s=self._hint[groups],
+            elapsed_s=elapsed[groups], history_s=self._history[groups],
             job_key=jobs.tolist(), job_arrival=spec.j_arrival[jobs], queue_name=spec.queue_names,
             queue_weight=spec.q_weight, queue_order=spec.q_order, queue_opportunistic=spec.q_opp,
-            queue_alloc=st.queue_alloc, pool_total=c.total, node_key=range(c.n),
-            harvestable=room, features=features,
+            queue_alloc=st.queue_alloc, node_key=range(c.n),
             duration_s=None if v.oracle_durations is None else v.oracle_durations[groups],
             group_children=self._children(groups) if self.knobs.critical_path_fraction > 0 else None,
             regular_changed=v.regular_changed, promotable=self._promotable() if promotable else None)
+        inp = snapshot.build(snap, harvestable=self._harvestable if self.harvesting else None,
+                             features=(lambda i: self._features(int(groups[i]))) if self.use_classifier else None)
         decision = self.decider.decide(inp)
         if decision.promoted.size:
             v.promote(self._opp_rows[decision.promoted])

@@ -88,6 +88,37 @@ def test_the_operator_and_the_simulator_run_the_one_decision_and_no_copy_of_it(p
     assert own == [], f"{path} runs part of the decision itself: {own}"
 
 
+@pytest.mark.parametrize("path", ["operator/dispatcher.py", "stowage/sim/packing.py"])
+def test_the_operator_and_the_simulator_build_the_decisions_input_through_the_one_builder(path: str) -> None:
+    """Both fill a ``snapshot.PassSnapshot`` and call ``snapshot.build`` (issue #34); neither fills
+    ``DecideInput`` or gates the harvestable room and the features itself."""
+    calls = _calls(path)
+    assert {"snapshot.PassSnapshot", "snapshot.build"} <= calls
+    own = sorted(c for c in calls if c.endswith(("DecideInput", "Evidence", "needs_harvestable", "needs_features")))
+    assert own == [], f"{path} builds part of the decision's input itself: {own}"
+
+
+def test_only_the_builder_fills_the_decisions_input() -> None:
+    """``DecideInput(...)`` is called in ``stowage/policy/snapshot.py`` and nowhere else in the product."""
+    callers = sorted(str(p.relative_to(ROOT)) for folder in ("stowage", "operator", "extender", "node-monitor")
+                     for p in (ROOT / folder).rglob("*.py")
+                     if any(c.endswith("DecideInput") for c in _calls(str(p.relative_to(ROOT)))))
+    assert callers == ["stowage/policy/snapshot.py"]
+
+
+@pytest.mark.parametrize(("path", "stepper"), [("node-monitor/monitor.py", "contention.step"),
+                                                ("stowage/sim/monitor.py", "contention.Nodes")])
+def test_the_node_monitor_and_the_simulator_run_the_one_eviction_loop(path: str, stepper: str) -> None:
+    """Both step ``stowage.policy.contention`` (``Nodes`` is ``step`` on many nodes, checked against it in
+    tests/policy/test_contention.py) and pick victims with ``choose_victims`` against ``thresholds`` (issue #34);
+    neither keeps the counter or PRESERVE's window itself."""
+    calls = _calls(path)
+    assert {stepper, "contention.choose_victims", "contention.thresholds"} <= calls
+    source = (ROOT / path).read_text()
+    own = [name for name in ("over_counts", "last_relief_s", "block_time_s", "t_preempt") if name in source]
+    assert own == [], f"{path} re-implements part of the contention policy: {own}"
+
+
 def test_only_the_decision_runs_packing_passes() -> None:
     """``dispatch.pack`` is called by ``stowage/policy/decide.py`` and by nothing else in the product (the
     dispatcher benchmark times it alone on the decision's own inputs)."""

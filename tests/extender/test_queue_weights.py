@@ -37,24 +37,38 @@ def queue(name: str, weight: Any = None) -> dict[str, Any]:
 
 # --- the rule: over_share_queues ---------------------------------------------------------------------
 
-# big holds 6 of 10 cores (60 %), small 1.5 (15 %); both active.
+# big holds 6 of 10 cores (60 %), small 1.5 (15 %). The fair share is the dispatcher's weighted max-min
+# (``fairness.fair_shares``; issue #34 replaced ``w/Σw``): the preemptor's queue wants more, every other queue what
+# it holds, and a queue is over its share when it holds more than the level the preemptor's is filled to.
 PODS = [running("big-0", "big", 4.0), running("big-1", "big", 2.0), running("small-0", "small", 1.5),
         running("etl-0", "etl", 3.0, opportunistic=True)]
 
 
 @pytest.mark.parametrize(
-    ("weights", "over"),
+    ("weights", "pending", "over"),
     [
-        pytest.param(None, {"big"}, id="no-weights-1-1"),
-        pytest.param({"big": 1.0, "small": 1.0}, {"big"}, id="1-1"),  # fair 50 % each: 60 % is above
-        pytest.param({"big": 2.0, "small": 1.0}, set(), id="2-1"),  # big's fair share 2/3: 60 % is below
-        pytest.param({"big": 2.0}, set(), id="2-and-missing"),  # a queue without a Queue weighs 1
-        pytest.param({"big": 9.0, "small": 1.0}, {"small"}, id="9-1"),  # small's fair share 10 %: 15 % is above
+        pytest.param(None, "small", {"big"}, id="no-weights-1-1"),
+        pytest.param({"big": 1.0, "small": 1.0}, "small", {"big"}, id="1-1"),  # level 50 %: 60 % is above
+        pytest.param({"big": 2.0, "small": 1.0}, "small", set(), id="2-1"),  # big's 2/3: 60 % is below
+        pytest.param({"big": 2.0}, "small", set(), id="2-and-missing"),  # a queue without a Queue weighs 1
+        pytest.param({"big": 9.0, "small": 1.0}, "small", set(), id="9-1"),  # big below its 90 %, small waits
+        pytest.param({"big": 9.0, "small": 1.0}, "big", {"small"}, id="9-1-big-waits"),  # small's 10 %: 15 % above
+        pytest.param({"big": 1.0, "small": 1.0, "new": 1.0}, "new", {"big"}, id="small-leaves-its-third"),
+        pytest.param(None, None, set(), id="nobody-waits-nobody-over"),
     ],
 )
 def test_weights_decide_which_queues_are_above_their_fair_share(weights: dict[str, float] | None,
-                                                                 over: set[str]) -> None:
-    assert over_share_queues(PODS, RESOURCES, TOTAL, weights) == over
+                                                                 pending: str | None, over: set[str]) -> None:
+    waiting = {pending} if pending else set()
+    assert over_share_queues(PODS, RESOURCES, TOTAL, weights, waiting) == over
+
+
+def test_a_queue_holding_less_than_its_level_is_protected_where_w_over_sum_w_would_preempt_it() -> None:
+    """big holds 40 %, small 5 %, new (the preemptor) nothing, weights 1:1:1. ``w/Σw`` says 1/3 each and big above
+    it; max-min lets small keep its 5 % and fills big and new to 47.5 %: big is below its share, the free 55 %
+    is new's to take without a preemption."""
+    pods = [running("big-0", "big", 4.0), running("small-0", "small", 0.5)]
+    assert over_share_queues(pods, RESOURCES, TOTAL, None, {"new"}) == set()
 
 
 def test_the_preemptors_queue_counts_as_active_with_its_weight() -> None:

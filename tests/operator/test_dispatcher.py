@@ -29,7 +29,7 @@ from stowage.operator.dispatcher import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic, PodClass
 from stowage.model import JobOrder
-from stowage.policy import estimates, harvest, tolerances
+from stowage.policy import estimates, fairness, harvest, tolerances
 from stowage.resources import ResourceVector
 from stowage.sim import presets
 from stowage.sim.engine import SimConfig, Simulation
@@ -298,7 +298,7 @@ def test_the_harvestable_room_and_features_are_built_only_when_some_group_may_ha
     d = Dispatcher(StowageSettings(), clock=lambda: 0.0)
     view = _full_node_view(grp("no", intent=Opportunistic.FALSE), grp("none-left", intent=Opportunistic.TRUE, tasks=0))
     inp = d.decide_input(view, d._arrays(view), 0.0)
-    assert inp.harvestable is None and inp.features == (None, None) and built == []
+    assert inp.harvestable is None and inp.features is None and built == []
     assert d.decide(view) == [] and built == []
     view = _full_node_view(grp("no", intent=Opportunistic.FALSE), grp("maybe", intent=Opportunistic.AUTO))
     inp = d.decide_input(view, d._arrays(view), 0.0)
@@ -512,6 +512,38 @@ def test_the_dispatcher_releases_what_one_pass_of_the_simulators_stowage_preset_
     assert sum(expected.values()) > 0
 
 
+def test_the_dispatcher_and_the_simulator_build_the_decisions_input_through_one_builder(monkeypatch) -> None:
+    """Every ``DecideInput`` the two decide on comes from ``snapshot.build`` (issue #34): with the builder
+    patched to record its callers, a dispatcher pass and a simulated run both go through it, and each decision
+    is handed exactly what the builder returned."""
+    from stowage.policy import decide, snapshot
+
+    built: list[str] = []
+    decided: list[bool] = []
+    made: set[int] = set()
+    real_build, real_decide = snapshot.build, decide.Decider.decide
+
+    def spy_build(snap: snapshot.PassSnapshot, **kw: object) -> decide.DecideInput:
+        import inspect
+
+        built.append(inspect.stack()[1].filename.replace("\\", "/").rsplit("/", 2)[-2])
+        inp = real_build(snap, **kw)
+        made.add(id(inp))
+        return inp
+
+    def spy_decide(self: decide.Decider, inp: decide.DecideInput) -> decide.Decision:
+        decided.append(id(inp) in made)
+        return real_decide(self, inp)
+
+    monkeypatch.setattr(snapshot, "build", spy_build)
+    monkeypatch.setattr(decide.Decider, "decide", spy_decide)
+    wl = _workload(0)
+    sim, _ = _first_pass_of_the_stowage_preset(wl, False)
+    Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(_same_state_as_a_view(wl, sim, False))
+    assert set(built) == {"sim", "operator"}
+    assert decided and all(decided)
+
+
 # --- restart safety and the published numbers ----------------------------------------------------
 
 
@@ -575,9 +607,33 @@ def test_queue_shares_are_the_numbers_drf_compares() -> None:
     assert shares["a"].share == {"regular": 0.25, "opportunistic": 0.0}  # 4 of 16 cores
     assert shares["a"].dominant_share["regular"] == 0.125  # divided by its weight
     assert shares["b"].share["opportunistic"] == 0.25  # 16 of 64 GiB
-    assert shares["a"].fair_share == pytest.approx(2 / 3)
-    assert shares["b"].fair_share == pytest.approx(1 / 3)
+    # The dispatcher's fair share (weighted max-min, ``fairness.fair_shares``; issue #34 replaced w/Σw): b has a
+    # task waiting and gets what a, waiting for nothing, leaves of the regular pool: a keeps the 25 % it holds.
+    assert shares["a"].fair_share == pytest.approx(0.25)
+    assert shares["b"].fair_share == pytest.approx(0.75)
     assert shares["idle"].fair_share == 0.0
+    # Usage targets: the backlogged queues' usage split by weight (b alone: its own); a queue waiting for nothing
+    # is on target (before the first decision the usage is the dominant share).
+    assert shares["a"].usage_target == {"regular": 0.25, "opportunistic": 0.0}
+    assert shares["b"].usage_target == {"regular": 0.0, "opportunistic": 0.25}
+
+
+def test_published_fair_shares_are_the_levels_the_dispatchers_floor_reads() -> None:
+    """Two queues waiting, weights 2 : 1, a third holding 10 % and waiting for nothing: the published fair shares
+    are the dispatcher's ``fair_levels`` (0.6, 0.3) and the third's holding; usage targets split by weight."""
+    view = DispatchView(
+        nodes=[node("n1", cpu=10.0, memory=1000.0)],
+        running=[RunningPod("n1", rv(cpu=3.0), queue="a"), RunningPod("n1", rv(cpu=3.0), queue="b"),
+                 RunningPod("n1", rv(cpu=1.0), queue="c")],
+        queues=[QueueRecord("a", weight=2.0), QueueRecord("b"), QueueRecord("c")],
+        groups=[grp("a-job", "a"), grp("b-job", "b")],
+    )
+    shares = {s.name: s for s in Dispatcher(StowageSettings(), clock=lambda: 0.0).queue_shares(view)}
+    assert [shares[q].fair_share for q in "abc"] == pytest.approx([0.6, 0.3, 0.1])
+    dominant = np.array([shares[q].share["regular"] for q in "abc"])
+    levels = fairness.fair_levels(dominant, [2.0, 1.0, 1.0], [True, True, False])
+    assert [shares[q].fair_share for q in "ab"] == levels[:2].tolist()
+    assert [shares[q].usage_target["regular"] for q in "abc"] == pytest.approx([0.4, 0.2, 0.1])
 
 
 # --- spec.quota ----------------------------------------------------------------------------------

@@ -302,3 +302,51 @@ def test_choose_victims_never_picks_a_regular_pod_and_gets_under_whenever_possib
             assert (before[relieve] > threshold[relieve] - tol[relieve]).any()
     # Newest first among the chosen.
     assert all(started[a] >= started[b] for a, b in itertools.pairwise(victims))
+
+
+# --- contention.Nodes: step on many nodes, the quiet ones in bulk (the simulator's monitor) ---------------------
+
+
+def _same_state(a: contention.ContentionState, b: contention.ContentionState) -> bool:
+    return (np.array_equal(a.over_counts, b.over_counts) and np.array_equal(a.blocked, b.blocked)
+            and a.block_time_s == b.block_time_s and a.last_relief_s == b.last_relief_s
+            and a.contentions == b.contentions)
+
+
+@pytest.mark.parametrize("policy", list(ContentionPolicy), ids=lambda p: p.value)
+@pytest.mark.parametrize("seed", range(12))
+def test_nodes_decide_as_step_on_every_node_at_every_sample(policy: ContentionPolicy, seed: int) -> None:
+    """Random histories (usage around the thresholds, opportunistic pods coming and going, gaps between samples,
+    a zero and a NaN capacity, NaN usage): ``Nodes.step`` leaves every node's state, its blocked amounts and its
+    decision where ``step`` on every node at every sample does, and returns every node that acts."""
+    rng = np.random.default_rng(seed)
+    res = ("cpu", "memory", "disk")
+    cfg = dataclasses.replace(ContentionSettings(), policy=policy, sustained_count_cpu=int(rng.integers(1, 4)),
+                              sustained_count=int(rng.integers(1, 4)), block_time_initial_s=float(rng.integers(1, 4)),
+                              block_time_max_s=8.0)
+    n = 6
+    cap = np.tile([10.0, 100.0, 50.0], (n, 1))
+    cap[1, 2], cap[2, 0] = 0.0, np.nan
+    threshold = cfg.t_preempt.array(res) * np.nan_to_num(cap)
+    nodes = contention.Nodes(n, cfg, res)
+    ref = [contention.ContentionState.initial(len(res)) for _ in range(n)]
+    ref_blocked = np.zeros((n, len(res)))
+    has_opp = rng.random(n) < 0.5
+    now = 0.0
+    for _ in range(120):
+        now += float(rng.choice([1.0, 1.0, 1.0, 0.5, 5.0]))
+        flip = rng.random(n) < 0.1
+        has_opp = np.where(flip, ~has_opp, has_opp)
+        usage = threshold * rng.uniform(0.8, 1.15, size=threshold.shape)
+        usage[rng.random(usage.shape) < 0.02] = np.nan
+        got = dict(nodes.step(usage, cap, now, has_opp))
+        for k in range(n):
+            ref[k], decision = contention.step(ref[k], usage[k], cap[k], now, cfg, res, bool(has_opp[k]))
+            assert _same_state(nodes.state(k), ref[k])
+            if k in got:
+                assert np.array_equal(got[k].relieve, decision.relieve)
+                assert np.array_equal(got[k].blocked, decision.blocked)
+            else:
+                assert not decision.acts and np.array_equal(decision.blocked, ref_blocked[k])
+            ref_blocked[k] = decision.blocked
+        assert np.array_equal(nodes.blocked, ref_blocked)

@@ -13,7 +13,9 @@ from stowage.model import QueueOpportunistic
 from stowage.policy.fairness import (
     barrier_boost,
     dominant_shares,
-    fair_share,
+    fair_levels,
+    fair_shares,
+    usage_targets,
 )
 
 INF = np.inf
@@ -54,18 +56,55 @@ def test_each_pool_is_shared_separately_and_only_allowing_queues_get_harvest():
     assert int(np.flatnonzero(allowing)[np.argmin(harvested[allowing])]) == 0  # among the queues that Allow
 
 
+# dominant (unweighted), weights, backlogged → fair_shares (weighted max-min: the one fair share, issue #34)
 FAIR_CASES = [
-    pytest.param([1, 1, 2], [True, True, True], [0.25, 0.25, 0.5], id="proportional-to-weight"),
-    pytest.param([1, 1, 2], [True, False, True], [1 / 3, 0.0, 2 / 3], id="inactive-gets-zero-and-share-moves"),
-    pytest.param([1, 1], [False, False], [0.0, 0.0], id="nobody-active"),
-    pytest.param([0, 0], [True, True], [0.0, 0.0], id="zero-weights-zero-shares"),
-    pytest.param([np.nan, 1], [True, True], [0.0, 1.0], id="nan-weight-counts-zero"),
+    pytest.param([0, 0, 0], [1, 1, 2], [True, True, True], [0.25, 0.25, 0.5], id="all-backlogged-by-weight"),
+    pytest.param([0.2, 0.3, 0.5], [1, 1, 2], [True, True, True], [0.25, 0.25, 0.5],
+                 id="backlogged-shares-ignore-what-they-hold"),
+    pytest.param([0, 0, 0], [1, 1, 2], [True, False, True], [1 / 3, 0.0, 2 / 3], id="idle-and-empty-gets-zero"),
+    pytest.param([0.5, 0.1, 0.0], [1, 1, 1], [False, False, True], [0.45, 0.1, 0.45],
+                 id="one-below-the-level-keeps-what-it-holds-the-rest-split"),
+    pytest.param([0.9, 0.0], [1, 1], [False, True], [0.5, 0.5], id="one-above-the-level-gets-the-level"),
+    pytest.param([0.5, 0.2, 0.1], [2, 1, 1], [True, True, False], [0.6, 0.3, 0.1], id="weights-split-what-is-left"),
+    pytest.param([0.3, 0.0], [1, 1], [False, False], [0.3, 0.0], id="nobody-backlogged-each-its-own"),
+    pytest.param([0, 0], [1, 1], [False, False], [0.0, 0.0], id="nobody-active"),
+    pytest.param([0, 0], [0, 0], [True, True], [0.0, 0.0], id="zero-weights-zero-shares"),
+    pytest.param([0, 0], [np.nan, 1], [True, True], [0.0, 1.0], id="nan-weight-counts-zero"),
 ]
 
 
-@pytest.mark.parametrize(("weights", "active", "expected"), FAIR_CASES)
-def test_fair_share_is_weight_over_active_weight(weights, active, expected):
-    np.testing.assert_allclose(fair_share(np.array(weights, float), np.array(active)), expected)
+@pytest.mark.parametrize(("dominant", "weights", "backlogged", "expected"), FAIR_CASES)
+def test_fair_shares_are_weighted_max_min(dominant, weights, backlogged, expected):
+    got = fair_shares(np.array(dominant, float), np.array(weights, float), np.array(backlogged))
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+    # The dispatcher's levels (floor, holds) are the backlogged queues' shares, nothing else.
+    levels = fair_levels(np.array(dominant, float), np.array(weights, float), np.array(backlogged))
+    np.testing.assert_array_equal(levels, np.where(backlogged, got, 0.0))
+
+
+def test_fair_shares_with_every_holder_backlogged_are_weight_over_their_weight_bit_for_bit():
+    """What the simulator's relative-unfairness metric reads (Tetris §5.4: every active queue wants more)."""
+    w = np.array([1.0, 3.0, 0.7, 2.0])
+    on = np.array([True, True, False, True])
+    got = fair_shares(np.zeros(4), w, on)
+    expected = np.where(on, w, 0.0) / np.where(on, w, 0.0).sum()
+    assert got.tolist() == expected.tolist()
+
+
+# usage, weights, backlogged → usage_targets
+TARGET_CASES = [
+    pytest.param([0.4, 0.2], [2, 1], [True, True], [0.4, 0.2], id="on-target"),
+    pytest.param([0.3, 0.3], [2, 1], [True, True], [0.4, 0.2], id="split-by-weight"),
+    pytest.param([0.3, 0.3, 0.2], [2, 1, 1], [True, True, False], [0.4, 0.2, 0.2],
+                 id="nothing-waiting-its-own-usage"),
+    pytest.param([0.3, 0.0], [0, 1], [True, True], [0.3, 0.0], id="zero-weight-not-counted"),
+]
+
+
+@pytest.mark.parametrize(("usage", "weights", "backlogged", "expected"), TARGET_CASES)
+def test_usage_targets_split_the_backlogged_queues_usage_by_weight(usage, weights, backlogged, expected):
+    got = usage_targets(np.array(usage, float), np.array(weights, float), np.array(backlogged))
+    np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
 # finished fraction, has waiters, b → boosted
@@ -98,7 +137,8 @@ def test_barrier_boost_prefers_stragglers_once_b_finished(fraction, waiters, b, 
         pytest.param(
             lambda: dominant_shares(np.ones((2, 2)), np.ones(2), np.ones(3)), "weights.shape", id="shares-weight-count"
         ),
-        pytest.param(lambda: fair_share(np.ones(2), [True]), "active.shape", id="fair-active-count"),
+        pytest.param(lambda: fair_shares(np.ones(2), np.ones(2), [True]), "backlogged.shape", id="fair-count"),
+        pytest.param(lambda: usage_targets(np.ones(2), np.ones(2), [True]), "backlogged.shape", id="target-count"),
         pytest.param(lambda: barrier_boost(np.ones(2), [True], 0.9), "has_waiters.shape", id="barrier-count"),
     ],
 )
