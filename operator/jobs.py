@@ -415,11 +415,6 @@ class JobBook:
             entry.dirty = True
 
 
-def job_progress(plan: tasks.JobPlan) -> float:
-    """Finished / total tasks of the Job."""
-    return sum(g.succeeded for g in plan.groups) / (sum(g.replicas for g in plan.groups) or 1)
-
-
 def _as_gone(pod: Mapping[str, Any], now: str) -> dict[str, Any]:
     """A deleted pod's last cached state, marked deleted unless it had finished (then it says how)."""
     if tasks.pod_outcome(pod) in (tasks.Outcome.FAILED, tasks.Outcome.SUCCEEDED):

@@ -52,7 +52,7 @@ def lessons(book: jobs.JobBook, key: jobs.JobKey, plan: tasks.JobPlan,
             continue
         queue = tasks.job_queue(job)
         features = classifier.task_features(queue, jobs.job_recurring_key(job), group, demand, mean_capacity,
-                                            jobs.job_progress(plan))
+                                            tasks.job_progress(plan))
         out.append(jobs.Lesson(features, span[1] - span[0], queue, f"{key[0]}/{key[1]}/{group}", group, recurring))
     return out
 

@@ -162,7 +162,7 @@ def _pending(book: jobs.JobBook, key: jobs.JobKey, job: Mapping[str, Any], plan:
     out = []
     spec_groups = {str(g.get("name")): g for g in tasks.group_specs(job)}
     arrival = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
-    progress = jobs.job_progress(plan)
+    progress = tasks.job_progress(plan)
     evidence = book.evidence(key)
     recurring = jobs.job_recurring_key(job)
     for g in plan.groups:
