@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from stowage.operator import jobs
+from stowage.operator.events import post_event, rfc3339
 
 from stowage import labels
 from stowage.kube import api
@@ -117,7 +117,7 @@ def _shown(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def _condition(status: bool, reason: str, message: str, now: float) -> dict[str, Any]:
     return {"type": labels.CONDITION_HELD, "status": "True" if status else "False", "reason": reason,
-            "message": message, "lastTransitionTime": jobs.rfc3339(now)}
+            "message": message, "lastTransitionTime": rfc3339(now)}
 
 
 class PodHolds:
@@ -225,4 +225,4 @@ class PodHolds:
         if changed and pod is not None and (last is None or now - last >= self.refresh_s):
             self._evented[key] = now
             ref = {"apiVersion": "v1", "kind": "Pod", "metadata": pod.get("metadata") or {}}  # listed items lack both
-            jobs.post_event(self._client, ref, "Normal", reason, message, now)
+            post_event(self._client, ref, "Normal", reason, message, now)

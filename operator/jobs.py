@@ -1,17 +1,15 @@
-"""Job lifecycle: the Jobs and their task pods as the operator sees them, and the writes that follow.
+"""The Job cache: the Jobs and their task pods as the operator sees them, and each Job's plan.
 
 Kopf feeds the Jobs (:func:`register`: one ``@kopf.on.event`` handler, so Kopf keeps no progress
 annotations and no finalizers on them); an informer feeds the task pods (label ``stowage.io/job``,
 any phase). The dispatch loop (:mod:`stowage.operator.runtime`) then asks :class:`JobBook` for each
-Job's plan (:func:`stowage.operator.tasks.plan_job`), releases tasks from it, and calls
-:meth:`JobBook.apply` to write what the plan says::
+Job's plan (:func:`stowage.operator.tasks.plan_job`), releases tasks from it, and has the Job writer
+(:mod:`stowage.operator.job_writer`) write what the plan says; the book writes nothing::
 
     Job event (Kopf) ─┐
-    pod event ────────┼─► JobBook (cache, dirty set, evictions seen) ─► plan_job ─► apply:
-                      │                                                   status (status subresource, only when changed)
-                      │                                                   Events (Completed, Failed, TaskEvicted, ...)
-                      │                                                   pods of a failed Job deleted
-                      │                                                   stowage_job_completion_seconds{queue}
+    pod event ────────┼─► JobBook (cache, dirty set, evictions seen) ─► plan_job ─► JobWriter.apply
+                      │        ▲                                                       │
+                      │        └───────── record_written (what the status now says) ◄──┘
 
 Evictions are counted when a pod of the Job is first seen evicted (``DisruptionTarget`` / deleted while
 opportunistic, :func:`tasks.pod_outcome`); the count reaches ``status.groups[<group>].evicted`` with the
@@ -23,45 +21,40 @@ is still planned with until a status write records it, so its retry and its name
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from stowage.operator import crd, tasks
-from stowage.operator.dispatcher import PendingGroup
+from stowage.operator.events import bounded, rfc3339
+from stowage.operator.evidence import (
+    LEARNED_MAX_UIDS,
+    LEARNED_WINDOW_S,
+    GroupEvidence,
+    LearnedTasks,
+    Lesson,
+    group_evidence,
+    job_recurring_key,
+    run_span,
+    running_since,
+)
 from stowage.operator.metrics import OperatorMetrics
 
 from stowage import labels
 from stowage.errors import InvalidInput
-from stowage.kube import api
-from stowage.kube.records import object_name, parse_timestamp
-from stowage.policy import classifier, estimates
+from stowage.kube.records import object_name
 from stowage.resources import ResourceVector
 
+# The evidence's names stay importable from here (evidence.py holds them).
 __all__ = ["LEARNED_MAX_UIDS", "LEARNED_WINDOW_S", "GroupEvidence", "JobBook", "JobKey", "LearnedTasks", "Lesson",
-           "group_evidence", "job_recurring_key", "owned_by", "post_event", "register", "rfc3339", "run_span",
+           "failed_plan", "group_evidence", "job_recurring_key", "owned_by", "register", "rfc3339", "run_span",
            "running_since", "task_pod_job", "unplannable"]
 
 log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str]  # (namespace, name)
-COMPONENT = "stowage-operator"
-#: Finished tasks are remembered this long after the newest one learned from (their uids, in the ConfigMap
-#: with the classifier's state), so a restarted operator does not learn from them a second time; older ones
-#: it skips by their finish time alone. Generous against cache lag and relists.
-LEARNED_WINDOW_S = 600.0
-#: At most this many of those uids are remembered (~56 bytes each saved): a burst of finishes inside the window moves
-#: its start up instead of growing the ConfigMap past 1 MiB; a task finished before it is taken as learned.
-LEARNED_MAX_UIDS = 2000
-_MESSAGE_MAX = 1024  # characters of an Event's or a condition's message (_bounded)
-
-
-def rfc3339(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def job_key(obj: Mapping[str, Any]) -> JobKey:
@@ -71,27 +64,6 @@ def job_key(obj: Mapping[str, Any]) -> JobKey:
 
 def job_path(key: JobKey, sub: str = "") -> str:
     return crd.JOB.path(key[1], key[0]) + sub
-
-
-def post_event(client: api.KubeClient, obj: Mapping[str, Any], type_: str, reason: str, message: str,
-               now: float) -> None:
-    """A core/v1 Event about ``obj`` (a Job or a Pod); failures are logged, never raised (Events are best effort)."""
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace") or "default"
-    stamp = rfc3339(now)
-    event = {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
-        "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name"),
-                           "namespace": namespace, "uid": meta.get("uid")},
-        "type": type_, "reason": reason, "message": _bounded(message),
-        "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-    }
-    try:
-        client.create_event(namespace, event)
-    except Exception as exc:  # an Event is best effort: it must never stop the loop
-        log.warning("could not post Event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
 
 
 def _job_ref(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -120,25 +92,6 @@ def task_pod_job(pod: Mapping[str, Any]) -> JobKey | None:
     return (str(meta.get("namespace") or ""), str(ref.get("name") or name)) if ref is not None else None
 
 
-class Lesson(NamedTuple):
-    """One finished task to learn from (``Dispatcher.observe_finished``'s arguments)."""
-
-    features: dict[str, str]  # what the classifier is asked about (classifier.task_features)
-    duration_s: float  # its run span (run_span: first container start → last container finish)
-    queue: str
-    group_key: str  # namespace/job/group: the PendingGroup key the dispatcher estimated it under
-    group: str
-    recurring_key: str | None  # the Job's estimates.recurring_key
-
-
-class GroupEvidence(NamedTuple):
-    """What a group's pods say about its tasks' duration (the estimator's evidence, ``policy.estimates``)."""
-
-    finished: int = 0  # succeeded tasks whose run span is known
-    mean_s: float = math.nan  # their mean run span; NaN: none
-    running_since: float = math.inf  # the earliest container start among its running tasks; inf: none running
-
-
 @dataclass
 class _Entry:
     job: dict[str, Any] | None = None
@@ -164,20 +117,64 @@ class _Entry:
     broken: Exception | None = None
 
 
-class JobBook:
-    """Jobs (from Kopf), their task pods (from an informer), and the writes their plans call for. Thread-safe."""
+class TaskDemands:
+    """One task's demand per Job uid, generation and group, or why it cannot be read; dropped with the Job."""
 
-    def __init__(self, client: api.KubeClient, metrics: OperatorMetrics, *, clock: Callable[[], float],
+    def __init__(self) -> None:
+        self._demand: dict[str, dict[tuple[str, str], ResourceVector | InvalidInput]] = {}
+
+    def forget(self, uid: str) -> None:
+        self._demand.pop(uid, None)
+
+    def task_demand(self, job: Mapping[str, Any], group: str) -> ResourceVector | None:
+        """One task's demand in ``group`` (cached per Job uid and spec); None when it cannot be read
+        (:meth:`blocked_groups` then fails the Job, naming the field)."""
+        try:
+            return self.demand_or_error(job, group)
+        except InvalidInput:
+            return None
+
+    def demand_or_error(self, job: Mapping[str, Any], group: str) -> ResourceVector:
+        meta = job.get("metadata") or {}
+        cached = self._demand.setdefault(str(meta.get("uid")), {})
+        key = (str(meta.get("generation")), group)
+        if key not in cached:
+            try:
+                cached[key] = tasks.task_demand(job, group)
+            except InvalidInput as exc:
+                cached[key] = exc
+            except Exception as exc:  # a template of the wrong shape (admitted without the webhook's checks)
+                cached[key] = InvalidInput(f"spec.tasks[{group!r}].template", f"{type(exc).__name__}: {exc}",
+                                           "a pod template: metadata and spec shaped as a Pod's")
+        found = cached[key]
+        if isinstance(found, InvalidInput):
+            raise found
+        return found
+
+    def blocked_groups(self, job: Mapping[str, Any], queues: Iterable[str] | None,
+                       node_shapes: Iterable[Mapping[str, float]]) -> dict[str, tuple[str, str]]:
+        """:func:`tasks.blocked_groups` for ``job`` (``queues``: the Queues that exist; None: not known yet).
+
+        Raises :class:`InvalidInput` when a group's demand cannot be read: such a Job can never run, so it fails.
+        """
+        queue = tasks.job_queue(job)
+        names = [str(g.get("name")) for g in tasks.group_specs(job)]
+        demands: dict[str, ResourceVector | None] = {g: self.demand_or_error(job, g) for g in names}
+        return tasks.blocked_groups(queue, queues is None or queue in queues, demands, node_shapes)
+
+
+class JobBook:
+    """Jobs (from Kopf), their task pods (from an informer) and each Job's plan; writes nothing. Thread-safe."""
+
+    def __init__(self, metrics: OperatorMetrics, *, clock: Callable[[], float],
                  namespaces: Iterable[str] | None = None) -> None:
-        self._client = client
         self._metrics = metrics
         self._clock = clock
         self._namespaces = set(namespaces) if namespaces else None
         self._lock = threading.RLock()
         self._entries: dict[JobKey, _Entry] = {}
         self._counted: set[str] = set()  # pod uids whose eviction was counted
-        # Job uid → (generation, group) → one task's demand, or why it cannot be read; dropped with the Job.
-        self._demand: dict[str, dict[tuple[str, str], ResourceVector | InvalidInput]] = {}
+        self.demands = TaskDemands()
         self.learned = LearnedTasks()
         self.on_change: Callable[[], None] = lambda: None
 
@@ -199,7 +196,7 @@ class JobBook:
             same_spec = same_uid and old is not None and old.get("spec") == job.get("spec")
             if not same_uid:  # a new Job (perhaps of an old name): its predecessor's runs are not its own
                 if old is not None:
-                    self._demand.pop(str((old.get("metadata") or {}).get("uid")), None)
+                    self.demands.forget(str((old.get("metadata") or {}).get("uid")))
                 entry.spans, entry.evidence, entry.written, entry.plan = {}, None, None, None
                 entry.evictions, entry.planned_evictions, entry.gone = {}, {}, {}
             if not same_spec:
@@ -212,7 +209,7 @@ class JobBook:
             entry = self._entries.get(key)
             if entry is not None:
                 if entry.job is not None:
-                    self._demand.pop(str((entry.job.get("metadata") or {}).get("uid")), None)
+                    self.demands.forget(str((entry.job.get("metadata") or {}).get("uid")))
                 entry.job, entry.written, entry.plan = None, None, None
                 if not entry.pods:
                     del self._entries[key]
@@ -313,8 +310,7 @@ class JobBook:
             entry = self._entries.get(key)
             return entry.job if entry else None
 
-    def pod_names(self, key: JobKey) -> set[str]:
-        """Names of the Job's task pods any event has shown, those deleted since included."""
+    def pod_names(self, key: JobKey) -> set[str]:  # every name an event showed, deleted ones too
         with self._lock:
             entry = self._entries.get(key)
             return set(entry.pods) | entry.seen if entry else set()
@@ -350,7 +346,7 @@ class JobBook:
                         if not isinstance(exc, InvalidInput):  # not a value we check: our bug, or a shape we missed
                             log.exception("job %s/%s cannot be planned; it fails", *key)
                     entry.planned_evictions = {}  # a failed plan's status counts none
-                    entry.plan = _failed_plan(_as_planned(entry), unplannable(exc), now)
+                    entry.plan = failed_plan(_as_planned(entry), unplannable(exc), now)
                 entry.dirty = False
                 out[key] = entry.plan
         return out
@@ -371,86 +367,6 @@ class JobBook:
             if entry is not None:
                 entry.dirty = True
 
-    # --- the dispatcher's side -------------------------------------------------------------------
-
-    def task_demand(self, job: Mapping[str, Any], group: str) -> ResourceVector | None:
-        """One task's demand in ``group`` (cached per Job uid and spec); None when it cannot be read
-        (:meth:`blocked_groups` then fails the Job, naming the field)."""
-        try:
-            return self._demand_or_error(job, group)
-        except InvalidInput:
-            return None
-
-    def _demand_or_error(self, job: Mapping[str, Any], group: str) -> ResourceVector:
-        meta = job.get("metadata") or {}
-        cached = self._demand.setdefault(str(meta.get("uid")), {})
-        key = (str(meta.get("generation")), group)
-        if key not in cached:
-            try:
-                cached[key] = tasks.task_demand(job, group)
-            except InvalidInput as exc:
-                cached[key] = exc
-            except Exception as exc:  # a template of the wrong shape (admitted without the webhook's checks)
-                cached[key] = InvalidInput(f"spec.tasks[{group!r}].template", f"{type(exc).__name__}: {exc}",
-                                           "a pod template: metadata and spec shaped as a Pod's")
-        found = cached[key]
-        if isinstance(found, InvalidInput):
-            raise found
-        return found
-
-    def blocked_groups(self, job: Mapping[str, Any], queues: Iterable[str] | None,
-                       node_shapes: Iterable[Mapping[str, float]]) -> dict[str, tuple[str, str]]:
-        """:func:`tasks.blocked_groups` for ``job`` (``queues``: the Queues that exist; None: not known yet).
-
-        Raises :class:`InvalidInput` when a group's demand cannot be read: such a Job can never run, so it fails.
-        """
-        queue = tasks.job_queue(job)
-        names = [str(g.get("name")) for g in tasks.group_specs(job)]
-        demands: dict[str, ResourceVector | None] = {g: self._demand_or_error(job, g) for g in names}
-        return tasks.blocked_groups(queue, queues is None or queue in queues, demands, node_shapes)
-
-    def pending_groups(self, plans: Mapping[JobKey, tasks.JobPlan], now: float) -> list[PendingGroup]:
-        """One :class:`PendingGroup` per unfinished group of every unfinished Job (the dispatcher wants them all).
-
-        With the estimator's evidence (:meth:`evidence`): each group's finished tasks and their mean run span, the
-        longest a running task has run at ``now`` (clock seconds: the caller's clock), and the Job's recurring key.
-        """
-        out: list[PendingGroup] = []
-        for key, plan in plans.items():
-            job = self.job(key)
-            if job is None or plan.terminal:
-                continue
-            try:
-                out.extend(self._pending(key, job, plan, now))
-            except Exception as exc:  # this Job cannot be read: it fails at the next plan, the others go on
-                self.break_job(key, exc)
-        return out
-
-    def _pending(self, key: JobKey, job: Mapping[str, Any], plan: tasks.JobPlan, now: float) -> list[PendingGroup]:
-        out = []
-        spec_groups = {str(g.get("name")): g for g in tasks.group_specs(job)}
-        arrival = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
-        progress = _progress(plan)
-        evidence = self.evidence(key)
-        recurring = job_recurring_key(job)
-        for g in plan.groups:
-            demand = self.task_demand(job, g.name)
-            if demand is None or g.remaining == 0:
-                continue
-            duration = tasks.expected_duration_s(spec_groups.get(g.name) or {})
-            ev = evidence.get(g.name) or GroupEvidence()
-            out.append(PendingGroup(
-                key=f"{key[0]}/{key[1]}/{g.name}", queue=tasks.job_queue(job), demand=demand,
-                releasable=len(g.releasable), namespace=key[0], job=f"{key[0]}/{key[1]}", group=g.name,
-                intent=tasks.job_intent(job),
-                expected_duration_s=duration,
-                arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=g.remaining,
-                finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
-                unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,
-                running_elapsed_s=max(now - ev.running_since, 0.0) if math.isfinite(ev.running_since) else 0.0,
-                recurring_key=recurring))
-        return out
-
     def evidence(self, key: JobKey) -> dict[str, GroupEvidence]:
         """Per group of the Job, :func:`group_evidence` of its pods; recomputed only when its pods changed (the run
         spans of succeeded pods are kept when they are deleted). {} for a Job not in the book."""
@@ -464,218 +380,39 @@ class JobBook:
                                                 owner_uid=str(uid) if uid else None)
             return entry.evidence
 
-    def lessons(self, key: JobKey, plan: tasks.JobPlan, mean_capacity: Mapping[str, float]) -> list[Lesson]:
-        """One :class:`Lesson` per task of the Job that succeeded and was not learned from yet.
+    # --- what the writer wrote (job_writer.JobWriter) -------------------------------------------
 
-        The features are the ones the dispatcher asks the classifier about (``classifier.task_features``:
-        queue, job, group, the demand as fractions of the mean node, the Job's progress); the duration is the
-        task's run span (:func:`run_span`), the same the group's ``finished_mean_s`` averages.
-        """
-        job = self.job(key)
-        out = []
-        recurring = job_recurring_key(job) if job is not None else None
-        for pod in plan.finished if job is not None else ():
-            uid = str((pod.get("metadata") or {}).get("uid"))
-            span = run_span(pod)
-            if span is None or not self.learned.fresh(uid, span[1]):
-                continue
-            self.learned.add(uid, span[1])
-            group = labels.task_group(pod)
-            demand = self.task_demand(job, group)
-            if demand is None:
-                continue
-            queue = tasks.job_queue(job)
-            features = classifier.task_features(queue, job_recurring_key(job), group, demand, mean_capacity,
-                                                _progress(plan))
-            out.append(Lesson(features, span[1] - span[0], queue, f"{key[0]}/{key[1]}/{group}", group, recurring))
-        return out
-
-    # --- writing ---------------------------------------------------------------------------------
-
-    def apply(self, key: JobKey, plan: tasks.JobPlan,
-              estimates: Mapping[str, tuple[float, str]] | None = None, held: tuple[str, str] | None = None) -> None:
-        """Write the plan's status (when it changed), post its Events, delete what it says; errors are logged.
-
-        ``estimates``: group name → (task seconds, source) from the dispatcher's last decision, shown as
-        ``status.estimate`` (:func:`tasks.estimate_status`; None: the estimates written before are kept).
-        ``held``: (reason, message) of the condition ``Held`` while the dispatcher holds some of its tasks
-        (``holds.job_held``); None: it holds none (a ``Held`` written before turns False).
-        """
+    def written_basis(self, key: JobKey, plan: tasks.JobPlan
+                      ) -> tuple[dict[str, Any], dict[str, Any], dict[str, int]] | None:
+        """What a status write of ``plan`` starts from: the Job, the status it replaces (the one last written: the
+        cache may lag behind it) and the evictions ``plan`` counted; None for a Job not in the book."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.job is None:
-                return
-            job = entry.job
-            current = entry.written if entry.written is not None else (job.get("status") or {})
+                return None
+            current = entry.written if entry.written is not None else (entry.job.get("status") or {})
             # Only what this plan counted: an eviction seen since is not in its status (nor in a failed plan's).
             evictions = dict(entry.planned_evictions) if plan is entry.plan else {}
-        status = plan.status
-        estimate = tasks.estimate_status(plan.groups, estimates, current.get("estimate"))
-        if estimate is not None:
-            status = {**plan.status, "estimate": estimate}
-        condition = tasks.held_condition(held if not plan.terminal else None, current, rfc3339(self._clock()))
-        if condition is not None:
-            status = {**status, "conditions": [*status.get("conditions", []), condition]}
-        changed = _comparable(status) != _comparable(current)
-        if changed:
-            try:
-                self._client.patch(job_path(key, "/status"), {"status": status})
-            except api.ApiError as exc:
-                if exc.status == 404:
-                    return  # deleted meanwhile
-                log.warning("job %s/%s: status not written (%s); retrying next pass", *key, exc)
-                self.mark_dirty(key)
-                return
-            except OSError as exc:
-                log.warning("job %s/%s: status not written (%s); retrying next pass", *key, exc)
-                self.mark_dirty(key)
-                return
-            with self._lock:
-                entry.written = status
-                entry.gone = {n: p for n, p in entry.gone.items() if not tasks.attempt_recorded(plan.status, key[1], p)}
-                for group, n in evictions.items():  # now part of status.groups[group].evicted
-                    left = entry.evictions.get(group, 0) - n
-                    if left > 0:
-                        entry.evictions[group] = left
-                    else:
-                        entry.evictions.pop(group, None)
-                if plan is entry.plan:
-                    entry.planned_evictions = {}  # written: the same plan applied again counts none twice
-                entry.dirty = True
-            now = self._clock()
-            for type_, reason, message in plan.events:
-                post_event(self._client, job, type_, reason, message, now)
-            if plan.phase is tasks.Phase.SUCCEEDED and current.get("phase") != tasks.Phase.SUCCEEDED:
-                self._observe_completion(job, plan)
-        for name in plan.delete:
-            try:
-                self._client.delete(f"/api/v1/namespaces/{key[0]}/pods/{name}")
-            except api.ApiError as exc:
-                if exc.status != 404:
-                    log.warning("job %s/%s failed: could not delete its pod %s: %s", *key, name, exc)
+            return entry.job, current, evictions
 
-    def fail(self, key: JobKey, message: str) -> None:
-        """Fail the Job now (a pod the API server refuses, a spec that cannot be planned): status + Warning Event."""
+    def record_written(self, key: JobKey, plan: tasks.JobPlan, status: dict[str, Any],
+                       evictions: Mapping[str, int]) -> None:
+        """The writer wrote ``status`` (``plan``'s, counting ``evictions``): plan from it, forget what it records."""
         with self._lock:
             entry = self._entries.get(key)
-            job = entry.job if entry else None
-        if job is None:
-            return
-        plan = _failed_plan(job, message, rfc3339(self._clock()))
-        self.apply(key, plan)
-
-    def _observe_completion(self, job: Mapping[str, Any], plan: tasks.JobPlan) -> None:
-        created = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
-        done = parse_timestamp(plan.status.get("completionTime"))
-        if created is not None and done is not None:
-            self._metrics.job_completion.labels(tasks.job_queue(job)).observe(max(done - created, 0.0))
-
-
-class LearnedTasks:
-    """Finished tasks the classifier was taught, so none teaches it twice, across restarts too.
-
-    A task is new when it finished at or after ``until`` and its pod's uid is not among the remembered
-    ones; ``until`` trails the newest finish time by :data:`LEARNED_WINDOW_S`, and only uids since then
-    are kept. Saved with the classifier's state in one ConfigMap write, so the two never disagree.
-    """
-
-    def __init__(self, window_s: float = LEARNED_WINDOW_S, max_uids: int = LEARNED_MAX_UIDS) -> None:
-        self.window_s = window_s
-        self.max_uids = max_uids
-        self.until = -math.inf
-        self._uids: dict[str, float] = {}
-
-    def fresh(self, uid: str, finished_s: float) -> bool:
-        return finished_s >= self.until and uid not in self._uids
-
-    def add(self, uid: str, finished_s: float) -> None:
-        self._uids[uid] = finished_s
-        self.until = max(self.until, max(self._uids.values()) - self.window_s)
-        if len(self._uids) > self.max_uids:  # the oldest finish kept starts the window
-            self.until = max(self.until, sorted(self._uids.values())[len(self._uids) - self.max_uids])
-        for old in [u for u, t in self._uids.items() if t < self.until]:
-            del self._uids[old]
-
-    def state(self) -> dict[str, Any]:
-        return {"until": self.until if math.isfinite(self.until) else None, "uids": dict(sorted(self._uids.items()))}
-
-    def load(self, state: Mapping[str, Any]) -> None:
-        until = state.get("until")
-        self.until = float(until) if until is not None else -math.inf
-        self._uids = {str(u): float(t) for u, t in (state.get("uids") or {}).items()}
-
-
-def run_span(pod: Mapping[str, Any]) -> tuple[float, float] | None:
-    """When a finished pod's containers first started and last finished (None if unknown)."""
-    starts, ends = [], []
-    for c in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = ((c or {}).get("state") or {}).get("terminated") or {}
-        s, e = parse_timestamp(term.get("startedAt")), parse_timestamp(term.get("finishedAt"))
-        if s is not None and e is not None:
-            starts.append(s)
-            ends.append(e)
-    if not starts:
-        return None
-    return min(starts), max(max(ends), min(starts))
-
-
-def running_since(pod: Mapping[str, Any]) -> float | None:
-    """When a running pod's containers started (the earliest ``state.running.startedAt``); None if none runs."""
-    starts = [parse_timestamp((((c or {}).get("state") or {}).get("running") or {}).get("startedAt"))
-              for c in (pod.get("status") or {}).get("containerStatuses") or []]
-    known = [s for s in starts if s is not None]
-    return min(known) if known else None
-
-
-def group_evidence(pods: Iterable[Mapping[str, Any]], spans: dict[str, tuple[str, float]] | None = None,
-                   owner_uid: str | None = None) -> dict[str, GroupEvidence]:
-    """Per task group (label ``stowage.io/task-group``), what a Job's pods say about its tasks' duration.
-
-    ``finished``/``mean_s``: the succeeded pods whose run span (:func:`run_span`) is known, and its mean;
-    ``running_since``: the earliest container start among the pods running now (:func:`running_since`; a pod
-    being deleted or disrupted does not count). ``spans`` (uid → (group, seconds)), when given, is updated with
-    the succeeded pods and read whole, so a succeeded pod deleted since still counts. ``owner_uid``: only pods
-    whose controller reference has that uid (a Job's predecessor of the same name left its own).
-    """
-    spans = {} if spans is None else spans
-    since: dict[str, float] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if owner_uid is not None and not any(
-                ref.get("uid") == owner_uid for ref in meta.get("ownerReferences") or () if ref.get("controller")):
-            continue
-        group = labels.task_group(pod)
-        outcome = tasks.pod_outcome(pod)
-        if outcome is tasks.Outcome.SUCCEEDED:
-            span = run_span(pod)
-            if span is not None:
-                spans[str(meta.get("uid"))] = (group, span[1] - span[0])
-        elif outcome is tasks.Outcome.ACTIVE and (pod.get("status") or {}).get("phase") == "Running":
-            start = running_since(pod)
-            if start is not None:
-                since[group] = min(since.get(group, math.inf), start)
-    totals: dict[str, list[float]] = {}
-    for group, seconds in spans.values():
-        totals.setdefault(group, []).append(seconds)
-    out = {g: GroupEvidence(len(v), math.fsum(v) / len(v)) for g, v in totals.items()}
-    for group, start in since.items():
-        out[group] = out.get(group, GroupEvidence())._replace(running_since=start)
-    return out
-
-
-def job_recurring_key(job: Mapping[str, Any]) -> str:
-    """:func:`stowage.policy.estimates.recurring_key` of a Job (its label ``stowage.io/recurring``, generateName,
-    else its name without a trailing run number)."""
-    meta = job.get("metadata") or {}
-    generate = meta.get("generateName")
-    return estimates.recurring_key(str(meta.get("namespace") or ""), str(meta.get("name") or ""),
-                                   {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-                                   str(generate) if generate else None)
-
-
-def _progress(plan: tasks.JobPlan) -> float:
-    """Finished / total tasks of the Job."""
-    return sum(g.succeeded for g in plan.groups) / (sum(g.replicas for g in plan.groups) or 1)
+            if entry is None:
+                return
+            entry.written = status
+            entry.gone = {n: p for n, p in entry.gone.items() if not tasks.attempt_recorded(plan.status, key[1], p)}
+            for group, n in evictions.items():  # now part of status.groups[group].evicted
+                left = entry.evictions.get(group, 0) - n
+                if left > 0:
+                    entry.evictions[group] = left
+                else:
+                    entry.evictions.pop(group, None)
+            if plan is entry.plan:
+                entry.planned_evictions = {}  # written: the same plan applied again counts none twice
+            entry.dirty = True
 
 
 def _as_gone(pod: Mapping[str, Any], now: str) -> dict[str, Any]:
@@ -695,15 +432,6 @@ def _as_planned(entry: _Entry) -> dict[str, Any]:
     return job
 
 
-def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if k != "kopf"}
-
-
-def _bounded(message: str) -> str:
-    """An Event's or a condition's message: enough to name the field and the value, never the whole object."""
-    return message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX - 1] + "…"
-
-
 def unplannable(exc: BaseException) -> str:
     """The message a Job fails with when it cannot be planned: an :class:`InvalidInput` names the field, the value
     and what is allowed; anything else says what went wrong (a shape no check caught)."""
@@ -711,9 +439,9 @@ def unplannable(exc: BaseException) -> str:
     return f"the Job cannot be planned: {what}"
 
 
-def _failed_plan(job: Mapping[str, Any], message: str, now: str) -> tasks.JobPlan:
+def failed_plan(job: Mapping[str, Any], message: str, now: str) -> tasks.JobPlan:
     old = job.get("status") or {}
-    message = _bounded(message)
+    message = bounded(message)
     conditions = [{"type": "Failed", "status": "True", "reason": "Invalid", "message": message,
                    "lastTransitionTime": now}]
     status = {**{k: v for k, v in old.items() if k != "kopf"}, "phase": tasks.Phase.FAILED.value,

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stowage.operator import jobs
+from stowage.operator.events import post_event
 
 from stowage import labels
 from stowage.errors import InvalidInput
@@ -348,7 +348,7 @@ class Promoter:
                              for c in resize["spec"]["containers"])
         where = f" on node {node}" if node else ""
         log.info("promoted %s to regular%s (requests %s)", key, where, requests)
-        jobs.post_event(self.client, {"apiVersion": "v1", "kind": "Pod", "metadata": pod.get("metadata") or {}},
+        post_event(self.client, {"apiVersion": "v1", "kind": "Pod", "metadata": pod.get("metadata") or {}},
                         "Normal", EVENT_REASON,
                         f"Promoted in place to regular{where}: regular room frees there, so the pod keeps its work "
                         f"and is no longer evicted under contention; requests restored ({requests})", self.clock())

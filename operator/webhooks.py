@@ -23,16 +23,28 @@ import logging
 import re
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp.web  # Kopf's own dependency: its webhook server
 import jsonpatch  # Kopf's own dependency: applies our RFC 6902 patch to the body Kopf diffs
 import kopf
 from stowage.operator import admission, crd
+from stowage.operator.webhook_api import (
+    APPLY_TIMEOUT_S,
+    FIELD_MANAGER,
+    READ_TIMEOUT_S,
+    ApiUnreadable,
+    Applier,
+    kubernetes_applier,
+    kubernetes_namespace_queue,
+    kubernetes_queue_lookup,
+    kubernetes_queue_names,
+)
 
 from stowage import labels
 from stowage.errors import InvalidInput
 
+# The API reads and the applier stay importable from here (webhook_api.py holds them).
 __all__ = [
     "APPLY_TIMEOUT_S",
     "CONFIGURATION_NAME",
@@ -74,13 +86,10 @@ CONFIGURATION_NAME = "stowage.io"
 EXEMPT_NAMESPACES: tuple[str, ...] = ("kube-system",)
 #: Seconds the API server waits for an answer: a pod create waits this long when the webhook hangs.
 TIMEOUT_S = 10
-FIELD_MANAGER = "stowage-operator"
 _NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server (1.22+)
 
 QueueExists = admission.QueueExists
-Applier = Callable[[list[dict[str, Any]]], None]
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 
 # --- handlers ------------------------------------------------------------------------------------
@@ -89,11 +98,6 @@ _T = TypeVar("_T")
 def _refuse(problems: Sequence[InvalidInput]) -> None:
     if problems:
         raise kopf.AdmissionError("; ".join(str(p) for p in problems), code=422)
-
-
-class ApiUnreadable(Exception):
-    """A read the webhook needs (a Queue, the Queues, a namespace) failed: a timeout, a lost connection or an API
-    error. The request is refused with 503 (the API's "try again"), never admitted unchecked."""
 
 
 #: Characters of an unexpected error a refusal repeats.
@@ -394,119 +398,3 @@ def configure(settings: kopf.OperatorSettings, server: kopf.WebhookServerProtoco
     """Serve admission through ``server``; Kopf manages no webhook configuration (ours do: see the module)."""
     settings.admission.server = server
     settings.admission.managed = None
-
-
-# --- the API, through the official client -------------------------------------------------------
-
-#: Seconds one API read of a webhook may take (connect and answer together). A pod create makes at most three
-#: reads (its namespace, its Queue, the Queues a refusal lists), and the first that fails ends it: with one
-#: retry each, the worst case stays near the API server's own ``TIMEOUT_S`` for calling the webhook, and no
-#: executor thread waits on a dead connection for the kernel's keep-alive (about 15 minutes).
-READ_TIMEOUT_S = 1.5
-#: Seconds the webhook configurations' server-side apply may take, at start and after a certificate renewal.
-APPLY_TIMEOUT_S = 30.0
-
-
-def _reading_client(api_client: Any) -> Any:
-    """An ``ApiClient`` for the webhooks' reads: ``api_client``'s server and credentials, one retry.
-
-    The client's default is three retries of a GET, each restarting the timeout: four times ``READ_TIMEOUT_S``
-    would outlast the API server's wait. One retry still replaces a pooled connection that died quietly.
-    """
-    from kubernetes import client
-    from urllib3.util.retry import Retry
-
-    configuration = copy.deepcopy(api_client.configuration)
-    configuration.retries = Retry(total=1, backoff_factor=0, raise_on_status=False)
-    return client.ApiClient(configuration)
-
-
-def _read(what: str, read: Callable[[], _T]) -> _T:
-    """``read()``, whose every failure is :class:`ApiUnreadable` saying what could not be read and why."""
-    from kubernetes import client
-    from urllib3.exceptions import HTTPError
-
-    try:
-        return read()
-    except client.ApiException as exc:  # status 0: the client's own failure (TLS)
-        answer = f"answered {exc.status} {exc.reason}" if exc.status else f"could not be read ({exc.reason})"
-        raise ApiUnreadable(f"the API server {answer} reading {what}") from exc
-    except (HTTPError, OSError) as exc:
-        raise ApiUnreadable(f"the API server did not answer reading {what} within {READ_TIMEOUT_S:g} s "
-                            f"({type(exc).__name__})") from exc
-
-
-def kubernetes_applier(api_client: Any, field_manager: str = FIELD_MANAGER) -> Applier:
-    """An ``apply`` for :class:`ConfiguringServer`: server-side apply with a ``kubernetes.client.ApiClient``."""
-    from kubernetes import client
-
-    api = client.AdmissionregistrationV1Api(api_client)
-
-    def apply(configurations: list[dict[str, Any]]) -> None:
-        for obj in configurations:
-            patch = (api.patch_validating_webhook_configuration if obj["kind"] == "ValidatingWebhookConfiguration"
-                     else api.patch_mutating_webhook_configuration)
-            patch(obj["metadata"]["name"], obj, field_manager=field_manager, force=True,
-                  _content_type="application/apply-patch+yaml", _request_timeout=APPLY_TIMEOUT_S)
-
-    return apply
-
-
-def kubernetes_queue_lookup(api_client: Any) -> QueueExists:
-    """``queue_lookup`` for :func:`register`: reads the Queue from the API (404 → does not exist).
-
-    A read, not an informer's cache: a Queue created a moment before the Job that names it is found.
-    Any other answer, or none within ``READ_TIMEOUT_S``, raises :class:`ApiUnreadable`: the webhook refuses
-    (fails closed) with 503.
-    """
-    from kubernetes import client
-
-    objects = client.CustomObjectsApi(_reading_client(api_client))
-
-    def get(name: str) -> bool:
-        try:
-            objects.get_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, name,
-                                              _request_timeout=READ_TIMEOUT_S)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
-    def exists(name: str) -> bool:
-        # A name no Queue can have is not looked up: "" would read the list of Queues, and find it.
-        return crd.is_queue_name(name) and _read(f"Queue {name!r}", lambda: get(name))
-
-    return exists
-
-
-def kubernetes_queue_names(api_client: Any) -> admission.QueueNames:
-    """``queue_names`` for :func:`register`: the Queues that exist, listed when a refusal names them."""
-    from kubernetes import client
-
-    objects = client.CustomObjectsApi(_reading_client(api_client))
-
-    def names() -> list[str]:
-        listed = _read("the list of Queues", lambda: objects.list_cluster_custom_object(
-            crd.GROUP, crd.VERSION, crd.QUEUE.plural, _request_timeout=READ_TIMEOUT_S))
-        return [q["metadata"]["name"] for q in listed.get("items") or []]
-
-    return names
-
-
-def kubernetes_namespace_queue(api_client: Any) -> admission.NamespaceQueue:
-    """``namespace_queue`` for :func:`register`: the namespace's ``stowage.io/queue`` label, read from the API.
-
-    A read, like the queue lookup: a namespace labelled a moment ago defaults its next pod. A failed read
-    raises :class:`ApiUnreadable`, and the webhook refuses (fails closed) with 503.
-    """
-    from kubernetes import client
-
-    core = client.CoreV1Api(_reading_client(api_client))
-
-    def queue(namespace: str) -> str | None:
-        read = _read(f"namespace {namespace!r}",
-                     lambda: core.read_namespace(namespace, _request_timeout=READ_TIMEOUT_S))
-        return (read.metadata.labels or {}).get(labels.LABEL_QUEUE)
-
-    return queue

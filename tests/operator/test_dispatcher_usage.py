@@ -41,7 +41,7 @@ def _view(a_running: int, b_running: int, queues: list[QueueRecord] | None = Non
 
 
 def _saved(d: Dispatcher) -> dict[str, Any]:
-    """What the operator's ConfigMap holds (``runtime._state_data``), read back; strict JSON (no NaN)."""
+    """What the operator's ConfigMap holds (``Learning.state_data``), read back; strict JSON (no NaN)."""
     return json.loads(json.dumps(d.state_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False))
 
 

@@ -16,8 +16,11 @@ import pytest
 from prometheus_client import generate_latest
 from stowage.operator import jobs, tasks
 from stowage.operator.dispatcher import Dispatcher, DispatchView, NodeRecord, QueueRecord, RunningPod
+from stowage.operator.job_writer import JobWriter
+from stowage.operator.learning import lessons
 from stowage.operator.metrics import OperatorMetrics
 from stowage.operator.runtime import OperatorRuntime
+from stowage.operator.snapshot import pending_groups
 
 from stowage import labels
 from stowage.config import StowageSettings
@@ -58,12 +61,16 @@ def running(owner: dict[str, Any], group_name: str, index: int, start: float, **
 
 def _book(clock: float = T0 + 100) -> tuple[jobs.JobBook, StubClient]:
     client = StubClient()
-    return jobs.JobBook(client, OperatorMetrics(), clock=lambda: clock), client  # type: ignore[arg-type]
+    return jobs.JobBook(OperatorMetrics(), clock=lambda: clock), client
+
+
+def _writer(book: jobs.JobBook, client: StubClient, clock: float = T0 + 100) -> JobWriter:
+    return JobWriter(client, book, OperatorMetrics(), clock=lambda: clock)  # type: ignore[arg-type]
 
 
 def _groups(book: jobs.JobBook, now: float) -> dict[str, Any]:
     plans = book.plans(lambda _: set(), None)
-    return {g.group: g for g in book.pending_groups(plans, now)}
+    return {g.group: g for g in pending_groups(book, plans, now)}
 
 
 # --- the evidence ----------------------------------------------------------------------------------
@@ -152,11 +159,11 @@ def test_lessons_name_the_queue_the_group_and_the_recurring_job() -> None:
     book.upsert_job(j)
     book.apply_pod_event("ADDED", succeeded(j, "map", 0, T0 + 5, T0 + 17))
     plan = book.plans(lambda _: set(), None)[KEY]
-    (lesson,) = book.lessons(KEY, plan, {"cpu": 8.0, "memory": 16 * 2**30})
+    (lesson,) = lessons(book, KEY, plan, {"cpu": 8.0, "memory": 16 * 2**30})
     assert (lesson.duration_s, lesson.queue, lesson.group_key, lesson.group, lesson.recurring_key) == \
         (12.0, "research", "ns/train/map", "map", "ns/nightly")
     assert (lesson.features["framework"], lesson.features["stage"]) == ("research", "map")
-    assert book.lessons(KEY, plan, {"cpu": 8.0}) == [], "each task teaches once"
+    assert lessons(book, KEY, plan, {"cpu": 8.0}) == [], "each task teaches once"
 
 
 # --- learning and the ratio metric ----------------------------------------------------------------
@@ -196,7 +203,7 @@ def test_each_finished_task_teaches_the_dispatcher_and_observes_estimate_over_ac
     rt.jobs.apply_pod_event("ADDED", succeeded(j, "map", 0, T0, T0 + 20))
     rt.jobs.apply_pod_event("ADDED", succeeded(j, "map", 1, T0, T0 + 60))
     plan = rt.jobs.plans(lambda _: set(), None)[KEY]
-    assert rt.learn(KEY, plan, {"cpu": 8.0}) == 2
+    assert rt.learning.learn(KEY, plan, {"cpu": 8.0}) == 2
     assert sorted(dispatcher.calls) == [((20.0,), "research", "ns/train/map", "ns/train", "map"),
                                         ((60.0,), "research", "ns/train/map", "ns/train", "map")]
     assert _ratio(rt.metrics, "phase") == 2 and _ratio(rt.metrics, "phase", "sum") == pytest.approx(1.5 + 0.5)
@@ -213,7 +220,7 @@ def test_no_ratio_without_an_estimate_held_for_the_group(held: tuple[float, str]
     j = job(group("map", 1, duration=None))
     rt.jobs.upsert_job(j)
     rt.jobs.apply_pod_event("ADDED", succeeded(j, "map", 0, T0, T0 + 20))
-    assert rt.learn(KEY, rt.jobs.plans(lambda _: set(), None)[KEY], {}) == 1
+    assert rt.learning.learn(KEY, rt.jobs.plans(lambda _: set(), None)[KEY], {}) == 1
     assert all(_ratio(rt.metrics, s) == 0 for s in estimates.SOURCE_NAMES)
 
 
@@ -223,7 +230,7 @@ def test_a_task_that_took_no_time_teaches_but_observes_no_ratio() -> None:
     j = job(group("map", 1, duration=None))
     rt.jobs.upsert_job(j)
     rt.jobs.apply_pod_event("ADDED", succeeded(j, "map", 0, T0, T0))
-    rt.learn(KEY, rt.jobs.plans(lambda _: set(), None)[KEY], {})
+    rt.learning.learn(KEY, rt.jobs.plans(lambda _: set(), None)[KEY], {})
     assert len(dispatcher.calls) == 1 and _ratio(rt.metrics, "prior") == 0
 
 
@@ -238,20 +245,20 @@ def test_the_real_dispatcher_reports_what_it_estimated_at_its_last_decision() ->
     rt.jobs.apply_pod_event("ADDED", running(j, "map", 0, T0 + 80))
     plans = rt.jobs.plans(lambda _: set(), None)
     view = DispatchView(nodes=[NodeRecord("n1", ResourceVector({"cpu": 8.0, "memory": 16 * 2**30}))], running=[],
-                        queues=[QueueRecord("research")], groups=rt.jobs.pending_groups(plans, now))
+                        queues=[QueueRecord("research")], groups=pending_groups(rt.jobs, plans, now))
     dispatcher.decide(view)
     seconds, source = dispatcher.estimates()["ns/train/map"]
     assert source in estimates.SOURCE_NAMES and seconds > 0
-    assert rt.job_estimates() == {KEY: {"map": (seconds, source)}}
+    assert rt.learning.job_estimates() == {KEY: {"map": (seconds, source)}}
     rt.jobs.apply_pod_event("MODIFIED", succeeded(j, "map", 0, T0 + 80, T0 + 110))
-    rt.learn(KEY, rt.jobs.plans(lambda _: set(), None)[KEY], {"cpu": 8.0, "memory": 16 * 2**30})
+    rt.learning.learn(KEY, rt.jobs.plans(lambda _: set(), None)[KEY], {"cpu": 8.0, "memory": 16 * 2**30})
     assert _ratio(rt.metrics, source) == 1
     assert _ratio(rt.metrics, source, "sum") == pytest.approx(seconds / 30.0)
 
 
 def test_job_estimates_group_the_dispatchers_by_job_and_leave_plain_pods_out() -> None:
     rt = _runtime(RecordingDispatcher(held=None))
-    assert rt.job_estimates() == {KEY: {"map": (30.0, "phase"), "reduce": (5.0, "prior")}}
+    assert rt.learning.job_estimates() == {KEY: {"map": (30.0, "phase"), "reduce": (5.0, "prior")}}
 
 
 # --- the classifier is asked about what it was taught ---------------------------------------------
@@ -267,7 +274,7 @@ def _finish(rt: OperatorRuntime, j: dict[str, Any], group_name: str, indexes: ra
         p = succeeded(j, group_name, i, T0, T0 + run_s)
         p["metadata"]["uid"] = f"{key[1]}-{p['metadata']['uid']}"  # each Job's pods their own (learned once each)
         rt.jobs.apply_pod_event("ADDED", p)
-    rt.learn(key, rt.jobs.plans(lambda _: set(), None)[key], MEAN)
+    rt.learning.learn(key, rt.jobs.plans(lambda _: set(), None)[key], MEAN)
 
 
 def test_the_dispatcher_asks_the_classifier_about_the_features_a_finished_task_taught() -> None:
@@ -280,9 +287,9 @@ def test_the_dispatcher_asks_the_classifier_about_the_features_a_finished_task_t
     rt.jobs.upsert_job(j)
     rt.jobs.apply_pod_event("ADDED", succeeded(j, "map", 0, T0, T0 + 12))
     plans = rt.jobs.plans(lambda _: set(), None)
-    (lesson,) = rt.jobs.lessons(KEY, plans[KEY], MEAN)
+    (lesson,) = lessons(rt.jobs, KEY, plans[KEY], MEAN)
     view = DispatchView(nodes=[NODE], running=[], queues=[QueueRecord("research")],
-                        groups=rt.jobs.pending_groups(plans, now))
+                        groups=pending_groups(rt.jobs, plans, now))
     a = dispatcher._arrays(view)
     asked = dispatcher.decide_input(view, a, now).features[0]
     assert asked == lesson.features
@@ -310,7 +317,7 @@ def test_an_auto_task_its_finished_predecessors_taught_short_spills_onto_harvest
     idle = NodeRecord("n1", NODE.allocatable, usage=ResourceVector({"cpu": 1.0, "memory": 2 * 2**30}))
     view = DispatchView(nodes=[idle], running=[RunningPod("n1", NODE.allocatable, queue="bulk", bound_at_s=0.0)],
                         queues=[QueueRecord("bulk", weight=2.0), QueueRecord("research")],
-                        groups=rt.jobs.pending_groups(plans, now))
+                        groups=pending_groups(rt.jobs, plans, now))
     releases = dispatcher.decide(view)
     assert [(r.group_key, r.pod_class, r.count) for r in releases] == [("ns/spill-1/w", PodClass.OPPORTUNISTIC, 4)]
 
@@ -347,38 +354,40 @@ def test_estimate_status_keeps_a_groups_last_estimate_and_drops_what_is_not_the_
 
 def test_the_status_shows_the_estimate_and_is_written_again_only_when_it_changes() -> None:
     book, client = _book()
+    writer = _writer(book, client)
     j = job(group("map", 4, duration=None))
     book.upsert_job(j)
     book.apply_pod_event("ADDED", running(j, "map", 0, T0 + 50))
     plan = book.plans(lambda _: set(), None)[KEY]
-    book.apply(KEY, plan)
+    writer.apply(KEY, plan)
     assert len(client.patches) == 1 and "estimate" not in client.patches[0][1]["status"], "nothing estimated yet"
-    book.apply(KEY, plan, {"map": (123.4, "elapsed")})
+    writer.apply(KEY, plan, {"map": (123.4, "elapsed")})
     assert len(client.patches) == 2
     assert client.patches[-1][1]["status"]["estimate"] == {
         "remainingWorkSeconds": 480.0, "groups": {"map": {"taskSeconds": 120.0, "source": "elapsed"}}}
-    book.apply(KEY, plan, {"map": (124.9, "elapsed")})  # the same to 2 significant digits
-    book.apply(KEY, plan, None)  # no decision held: the written estimate stays
+    writer.apply(KEY, plan, {"map": (124.9, "elapsed")})  # the same to 2 significant digits
+    writer.apply(KEY, plan, None)  # no decision held: the written estimate stays
     assert len(client.patches) == 2, "an estimate that did not change is not written again"
-    book.apply(KEY, plan, {"map": (131.0, "elapsed")})
+    writer.apply(KEY, plan, {"map": (131.0, "elapsed")})
     assert len(client.patches) == 3 and client.patches[-1][1]["status"]["estimate"]["groups"]["map"] == \
         {"taskSeconds": 130.0, "source": "elapsed"}
     # A plan computed from what was written (the next pass) writes nothing new either.
-    book.apply(KEY, book.plans(lambda _: set(), None)[KEY], {"map": (129.0, "elapsed")})
+    writer.apply(KEY, book.plans(lambda _: set(), None)[KEY], {"map": (129.0, "elapsed")})
     assert len(client.patches) == 3
 
 
 def test_the_estimate_read_back_after_a_restart_is_not_written_again() -> None:
     """A new operator starts from the status the API server holds (whole numbers come back as ints)."""
     book, client = _book()
+    writer = _writer(book, client)
     j = job(group("map", 2, duration=None))
     book.upsert_job(j)
     first = book.plans(lambda _: set(), None)[KEY]
-    book.apply(KEY, first, {"map": (1234.0, "prior")})
+    writer.apply(KEY, first, {"map": (1234.0, "prior")})
     written = client.patches[-1][1]["status"]
     restarted, client2 = _book()
     again = job(group("map", 2, duration=None), status={**written, "estimate": {
         "remainingWorkSeconds": 2400, "groups": {"map": {"taskSeconds": 1200, "source": "prior"}}}})
     restarted.upsert_job(again)
-    restarted.apply(KEY, restarted.plans(lambda _: set(), None)[KEY], {"map": (1190.0, "prior")})
+    _writer(restarted, client2).apply(KEY, restarted.plans(lambda _: set(), None)[KEY], {"map": (1190.0, "prior")})
     assert client2.patches == []

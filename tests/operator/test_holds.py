@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import generate_latest
 from stowage.operator import holds, jobs, tasks
 from stowage.operator.dispatcher import Dispatcher, DispatchView, NodeRecord, PendingGroup, QueueRecord, RunningPod
+from stowage.operator.job_writer import JobWriter
 from stowage.operator.metrics import OperatorMetrics
 from stowage.operator.runtime import GatedPods
 
@@ -146,17 +147,18 @@ def test_the_job_condition_counts_held_tasks_by_reason_and_names_each_group() ->
 
 def test_job_status_says_held_while_held_and_not_held_after() -> None:
     client = StubClient()
-    book = jobs.JobBook(client, OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
+    writer = JobWriter(client, book, OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
     book.upsert_job(job(group("map", 3)))
     key = ("ns", "train")
     plan = book.plans(lambda _: set(), None)[key]
-    book.apply(key, plan, None, ("WaitingForQuota", "3 task(s) held (3 for quota). group 'map': ..."))
+    writer.apply(key, plan, None, ("WaitingForQuota", "3 task(s) held (3 for quota). group 'map': ..."))
     held = [c for c in client.patches[-1][1]["status"]["conditions"] if c["type"] == tasks.HELD]
     assert [(c["status"], c["reason"]) for c in held] == [("True", "WaitingForQuota")]
     writes = len(client.patches)
-    book.apply(key, plan, None, ("WaitingForQuota", "3 task(s) held (3 for quota). group 'map': ..."))
+    writer.apply(key, plan, None, ("WaitingForQuota", "3 task(s) held (3 for quota). group 'map': ..."))
     assert len(client.patches) == writes  # unchanged: no write
-    book.apply(key, plan, None, None)
+    writer.apply(key, plan, None, None)
     held = [c for c in client.patches[-1][1]["status"]["conditions"] if c["type"] == tasks.HELD]
     assert [(c["status"], c["reason"]) for c in held] == [("False", "NotHeld")]
 

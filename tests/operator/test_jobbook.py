@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 from stowage.operator import jobs, tasks
+from stowage.operator.job_writer import JobWriter
 from stowage.operator.metrics import OperatorMetrics
+from stowage.operator.snapshot import pending_groups
 from stowage.operator.tasks import Phase, TaskRef
 
 from stowage import labels
@@ -35,7 +37,8 @@ def _owned(p: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_failed_pod_deleted_before_its_failure_is_written_still_spends_its_retry() -> None:
     client = StubClient()
-    book = jobs.JobBook(client, OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
+    writer = JobWriter(client, book, OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
     j = job(group("map", 1, max_retries=1))
     key = ("ns", "train")
     book.upsert_job(j)
@@ -45,7 +48,7 @@ def test_a_failed_pod_deleted_before_its_failure_is_written_still_spends_its_ret
     plan = book.plans(lambda _: set(), None)[key]
     assert plan.releasable == [TaskRef("map", 0, 1)]
     assert plan.status["groups"]["map"]["attempts"] == {"0": {"next": 1, "failed": [0]}}
-    book.apply(key, plan)
+    writer.apply(key, plan)
     assert client.patches and client.patches[-1][1]["status"]["groups"]["map"]["failed"] == 1
     retry = _owned(pod("train", "map", 0, 1, phase="Failed"), j)
     book.apply_pod_event("MODIFIED", retry)
@@ -54,7 +57,7 @@ def test_a_failed_pod_deleted_before_its_failure_is_written_still_spends_its_ret
 
 
 def test_a_running_pod_deleted_before_any_status_write_spends_no_retry_and_frees_no_name() -> None:
-    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
     j = job(group("map", 1, max_retries=0))
     book.upsert_job(j)
     running = _owned(pod("train", "map", 0), j)
@@ -68,7 +71,7 @@ def test_a_release_whose_pod_came_and_went_between_two_passes_is_not_in_flight()
     """The runtime counts a released name in flight until the book shows it (``pod_names``). A pod created, run
     and deleted between two passes was never in the book's live pods: it must still end the flight, or the task
     waits IN_FLIGHT_TTL_S for its next attempt (seen live under load: 120 s with no pod)."""
-    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
     j = job(group("map", 1, max_retries=0))
     book.upsert_job(j)
     key = ("ns", "train")
@@ -87,7 +90,8 @@ def test_an_eviction_seen_between_the_plan_and_its_status_write_is_counted_in_th
     counted after the plan is not in that plan's status, so its write must not take it as written (seen live: five
     pods evicted within 0.7 s, ``status.groups.w.evicted`` 4)."""
     client = StubClient()
-    book = jobs.JobBook(client, OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
+    writer = JobWriter(client, book, OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
     j = job(group("map", 3))
     key = ("ns", "train")
     book.upsert_job(j)
@@ -96,23 +100,24 @@ def test_an_eviction_seen_between_the_plan_and_its_status_write_is_counted_in_th
     book.apply_pod_event("MODIFIED", evicted[0])
     plan = book.plans(lambda _: set(), None)[key]
     book.apply_pod_event("MODIFIED", evicted[1])  # between the plan and its write
-    book.apply(key, plan)
+    writer.apply(key, plan)
     assert client.patches[-1][1]["status"]["groups"]["map"]["evicted"] == 1, "the plan saw one"
-    book.apply(key, book.plans(lambda _: set(), None)[key])
+    writer.apply(key, book.plans(lambda _: set(), None)[key])
     assert client.patches[-1][1]["status"]["groups"]["map"]["evicted"] == 2
 
 
 def test_a_failed_plan_written_meanwhile_takes_no_eviction_as_written() -> None:
     """``fail`` writes a status of its own, without the evictions not yet written: they stay to be counted."""
     client = StubClient()
-    book = jobs.JobBook(client, OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
+    writer = JobWriter(client, book, OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
     j = job(group("map", 3))
     key = ("ns", "train")
     book.upsert_job(j)
     book.apply_pod_event("MODIFIED", _owned(pod("train", "map", 0, disruption="PreemptionByScheduler",
                                                 opportunistic=True), j))
-    book.fail(key, "the API server refused a pod")
-    book.apply(key, book.plans(lambda _: set(), None)[key])
+    writer.fail(key, "the API server refused a pod")
+    writer.apply(key, book.plans(lambda _: set(), None)[key])
     assert client.patches[-1][1]["status"]["groups"]["map"]["evicted"] == 1
 
 
@@ -139,28 +144,27 @@ def _malformed(template: Any = None, **group_fields: Any) -> dict[str, Any]:
 ])
 def test_a_job_that_cannot_be_read_fails_alone_naming_the_field(bad_group: Any, field: str) -> None:
     """Each of these, admitted without the webhook's checks, raises in planning: it must fail alone."""
-    client = StubClient()
     metrics = OperatorMetrics()
-    book = jobs.JobBook(client, metrics, clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(metrics, clock=lambda: 1_735_689_610.0)
     bad = job(bad_group, name="poison")
     bad["metadata"]["uid"] = "poison-uid"
     good = job(group("map", 1), name="fine")
     book.upsert_job(bad)
     book.upsert_job(good)
-    blocked = lambda j: book.blocked_groups(j, {"research"}, [{"cpu": 8.0, "memory": 32e9}])  # noqa: E731
+    blocked = lambda j: book.demands.blocked_groups(j, {"research"}, [{"cpu": 8.0, "memory": 32e9}])  # noqa: E731
     plans = book.plans(lambda _: set(), None, blocked)
     assert plans[("ns", "poison")].phase is Phase.FAILED
     message = plans[("ns", "poison")].status["conditions"][0]["message"]
     assert field in message and message.startswith("the Job cannot be planned"), message
     assert plans[("ns", "fine")].phase is Phase.PENDING and plans[("ns", "fine")].releasable
-    assert [g.job for g in book.pending_groups(plans, 1_735_689_610.0)] == ["ns/fine"]
+    assert [g.job for g in pending_groups(book, plans, 1_735_689_610.0)] == ["ns/fine"]
     assert metrics.bad_objects.count("job") == 1
     book.plans(lambda _: set(), None, blocked)  # planned again: counted once
     assert metrics.bad_objects.count("job") == 1
 
 
 def test_a_job_a_later_step_cannot_handle_fails_at_the_next_plan_and_a_new_spec_starts_afresh() -> None:
-    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
     j = job(group("map", 1))
     key = ("ns", "train")
     book.upsert_job(j)
@@ -178,7 +182,7 @@ def test_a_job_a_later_step_cannot_handle_fails_at_the_next_plan_and_a_new_spec_
 def test_a_job_recreated_under_its_name_plans_with_its_own_pods_not_its_predecessors() -> None:
     """``kubectl delete sjob train; kubectl apply -f train.yaml`` before the old pods are collected: the new Job
     runs its tasks; the old pods (owned by the old uid) are not its own."""
-    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
     key = ("ns", "train")
     old = job(group("map", 2))
     book.upsert_job(old)
@@ -195,7 +199,7 @@ def test_a_job_recreated_under_its_name_plans_with_its_own_pods_not_its_predeces
 
 
 def test_jobs_deleted_while_standing_by_are_forgotten_and_newer_ones_kept() -> None:
-    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
     kept, deleted, recreated = job(group("a"), name="kept"), job(group("a"), name="deleted"), job(group("a"), name="re")
     for j in (kept, deleted, recreated):
         book.upsert_job(j)
@@ -223,23 +227,23 @@ def test_a_huge_expected_duration_stored_before_the_schema_bound_is_taken_at_the
     """Duration × tasks used to overflow to +inf, which remaining work mapped to 0: the Job jumped the SRTF queue."""
     from stowage.operator import crd
 
-    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
     huge = job(group("map", 64, duration=1e308), name="huge")
     book.upsert_job(huge)
     plans = book.plans(lambda _: set(), {"cpu": 8.0, "memory": 32e9})
-    (pending,) = book.pending_groups(plans, 1_735_689_610.0)
+    (pending,) = pending_groups(book, plans, 1_735_689_610.0)
     assert pending.expected_duration_s == crd.MAX_EXPECTED_DURATION_S
     assert 0 < plans[("ns", "huge")].status["remainingWork"] < float("inf")
 
 
 def test_a_jobs_cached_demand_goes_with_the_job() -> None:
-    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: 1_735_689_610.0)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: 1_735_689_610.0)
     first = job(group("map", 1))
     book.upsert_job(first)
-    assert book.task_demand(first, "map") is not None
+    assert book.demands.task_demand(first, "map") is not None
     again = job(group("map", 1, cpu="2"))
     again["metadata"]["uid"] = "second-uid"  # deleted and created again under its name
     book.upsert_job(again)
-    assert book.task_demand(again, "map")["cpu"] == 2.0
+    assert book.demands.task_demand(again, "map")["cpu"] == 2.0
     book.remove_job(("ns", "train"))
-    assert book._demand == {}, "a cluster that runs a Job a minute would otherwise keep every Job's demand"
+    assert book.demands._demand == {}, "a cluster that runs a Job a minute would otherwise keep every Job's demand"

@@ -258,7 +258,7 @@ def test_the_runtime_promotes_before_it_releases_and_counts_it() -> None:
     assert rt.metrics.registry.get_sample_value(labels.METRICS.PROMOTION_ENABLED) == 1
     assert rt._promote([opp("ns/old", 2.0, 10.0)], 100.0) == 1
     assert rt.metrics.registry.get_sample_value(labels.METRICS.PROMOTIONS_TOTAL) == 1
-    assert "NS/OLD" in rt._promoting  # counts as regular until the cache shows it so
+    assert "NS/OLD" in rt.cache.promoting  # counts as regular until the cache shows it so
     client.answer = api.ApiError(422, "Invalid", "pod updates may not change fields other than ...")
     client.pod = converted(name="new", uid="NS/NEW")
     assert rt._promote([opp("ns/new", 1.0, 50.0)], 101.0) == 0

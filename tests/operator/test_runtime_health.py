@@ -137,8 +137,8 @@ def test_a_forbidden_pod_create_backs_off_says_why_and_leaves_the_queue_to_the_o
         rt.jobs.upsert_job(j)
     key = ("ns", "quota")
     client.create_error = api.ApiError(403, "Forbidden", 'pods "quota-map-0" is forbidden: exceeded quota: pods=0')
-    assert not rt._create_task(key, quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
-    held = rt._held_for(key, clock.now)
+    assert not rt.writer.create_task(key, quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
+    held = rt.writer.held_for(key, clock.now)
     assert held is not None and held[0] == "PodCreateForbidden" and "exceeded quota" in held[1]
     assert [e["reason"] for e in client.events] == ["PodCreateForbidden"]
     plans = rt.jobs.plans(lambda _: set(), None)
@@ -146,14 +146,14 @@ def test_a_forbidden_pod_create_backs_off_says_why_and_leaves_the_queue_to_the_o
 
     clock.now += REFUSAL_BACKOFF_S[0] + 1  # the backoff ran out: tried again, refused again, waits twice as long
     assert [g.job for g in rt.build_view(plans, clock.now).groups] == ["ns/quota", "ns/other"]
-    rt._create_task(key, quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
-    assert rt._refused[key].until == pytest.approx(clock.now + 2 * REFUSAL_BACKOFF_S[0])
+    rt.writer.create_task(key, quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
+    assert rt.writer.refused[key].until == pytest.approx(clock.now + 2 * REFUSAL_BACKOFF_S[0])
     assert len(client.events) == 2
 
     client.create_error = None  # the quota was raised
     clock.now += 2 * REFUSAL_BACKOFF_S[0] + 1
-    assert rt._create_task(key, quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
-    assert rt._held_for(key, clock.now) is None
+    assert rt.writer.create_task(key, quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
+    assert rt.writer.held_for(key, clock.now) is None
 
 
 def test_a_deleted_job_clears_its_refusal() -> None:
@@ -162,9 +162,9 @@ def test_a_deleted_job_clears_its_refusal() -> None:
     quota = job(group("map", 1), name="quota")
     rt.jobs.upsert_job(quota)
     client.create_error = api.ApiError(403, "Forbidden", "forbidden")
-    rt._create_task(("ns", "quota"), quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
+    rt.writer.create_task(("ns", "quota"), quota, TaskRef("map", 0, 0), labels.PodClass.REGULAR)
     rt.jobs.remove_job(("ns", "quota"))
-    assert rt._held_for(("ns", "quota"), clock.now) is None and not rt._refused
+    assert rt.writer.held_for(("ns", "quota"), clock.now) is None and not rt.writer.refused
 
 
 def test_a_bound_pod_the_model_reads_in_part_gets_one_warning_event() -> None:

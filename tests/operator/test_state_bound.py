@@ -14,10 +14,11 @@ import random
 from collections import deque
 from typing import Any
 
-from stowage.operator import jobs
+from stowage.operator import jobs, learning
 from stowage.operator.dispatcher import Dispatcher, QueueRecord
 from stowage.operator.metrics import OperatorMetrics
 from stowage.operator.runtime import STATE_KEY, OperatorRuntime
+from stowage.operator.snapshot import pending_groups
 
 from stowage.config import StowageSettings
 from stowage.labels import PodClass
@@ -60,14 +61,14 @@ def test_100000_generated_jobs_fit_a_quarter_of_a_configmap_and_the_recent_ones_
         runtime.jobs.learned.add(f"{namespace}-{name}-0", T0 + 10.0 * i)  # one Job finishing every 10 s
         recent.append((features, key, stage, queue))
         if i + 1 in (1_500, 10_000, 100_000):
-            sizes[i + 1] = len(runtime._state_data().encode())
+            sizes[i + 1] = len(runtime.learning.state_data().encode())
     # Before the bound (job names as apps, no caps), this stream took 0.42 MB at 1,500 Jobs, 2.6 MB at 10,000 and
     # 20.5 MB at 100,000; now ~190 KB from about 1,000 Jobs on.
     assert max(sizes.values()) <= BUDGET < CONFIGMAP_LIMIT, sizes
     assert sizes[100_000] <= 1.05 * sizes[10_000], f"still growing: {sizes}"
 
     # What the ConfigMap holds loads into a restarted operator, which still knows the last 100 Jobs' apps.
-    saved = json.loads(json.loads(runtime._state_data())[STATE_KEY])
+    saved = json.loads(json.loads(runtime.learning.state_data())[STATE_KEY])
     restarted = Dispatcher(settings, clock=lambda: 0.0)
     restarted.load_state(saved)
     apps = {tuple(row[:2]) for row in saved["classifier"]["counts"][1]}
@@ -83,21 +84,21 @@ def test_a_new_generated_run_is_judged_by_what_the_earlier_runs_taught() -> None
     the first run's tasks finished in 5 s, the second run's ``auto`` tasks are short and go to harvested capacity;
     a Job of another generateName, never seen, stays long and waits for regular capacity."""
     dispatcher = Dispatcher(StowageSettings(), clock=lambda: 0.0)
-    book = jobs.JobBook(StubClient(), OperatorMetrics(), clock=lambda: T0 + 100)  # type: ignore[arg-type]
+    book = jobs.JobBook(OperatorMetrics(), clock=lambda: T0 + 100)
     first = _generated("etl", "x7k2p", "uid-1")
     book.upsert_job(first)
     for i in range(4):
         book.apply_pod_event("ADDED", succeeded(first, "map", i, T0 + 10, T0 + 15))
     key = ("ns", "etl-x7k2p")
     mean_capacity = {"cpu": 8.0, "memory": 32 * GI}  # the one node of the view below
-    lessons = book.lessons(key, book.plans(lambda _: set(), None)[key], mean_capacity)
+    lessons = learning.lessons(book, key, book.plans(lambda _: set(), None)[key], mean_capacity)
     assert len(lessons) == 4 and {lesson.features["app"] for lesson in lessons} == {"ns/etl"}
     for lesson in lessons:
         dispatcher.observe_finished(lesson.features, (lesson.duration_s,), queue=lesson.queue,
                                     group_key=lesson.group_key, recurring_key=lesson.recurring_key, group=lesson.group)
     book.upsert_job(_generated("etl", "q9z4m", "uid-2"))
     book.upsert_job(_generated("ml", "b4n8c", "uid-3"))
-    pending = book.pending_groups(book.plans(lambda _: set(), None), T0 + 100)  # the finished first run is not
+    pending = pending_groups(book, book.plans(lambda _: set(), None), T0 + 100)  # the finished first run is not
     assert sorted(g.key for g in pending) == ["ns/etl-q9z4m/map", "ns/ml-b4n8c/map"]
     released = dispatcher.decide(_full_node_view(*pending, queue=QueueRecord("research")))
     assert {(r.group_key, r.pod_class) for r in released} == {("ns/etl-q9z4m/map", PodClass.OPPORTUNISTIC)}
