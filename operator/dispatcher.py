@@ -388,7 +388,7 @@ class Dispatcher:
 
     def _features(self, a: ViewArrays, g: int, mean_cap: NDArray[np.float64]) -> Mapping[str, str]:
         """What the classifier is asked about group ``g``'s tasks: the features a finished task of it teaches
-        (``jobs.JobBook.lessons``), so the demand names the group's own resources, not every column of the view
+        (``learning.lessons``), so the demand names the group's own resources, not every column of the view
         (a ``disk=0`` no lesson carries would make the finest level of every question one never seen)."""
         group = a.groups[g]
         if group.features is not None:

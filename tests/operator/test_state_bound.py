@@ -55,7 +55,7 @@ def test_100000_generated_jobs_fit_a_quarter_of_a_configmap_and_the_recent_ones_
         key = jobs.job_recurring_key(meta)
         queue, stage = f"queue-{rng.randrange(300):03d}", f"stage-{rng.randrange(50)}"
         demand = {"cpu": rng.choice([0.03, 0.06, 0.125, 0.25]), "memory": rng.choice([0.05, 0.1, 0.2])}
-        features = classifier.task_features(queue, key, stage, demand, None, rng.random())  # as JobBook.lessons
+        features = classifier.task_features(queue, key, stage, demand, None, rng.random())  # as learning.lessons
         dispatcher.observe_finished(features, [rng.expovariate(1 / 60)], queue=queue,
                                     group_key=f"{namespace}/{name}/{stage}", recurring_key=key, group=stage)
         runtime.jobs.learned.add(f"{namespace}-{name}-0", T0 + 10.0 * i)  # one Job finishing every 10 s
