@@ -71,6 +71,9 @@ class SimConfig:
     oracle_durations: bool = False
     """The packing presets' decision reads each task's true duration instead of estimating it from what a
     cluster knows (``--oracle-durations``): an upper bound, never what a cluster gets."""
+    finish_grid_s: float = 0.0
+    """Tasks finish at the next multiple of this many seconds (of the clock) at or after they would: fewer events
+    and passes, each finish up to this much late (``stowage.forecast``'s speed). 0: exact finishes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +92,9 @@ class Start:
     """Where a run starts instead of an empty cluster at the first arrival (a live cluster's state)."""
 
     at_s: float
-    """The clock at the start; every job that arrived by then is there at once, keeping its arrival time."""
+    """The clock at the start; every job that arrived by then is there at once, keeping its arrival time. Keep the
+    clock near 0 (seconds since the snapshot): at Unix times a float's step (~2e-7 s) is as coarse as the last work
+    of a task, whose finish would then never come."""
     finished: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """(job, group) → tasks already finished (they count for barriers, the finished fraction, the job's end)."""
     running: Sequence[StartTask] = ()
@@ -387,6 +392,10 @@ class Simulation:
             soonest = float((run.work_left / run.rate).min())  # a stopped row (rate 0) gives +inf
             if soonest != soonest:  # NaN: a stopped row with no work left; it never finishes
                 soonest = float(np.where(run.rate > 0, run.work_left / run.rate, np.inf).min())
+        grid = self.config.finish_grid_s
+        if grid > 0 and math.isfinite(soonest):
+            # The first grid point the soonest finish reaches: every row due by then finishes there together.
+            return max(math.ceil((self.now + soonest - _EPS_WORK) / grid) * grid, self.now)
         return self.now + soonest
 
     def _check_capacity(self, n: int | None = None) -> None:
@@ -410,6 +419,11 @@ class Simulation:
 
     def run(self, progress: Callable[[int, float], None] | None = None) -> RunResult:
         """Replay to the end (or to ``max_sim_s``); ``progress(tasks_done, simulated_s)`` every ~0.5 s of wall."""
+        self.advance(progress)
+        return self.recorder.result(self.now, self.preset, self.monitor.contentions, self.time_cap_reached)
+
+    def advance(self, progress: Callable[[int, float], None] | None = None) -> None:
+        """``run`` without the run's metrics at the end (a caller that reads the state, as a forecast does)."""
         interval = self.settings.contention.sample_interval_s
         next_tick = math.inf
         # The pass cadence (SimConfig.pass_delay_s): pass_at is when the next pass is due (inf: none).
@@ -458,7 +472,6 @@ class Simulation:
                 next_report = time.monotonic() + _PROGRESS_EVERY_S
         if progress is not None:
             progress(self.status.tasks_done, self.now - self.t_start)
-        return self.recorder.result(self.now, self.preset, self.monitor.contentions, self.time_cap_reached)
 
 
 def simulate(
