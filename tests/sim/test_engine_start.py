@@ -65,3 +65,13 @@ def test_more_running_than_left_is_refused() -> None:
     with pytest.raises(InvariantViolation, match="j/reduce"):
         Simulation(wl, make("stowage-regular"), CONFIG, 0,
                    start=Start(5.0, running=[StartTask("j", "reduce", "n0", 1.0)]))
+
+
+@pytest.mark.parametrize(("grid", "ends"), [(0.0, 1037.0), (10.0, 1040.0), (30.0, 1050.0), (37.0, 29 * 37.0)])
+def test_a_finish_grid_moves_each_finish_to_the_next_grid_point(grid: float, ends: float) -> None:
+    """Grid points are multiples of the clock (1000 s is not one of 37 s)."""
+    wl = workload(nodes(1), [job("j", 0.0, group("g", 1, 37.0))])
+    sim = Simulation(wl, make("stowage-regular"), SimConfig(usage=FLAT, finish_grid_s=grid), 0,
+                     start=Start(1000.0))
+    sim.advance()
+    assert finish(sim, "j") == pytest.approx(ends)
