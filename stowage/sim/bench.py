@@ -126,21 +126,25 @@ def busy_snapshot(*, jobs: int = 1000, nodes: int = 500, seed: int = 0) -> forec
 @click.option("--jobs", type=int, default=1000, show_default=True, help="Pending Jobs.")
 @click.option("--nodes", type=int, default=500, show_default=True, help="Nodes (each running tasks already).")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True, help="Predictions timed.")
+@click.option("--grid", "grid_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Finish grid (ForecastOptions.grid_s; default its default; 0: exact finishes, slow).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-def bench_forecast(jobs: int, nodes: int, repeat: int, seed: int) -> None:
+def bench_forecast(jobs: int, nodes: int, repeat: int, grid_s: float | None, seed: int) -> None:
     """CPU seconds of one `stowage.forecast.predict` on a busy cluster (issue #36 §1's target: ≤ 1 s for 1,000
     pending Jobs on 500 nodes)."""
     from stowage.config import StowageSettings
-    from stowage.forecast import predict
+    from stowage.forecast import ForecastOptions, predict
 
     snap = busy_snapshot(jobs=jobs, nodes=nodes, seed=seed)
     tasks = sum(g.tasks - g.finished for j in snap.jobs for g in j.groups)
     click.echo(f"{len(snap.nodes)} nodes, {len(snap.jobs)} jobs ({jobs} pending), {len(snap.running)} running "
                f"tasks, {tasks} tasks left")
+    options = ForecastOptions() if grid_s is None else ForecastOptions(grid_s=grid_s)
+    click.echo(f"finish grid {options.grid_s:g}s, pass delay {options.pass_delay_s:g}s, preset {options.preset}")
     cpus = []
     for _ in range(repeat):
         cpu, wall = time.process_time(), time.perf_counter()
-        f = predict(snap, StowageSettings())
+        f = predict(snap, StowageSettings(), options)
         cpus.append(time.process_time() - cpu)
         wall = time.perf_counter() - wall
         last = max((j.finish_s for j in f.jobs if j.finish_s is not None), default=snap.now) - snap.now
