@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from click.testing import CliRunner
 
+from stowage.bench import bench
 from stowage.config import StowageSettings
 from stowage.forecast import Forecast, ForecastOptions, Group, Job, Node, Queue, RunningTask, Snapshot, predict
 from stowage.model import JobOrder, Pool
@@ -145,3 +147,9 @@ def test_the_grid_moves_the_predicted_finishes_little(seed: int) -> None:
 def test_the_same_snapshot_gives_the_same_forecast() -> None:
     snapshot = busy_snapshot(jobs=40, nodes=8, seed=2)
     assert predict(snapshot, SETTINGS) == predict(snapshot, SETTINGS)
+
+
+def test_bench_forecast_command_reports_cpu_per_prediction() -> None:
+    result = CliRunner().invoke(bench, ["forecast", "--jobs", "20", "--nodes", "4", "--repeat", "1"])
+    assert result.exit_code == 0, result.output
+    assert "20 pending" in result.output and "s cpu per prediction" in result.output
