@@ -41,14 +41,16 @@ from numpy.typing import NDArray
 
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic
-from stowage.model import JobOrder, Pool
+from stowage.model import Pool
 from stowage.policy import dispatch, estimates, fairness, tolerances
 from stowage.resources import ResourceVector
 from stowage.sim import presets
-from stowage.sim.engine import SimConfig, Simulation, Start, StartTask
+from stowage.sim.engine import SimConfig, Simulation, Start
+from stowage.sim.engine import StartTask as RunningTask
 from stowage.sim.packing import PackingPreset
 from stowage.sim.usage import UsageModel
-from stowage.sim.workload import JobSpec, NodeSpec, QueueSpec, TaskGroup, Workload
+from stowage.sim.workload import JobSpec, NodeSpec, TaskGroup, Workload
+from stowage.sim.workload import QueueSpec as Queue
 
 __all__ = [
     "AS_REQUESTED",
@@ -66,7 +68,9 @@ __all__ = [
 
 #: Every task uses its request from its start: no draw, no ramp-up, no bursts (module docstring).
 AS_REQUESTED = UsageModel(mean_fraction=1.0, concentration=0.0, ramp_s=0.0, burst_rate_per_s=0.0)
-_JOB, _PODS = "job", "pods"
+_JOB = "job"
+# A queue (name, weight, job order, opportunistic allowed) and a running task (job, group, node, elapsed time,
+# opportunistic) are the simulator's own records (``QueueSpec``, ``engine.StartTask``), under these names.
 
 
 # --- the snapshot -----------------------------------------------------------------------------------
@@ -79,14 +83,6 @@ class Node:
     held: ResourceVector = field(default_factory=ResourceVector)
     """Requests of pods outside Stowage on it: held for the whole forecast (nobody knows when they end)."""
     harvest: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Queue:
-    name: str
-    weight: float = 1.0
-    job_order: JobOrder = JobOrder.SRTF
-    opportunistic: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,17 +114,6 @@ class Job:
     """Creation time (clock seconds): FIFO order and FSP arrival; NaN or later than ``now``: ``now``."""
     opportunistic: Opportunistic = Opportunistic.FALSE
     kind: str = _JOB
-
-
-@dataclass(frozen=True, slots=True)
-class RunningTask:
-    """A running task of a snapshot job (its demand is its group's)."""
-
-    job: str
-    group: str
-    node: str
-    elapsed_s: float
-    opportunistic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +214,7 @@ def predict(snapshot: Snapshot, settings: StowageSettings, options: ForecastOpti
     wl = Workload(
         "forecast",
         tuple(NodeSpec(n.name, _room(n), n.harvest) for n in snapshot.nodes),
-        tuple(QueueSpec(q.name, q.weight, q.job_order, q.opportunistic) for q in snapshot.queues),
+        snapshot.queues,
         tuple(JobSpec(j.key, j.queue, _arrival(j, now) - now,
                       tuple(TaskGroup(g.name, g.tasks, g.demand, g.estimate_s, 1.0, g.depends_on) for g in j.groups),
                       j.opportunistic) for j in placed),
@@ -237,7 +222,7 @@ def predict(snapshot: Snapshot, settings: StowageSettings, options: ForecastOpti
     # The run's clock is seconds since ``now``: at 1.8e9 s a float step is ~2e-7 s, as coarse as a task's last
     # work, and a finish would never come. Arrivals and the usage's time shift with it.
     start = Start(0.0, {(j.key, g.name): g.finished for j in placed for g in j.groups if g.finished},
-                  [StartTask(t.job, t.group, t.node, t.elapsed_s, t.opportunistic) for t in running],
+                  running,
                   min_left_s=settings.estimates.min_duration_s)
     config = SimConfig(settings=settings, usage=AS_REQUESTED, sample_s=math.inf, trace=True,
                        max_sim_s=options.horizon_s, pass_delay_s=options.pass_delay_s, oracle_durations=True,
