@@ -207,8 +207,8 @@ def predict(snapshot: Snapshot, settings: StowageSettings, options: ForecastOpti
         raise ValueError(f"preset {options.preset!r}: the forecast runs the operator's decision, a packing preset")
     now = float(snapshot.now)
     fits = _fitting(snapshot)
-    placed = [j for j in snapshot.jobs if fits[j.key]]
-    running = tuple(t for t in snapshot.running if fits.get(t.job, False))
+    placed = [job for job in (j if fits[j.key] else _only_running(j, snapshot.running) for j in snapshot.jobs)
+              if job is not None]
     if not placed:
         return _answer(snapshot, fits, {}, {}, {}, horizon_reached=False, preset=options.preset)
     wl = Workload(
@@ -222,8 +222,7 @@ def predict(snapshot: Snapshot, settings: StowageSettings, options: ForecastOpti
     # The run's clock is seconds since ``now``: at 1.8e9 s a float step is ~2e-7 s, as coarse as a task's last
     # work, and a finish would never come. Arrivals and the usage's time shift with it.
     start = Start(0.0, {(j.key, g.name): g.finished for j in placed for g in j.groups if g.finished},
-                  running,
-                  min_left_s=settings.estimates.min_duration_s)
+                  snapshot.running, min_left_s=settings.estimates.min_duration_s)
     config = SimConfig(settings=settings, usage=AS_REQUESTED, sample_s=math.inf, trace=True,
                        max_sim_s=options.horizon_s, pass_delay_s=options.pass_delay_s, oracle_durations=True,
                        finish_grid_s=options.grid_s)
@@ -234,9 +233,22 @@ def predict(snapshot: Snapshot, settings: StowageSettings, options: ForecastOpti
     for t, job, *_ in sim.log or ():
         started.setdefault(job, now + t)  # the log is in time order: a job's first placement is its start
     names = sim.spec.j_name
-    finished = {names[j]: now + t for j, t in enumerate(sim.status.j_finish.tolist()) if not math.isnan(t)}
+    finished = {names[j]: now + t for j, t in enumerate(sim.status.j_finish.tolist())
+                if not math.isnan(t) and fits[names[j]]}
     return _answer(snapshot, fits, started, finished, ranks, horizon_reached=sim.time_cap_reached,
                    preset=options.preset)
+
+
+def _only_running(job: Job, running: tuple[RunningTask, ...]) -> Job | None:
+    """A job that can never finish (a group fits no node) still holds its nodes while its running tasks run: it
+    stays in the run as those tasks alone (None: it has none)."""
+    count: dict[str, int] = {}
+    for t in running:
+        if t.job == job.key:
+            count[t.group] = count.get(t.group, 0) + 1
+    groups = tuple(Group(g.name, g.demand, count[g.name], g.estimate_s, g.source)
+                   for g in job.groups if g.name in count)
+    return Job(job.key, job.queue, groups, job.arrival_s, job.opportunistic, job.kind) if groups else None
 
 
 def _room(node: Node) -> ResourceVector:

@@ -127,6 +127,14 @@ def test_a_job_that_fits_no_node_and_plain_pods() -> None:
     assert (pods.kind, pods.start_s - NOW, pods.finish_s - NOW) == ("pods", 0.0, 20.0)
 
 
+def test_a_job_that_can_never_finish_still_holds_its_node_while_its_tasks_run() -> None:
+    stuck = Job("stuck", "q", (Group("map", cpu(4), 1, 100.0), Group("reduce", cpu(64), 1, 10.0, depends_on=("map",))),
+                NOW - 50)
+    f = predict(snap((stuck, one("next", 4, 10)), running=(RunningTask("stuck", "map", "n0", 40.0),)), SETTINGS, EXACT)
+    assert (f.job("stuck").fits, f.job("stuck").finish_s) == (False, None)
+    assert f.job("next").start_s == NOW + 60
+
+
 def test_what_the_horizon_leaves_out_has_no_time() -> None:
     f = predict(snap((one("a", 4, 100), one("b", 4, 100))), SETTINGS, ForecastOptions(grid_s=0.0, horizon_s=150))
     assert f.horizon_reached
