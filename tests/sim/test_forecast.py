@@ -161,3 +161,10 @@ def test_bench_forecast_command_reports_cpu_per_prediction() -> None:
     result = CliRunner().invoke(bench, ["forecast", "--jobs", "20", "--nodes", "4", "--repeat", "1"])
     assert result.exit_code == 0, result.output
     assert "20 pending" in result.output and "s cpu per prediction" in result.output
+
+
+def test_only_a_packing_preset_runs_the_operators_decision() -> None:
+    with pytest.raises(ValueError, match="packing preset"):
+        predict(snap((one("a", 1, 10),)), SETTINGS, ForecastOptions(preset="kube-default"))
+    harvesting = predict(snap((one("a", 1, 10),)), SETTINGS, ForecastOptions(preset="stowage", grid_s=0.0))
+    assert times(harvesting) == {"a": (0, 10)}
