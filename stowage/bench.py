@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "dispatcher": "stowage.operator.bench:bench_dispatcher",
     "extender": "stowage.extender.bench:bench_extender",
     "simulator": "stowage.sim.bench:bench_simulator",
+    "forecast": "stowage.sim.bench:bench_forecast",
     "node-monitor": "stowage.node_monitor.bench:bench_node_monitor",
 }
 

@@ -153,13 +153,13 @@ class Running:
         self,
         group: NDArray[np.int64],
         node: NDArray[np.int64],
-        start: float,
+        start: float | NDArray[np.float64],
         work: NDArray[np.float64],
         base: NDArray[np.float64],
         io_base: NDArray[np.float64],
         opp: NDArray[np.bool_],
     ) -> None:
-        """Rows that start at ``start``, one per element."""
+        """Rows that start at ``start`` (one time, or one per row), one per element."""
         n = len(group)
         lo = len(self)
         s, si, sb = self._f.reserve(n), self._i.reserve(n), self._b.reserve(n)

@@ -9,13 +9,17 @@ at one event. Tasks of one group are identical, so candidates are (group × node
 
 No task is lost: an evicted or OOM-killed opportunistic task goes back to its group's pending count and later
 restarts from zero (its progress counts as wasted work).
+
+A run may start mid-flight (:class:`Start`, for ``stowage.forecast``): the clock at a given time, every job that
+arrived by then present at once, tasks already finished counted done, and tasks already running placed on their
+nodes with the work their duration leaves after their elapsed time.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,7 +39,7 @@ from stowage.sim.workload import Workload
 if TYPE_CHECKING:
     from stowage.sim.preset import Preset
 
-__all__ = ["MAX_SIM_S", "InvariantViolation", "SimConfig", "Simulation", "simulate"]
+__all__ = ["MAX_SIM_S", "InvariantViolation", "SimConfig", "Simulation", "Start", "StartTask", "simulate"]
 
 _EPS_WORK = 1e-7  # seconds of work below which a task counts as finished (float noise)
 _PROGRESS_EVERY_S = 0.5  # wall seconds between progress calls: often enough for a bar, never a cost
@@ -67,12 +71,43 @@ class SimConfig:
     oracle_durations: bool = False
     """The packing presets' decision reads each task's true duration instead of estimating it from what a
     cluster knows (``--oracle-durations``): an upper bound, never what a cluster gets."""
+    finish_grid_s: float = 0.0
+    """Tasks finish at the next multiple of this many seconds (of the clock) at or after they would: fewer events
+    and passes, each finish up to this much late (``stowage.forecast``'s speed). 0: exact finishes."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartTask:
+    """A task already running when the run starts: ``elapsed_s`` of its group's duration are behind it."""
+
+    job: str
+    group: str
+    node: str
+    elapsed_s: float
+    opportunistic: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a run starts instead of an empty cluster at the first arrival (a live cluster's state)."""
+
+    at_s: float
+    """The clock at the start; every job that arrived by then is there at once, keeping its arrival time. Keep the
+    clock near 0 (seconds since the snapshot): at Unix times a float's step (~2e-7 s) is as coarse as the last work
+    of a task, whose finish would then never come."""
+    finished: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """(job, group) → tasks already finished (they count for barriers, the finished fraction, the job's end)."""
+    running: Sequence[StartTask] = ()
+    min_left_s: float = 0.0
+    """Work left of a running task whose elapsed time is at or past its duration (its duration is then an
+    underestimate: it finishes this much later, not at once)."""
 
 
 class Simulation:
-    """One run of one preset over one workload (state and event loop)."""
+    """One run of one preset over one workload (state and event loop), from an empty cluster or ``start``."""
 
-    def __init__(self, workload: Workload, preset: Preset, config: SimConfig, seed: int) -> None:
+    def __init__(self, workload: Workload, preset: Preset, config: SimConfig, seed: int, *,
+                 start: Start | None = None) -> None:
         self.workload, self.preset, self.config, self.seed = workload, preset, config, seed
         self.settings, self.usage_model = config.settings, config.usage
         self.rng = np.random.default_rng(seed)
@@ -82,7 +117,7 @@ class Simulation:
         self.spec = Spec(workload, res, cap)
         self.truth = Truth([workload.jobs[i] for i in self.spec.j_source])
         self.status, self.running = Status(self.spec), Running()
-        self.now = self.spec.t0
+        self.now = self.t_start = self.spec.t0  # t_start: where max_sim_s counts from
         self.time_cap_reached = False
         self._next_job = 0  # the next job to arrive
         self.events = 0  # loop iterations (arrivals, finishes, ticks): the unit of `stowage bench simulator`
@@ -99,11 +134,55 @@ class Simulation:
         self.recorder = Recorder(self.spec, self.truth, self.status, self.cluster, self.running, self.current_use,
                                  config.sample_s, self.settings)
         self.preset.attach(View(self))
+        self._resumed = start is not None
+        if start is not None:
+            self._resume(start)
+
+    def _resume(self, start: Start) -> None:
+        """The state ``start`` describes (module docstring); its tasks are no placements (no log, no start)."""
+        spec, st = self.spec, self.status
+        self.now = self.t_start = float(start.at_s)
+        self.recorder.next_sample = max(self.recorder.next_sample, self.now)
+        self.monitor.last_tick = self.now
+        group_of = {(spec.j_name[int(spec.g_job[g])], spec.g_name[g]): g for g in range(spec.n_groups)}
+        for key, done in start.finished.items():
+            st.g_done[group_of[key]] = done  # before the arrivals: _open counts them as done
+        while self._next_job < spec.n_jobs and spec.j_arrival[self._next_job] <= self.now:
+            self._arrive(self._next_job)
+            self._next_job += 1
+        if not start.running:
+            return
+        node_of = {n.name: i for i, n in enumerate(self.workload.nodes)}
+        gs = np.array([group_of[(t.job, t.group)] for t in start.running], dtype=np.int64)
+        ns = np.array([node_of[t.node] for t in start.running], dtype=np.int64)
+        opp = np.array([t.opportunistic for t in start.running], dtype=bool)
+        elapsed = np.array([max(float(t.elapsed_s), 0.0) for t in start.running])
+        for g, n, o in zip(gs.tolist(), ns.tolist(), opp.tolist(), strict=True):
+            if st.g_pending[g] <= 0:
+                raise InvariantViolation(f"{spec.j_name[int(spec.g_job[g])]}/{spec.g_name[g]}: more tasks running "
+                                         "than left, or running behind a closed barrier")
+            self._allocate(g, n, o)
+        override = self.truth.g_usage[gs]
+        base = self.usage_model.draw_base(self.rng, override)
+        work = np.maximum(self.truth.g_dur[gs] - elapsed, start.min_left_s)
+        # started elapsed_s ago: the preset reads a row's run time as now − start
+        self.running.append(gs, ns, self.now - elapsed, work, base, self.usage_model.io_base(base, override), opp)
 
     # --- placement: the one thing a preset changes ---------------------------------------------
 
     def place(self, g: int, n: int, opp: bool) -> None:
         """Start a task of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
+        self._allocate(g, n, opp)
+        self.status.task_starts += 1
+        self._buffer.append((g, n, opp))
+        if self.log is not None:
+            spec = self.spec
+            self.log.append((self.now, spec.j_name[spec.g_job[g]], spec.g_name[g], self.workload.nodes[n].name, opp))
+        if self.config.check and not opp:
+            self._check_capacity(n)
+
+    def _allocate(self, g: int, n: int, opp: bool) -> None:
+        """A task of group ``g`` holds its demand on node ``n`` and its job and queue, and is no longer pending."""
         spec, st, c = self.spec, self.status, self.cluster
         d = spec.g_demand[g]
         if opp:
@@ -116,14 +195,8 @@ class Simulation:
         st.job_alloc[j] += d
         st.queue_alloc[1 if opp else 0, spec.g_queue[g]] += d
         st.alloc_total += d
-        st.task_starts += 1
-        self._buffer.append((g, n, opp))
-        if self.log is not None:
-            self.log.append((self.now, spec.j_name[j], spec.g_name[g], self.workload.nodes[n].name, opp))
         self._changed = True
         self._overload_dirty = True
-        if self.config.check and not opp:
-            self._check_capacity(n)
 
     def promote(self, rows: NDArray[np.int64]) -> None:
         """Make running opportunistic rows regular in place (UBIS §IV-D): their allocation moves to the regular
@@ -250,10 +323,11 @@ class Simulation:
         """The barrier before ``g`` is open: its tasks become pending."""
         self.status.g_ready[g] = True
         self.status.g_ready_at[g] = self.now
-        self.status.g_pending[g] = self.spec.g_tasks[g]
+        left = self.spec.g_tasks[g] - self.status.g_done[g]  # a resumed run's finished tasks are done (Start)
+        self.status.g_pending[g] = left
         self._changed = True
         self.regular_changed = True
-        if self.spec.g_tasks[g] == 0:
+        if left <= 0:
             self._group_complete(g)
 
     def _arrive(self, j: int) -> None:
@@ -318,6 +392,10 @@ class Simulation:
             soonest = float((run.work_left / run.rate).min())  # a stopped row (rate 0) gives +inf
             if soonest != soonest:  # NaN: a stopped row with no work left; it never finishes
                 soonest = float(np.where(run.rate > 0, run.work_left / run.rate, np.inf).min())
+        grid = self.config.finish_grid_s
+        if grid > 0 and math.isfinite(soonest):
+            # The first grid point the soonest finish reaches: every row due by then finishes there together.
+            return max(math.ceil((self.now + soonest - _EPS_WORK) / grid) * grid, self.now)
         return self.now + soonest
 
     def _check_capacity(self, n: int | None = None) -> None:
@@ -341,11 +419,16 @@ class Simulation:
 
     def run(self, progress: Callable[[int, float], None] | None = None) -> RunResult:
         """Replay to the end (or to ``max_sim_s``); ``progress(tasks_done, simulated_s)`` every ~0.5 s of wall."""
+        self.advance(progress)
+        return self.recorder.result(self.now, self.preset, self.monitor.contentions, self.time_cap_reached)
+
+    def advance(self, progress: Callable[[int, float], None] | None = None) -> None:
+        """``run`` without the run's metrics at the end (a caller that reads the state, as a forecast does)."""
         interval = self.settings.contention.sample_interval_s
         next_tick = math.inf
         # The pass cadence (SimConfig.pass_delay_s): pass_at is when the next pass is due (inf: none).
         delay = self.config.pass_delay_s
-        pass_at, last_pass = math.inf, -math.inf
+        pass_at, last_pass = (self.now if self._resumed else math.inf), -math.inf  # a resumed run decides at once
         n_jobs = self.spec.n_jobs
         next_report = time.monotonic() + _PROGRESS_EVERY_S if progress is not None else math.inf
         while True:
@@ -358,7 +441,7 @@ class Simulation:
             t = min(ta, tf, next_tick, pass_at)
             if t == math.inf:
                 break
-            if t - self.spec.t0 > self.config.max_sim_s:
+            if t - self.t_start > self.config.max_sim_s:
                 self.time_cap_reached = True
                 break
             self.events += 1
@@ -385,11 +468,10 @@ class Simulation:
                 self._check_all()
             if progress is not None and time.monotonic() >= next_report:
                 # Wall time only paces the reports; it never reaches the simulation's state.
-                progress(self.status.tasks_done, self.now - self.spec.t0)
+                progress(self.status.tasks_done, self.now - self.t_start)
                 next_report = time.monotonic() + _PROGRESS_EVERY_S
         if progress is not None:
-            progress(self.status.tasks_done, self.now - self.spec.t0)
-        return self.recorder.result(self.now, self.preset, self.monitor.contentions, self.time_cap_reached)
+            progress(self.status.tasks_done, self.now - self.t_start)
 
 
 def simulate(
