@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
-from stowage.operator.dispatch_records import DispatchView, PendingGroup, QueueRecord
+from stowage.operator.dispatch_records import DispatchView, PendingGroup, QueueRecord, RunningPod
 
 from stowage.config import HarvestSettings
-from stowage.policy import room
+from stowage.policy import decide, room
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK, ResourceVector
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "harvestable",
     "job_arrival",
     "job_queue",
+    "promotable_arrays",
+    "queue_quota",
     "queue_records",
     "view_arrays",
 ]
@@ -186,3 +188,29 @@ def harvestable(h: HarvestSettings, view: DispatchView, a: ViewArrays, now: floa
     return room.harvested_room(a.alloc, usage, room.fresh(present, age, h.utilization_stale_after_s), blocked,
                                assumed, h.t_alloc.array(a.resources),
                                np.array([n.harvest for n in view.nodes], dtype=bool))
+
+
+def promotable_arrays(a: ViewArrays, queues: Sequence[QueueRecord],
+                       pods: Sequence[RunningPod] | None) -> decide.Promotable | None:
+    """``pods`` on the view's axes: demand rows, node and queue indices."""
+    if pods is None or a.rows is None:
+        return None if pods is None else decide.Promotable(np.zeros((0, len(a.resources))),
+                                                           np.zeros(0, np.int64), np.zeros(0, np.int64))
+    node = {name: i for i, name in enumerate(a.node_names)}
+    queue = {q.name: i for i, q in enumerate(queues)}
+    return decide.Promotable(
+        demand=a.rows.of([p.demand for p in pods]).reshape(len(pods), len(a.resources)),
+        node=np.array([node.get(p.node, -1) for p in pods], dtype=np.int64),
+        queue=np.array([queue.get(p.queue, -1) if p.queue is not None else -1 for p in pods], dtype=np.int64))
+
+
+def queue_quota(a: ViewArrays, queues: Sequence[QueueRecord]) -> NDArray[np.float64] | None:
+    """(Q, R) ``spec.quota`` on the view's resource axis, ``+inf`` where none; None when no queue has one."""
+    if not any(q.quota for q in queues):
+        return None
+    out = np.full((len(queues), len(a.resources)), np.inf)
+    for i, q in enumerate(queues):
+        for r, name in enumerate(a.resources):
+            if q.quota is not None and name in q.quota:
+                out[i, r] = q.quota[name]
+    return out

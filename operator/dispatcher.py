@@ -26,12 +26,14 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from stowage.operator import usage_state
+from stowage.operator import queue_shares, usage_state
 from stowage.operator.dispatch_arrays import (
     ViewArrays,
     bandwidth_mask,
     harvestable,
     job_arrival,
+    promotable_arrays,
+    queue_quota,
     queue_records,
     view_arrays,
 )
@@ -48,7 +50,7 @@ from stowage.operator.dispatch_records import (
 from stowage.config import StowageSettings
 from stowage.labels import Opportunistic, PodClass
 from stowage.model import Pool
-from stowage.policy import classifier, decide, dispatch, estimates, fairness, holding, snapshot, tolerances
+from stowage.policy import classifier, decide, dispatch, estimates, holding, snapshot, tolerances
 
 __all__ = [
     "DispatchView",
@@ -230,28 +232,14 @@ class Dispatcher:
             queue_weight=np.array([q.weight for q in queues], dtype=np.float64),
             queue_order=[q.job_order for q in queues],
             queue_opportunistic=np.array([q.opportunistic for q in queues], dtype=bool),
-            queue_alloc=a.queue_alloc, node_key=a.node_names, queue_quota=self._quota(a, queues),
+            queue_alloc=a.queue_alloc, node_key=a.node_names, queue_quota=queue_quota(a, queues),
             explain=self.explain, resources=a.resources,
             sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64),
-            promotable=self._promotable_arrays(a, queues, promotable))
+            promotable=promotable_arrays(a, queues, promotable))
         return snapshot.build(
             snap, features=lambda g: self._features(a, g, mean_cap),
             harvestable=lambda: harvestable(self.settings.harvest, view, a, now,
                                             period_s=self.settings.contention.sample_interval_s))
-
-    @staticmethod
-    def _promotable_arrays(a: ViewArrays, queues: Sequence[QueueRecord],
-                           pods: Sequence[RunningPod] | None) -> decide.Promotable | None:
-        """``pods`` on the view's axes: demand rows, node and queue indices."""
-        if pods is None or a.rows is None:
-            return None if pods is None else decide.Promotable(np.zeros((0, len(a.resources))),
-                                                               np.zeros(0, np.int64), np.zeros(0, np.int64))
-        node = {name: i for i, name in enumerate(a.node_names)}
-        queue = {q.name: i for i, q in enumerate(queues)}
-        return decide.Promotable(
-            demand=a.rows.of([p.demand for p in pods]).reshape(len(pods), len(a.resources)),
-            node=np.array([node.get(p.node, -1) for p in pods], dtype=np.int64),
-            queue=np.array([queue.get(p.queue, -1) if p.queue is not None else -1 for p in pods], dtype=np.int64))
 
     def _releases(self, a: ViewArrays, placed: Sequence[tuple[int, int, Pool]]) -> list[Release]:
         """Aggregate placements per (group, class, node), first-chosen first; remember where each went."""
@@ -262,83 +250,14 @@ class Dispatcher:
             self._released.setdefault(a.groups[g].key, []).append((a.node_names[n], pool.value))
         return [Release(a.groups[g].key, k, cls, a.node_names[n]) for (g, cls, n), k in counts.items()]
 
-    @staticmethod
-    def _quota(a: ViewArrays, queues: Sequence[QueueRecord]) -> NDArray[np.float64] | None:
-        """(Q, R) ``spec.quota`` on the view's resource axis, ``+inf`` where none; None when no queue has one."""
-        if not any(q.quota for q in queues):
-            return None
-        out = np.full((len(queues), len(a.resources)), np.inf)
-        for i, q in enumerate(queues):
-            for r, name in enumerate(a.resources):
-                if q.quota is not None and name in q.quota:
-                    out[i, r] = q.quota[name]
-        return out
-
     # --- queue numbers ---------------------------------------------------------------------------
 
     def queue_shares(self, view: DispatchView) -> list[QueueShare]:
-        """Per queue: allocation, dominant share per pool, fair share and usage target, from the view as it is.
-
-        The fair share is the dispatcher's (``fairness.fair_shares``, weighted max-min over the regular pool, the
-        queues with tasks ready to start wanting more): the level its floor and holds read. The usage target is
-        what its tiers even out (``fairness.usage_targets``: the backlogged queues' decayed usage split by weight;
-        a queue with nothing waiting, its own usage)."""
-        a = self._arrays(view)
-        queues = queue_records(view)
-        if not queues:  # none known yet (the operator's first pass)
-            return []
-        weights = np.array([q.weight for q in queues], dtype=np.float64)
-        total = a.alloc.sum(axis=0) if a.node_names else np.zeros(len(a.resources))
-        # Backlogged as a pass sees it: tasks ready to start (the opportunistic pool: in queues that allow it).
-        waiting = np.zeros(len(queues), dtype=bool)
-        q_index = {q.name: i for i, q in enumerate(queues)}
-        for g in view.groups:
-            if g.queue in q_index and g.releasable > 0:
-                waiting[q_index[g.queue]] = True
-        backlogged = {Pool.REGULAR.value: waiting,
-                      Pool.OPPORTUNISTIC.value: waiting & np.array([q.opportunistic for q in queues], dtype=bool)}
-        out = []
-        shares = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, weights) for p, pool in
-                  enumerate(_POOLS)}
-        plain = {pool.value: fairness.dominant_shares(a.queue_alloc[p], total, np.ones(len(queues))) for p, pool in
-                 enumerate(_POOLS)}
-        fair = fairness.fair_shares(plain[Pool.REGULAR.value], weights, waiting)
-        names = [q.name for q in queues]
-        targets: dict[str, NDArray[np.float64]] = {}
-        used: dict[str, NDArray[np.float64]] = {}
-        for pool in _POOLS:
-            decayed = self.decider.queue_usage(pool, names, self.clock())
-            used[pool.value] = plain[pool.value] if decayed is None else decayed
-            targets[pool.value] = fairness.usage_targets(used[pool.value], weights, backlogged[pool.value])
-        for i, q in enumerate(queues):
-            out.append(QueueShare(
-                name=q.name,
-                allocated={pool.value: {r: float(x) for r, x in zip(a.resources, a.queue_alloc[p, i], strict=True)
-                                        if x > 0} for p, pool in enumerate(_POOLS)},
-                dominant_share={pool: float(s[i]) for pool, s in shares.items()},
-                share={pool: float(s[i]) for pool, s in plain.items()},
-                fair_share=float(fair[i]),
-                usage={pool: float(u[i]) for pool, u in used.items()},
-                usage_target={pool: float(t[i]) for pool, t in targets.items()},
-                quota_used=self._quota_used(a, p_alloc=a.queue_alloc[:, i], quota=q.quota),
-            ))
-        return out
-
-    @staticmethod
-    def _quota_used(a: ViewArrays, p_alloc: NDArray[np.float64],
-                    quota: Mapping[str, float] | None) -> dict[str, dict[str, float]]:
-        """pool → resource → allocated / quota, for the resources ``quota`` names (a zero quota counts as used up)."""
-        if not quota:
-            return {}
-        index = {r: k for k, r in enumerate(a.resources)}
-        out: dict[str, dict[str, float]] = {}
-        for p, pool in enumerate(_POOLS):
-            used = {}
-            for name, limit in sorted(quota.items()):
-                held = float(p_alloc[p, index[name]]) if name in index else 0.0
-                used[name] = held / limit if limit > 0 else 1.0
-            out[pool.value] = used
-        return out
+        """Per queue: allocation, dominant share per pool, fair share and usage target (``queue_shares``), from the
+        view as a pass sees it."""
+        now = self.clock()
+        return queue_shares.queue_shares(self._arrays(view), view,
+                                         lambda pool, names: self.decider.queue_usage(pool, names, now))
 
     # --- building arrays -------------------------------------------------------------------------
 
