@@ -526,7 +526,8 @@ class LoadModel:
     Per pod (seeded by ``seed`` and the pod's uid, so a run is reproducible): a base fraction from the
     model's Beta draw, the ramp-up after start, and bursts to the full request at the model's rate.
     Usage = that fraction × the pod's demand (its requests, or an opportunistic pod's demand annotation).
-    ``scale`` multiplies every pod's usage on a node (a usage spike: ``spike(node, 1.5)``).
+    ``scale`` multiplies every pod's usage on a node (a usage spike: ``spike(node, 1.5)``). ``steady`` pins every
+    pod on a node to one fraction (no draw, no ramp, no burst): for a test whose outcome must not hang on the draws.
     """
 
     def __init__(self, seed: int = 0, usage: UsageModel | None = None, horizon_s: float = 3600.0) -> None:
@@ -534,6 +535,7 @@ class LoadModel:
         self._demand = requests_fraction(1.0, min_cpu=0.0, min_memory=0.0)
         self._pods: dict[str, tuple[float, np.ndarray]] = {}  # uid → (base fraction, burst start times)
         self._scale: dict[str, float] = {}
+        self._steady: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def spike(self, node: str, factor: float | None) -> None:
@@ -543,6 +545,14 @@ class LoadModel:
                 self._scale.pop(node, None)
             else:
                 self._scale[node] = factor
+
+    def steady(self, node: str, fraction: float | None) -> None:
+        """Every pod on ``node`` uses ``fraction`` of its demand (``None``: back to the model)."""
+        with self._lock:
+            if fraction is None:
+                self._steady.pop(node, None)
+            else:
+                self._steady[node] = fraction
 
     def _draws(self, uid: str) -> tuple[float, np.ndarray]:
         with self._lock:
@@ -565,7 +575,8 @@ class LoadModel:
 
     def __call__(self, node: str, pod: Mapping[str, Any], t: float) -> Mapping[str, float]:
         uid = (pod.get("metadata") or {}).get("uid", "")
-        f = self.fraction(uid, t) * self._scale.get(node, 1.0)
+        steady = self._steady.get(node)
+        f = (self.fraction(uid, t) if steady is None else steady) * self._scale.get(node, 1.0)
         demand = self._demand(node, pod, t)
         return {"cpu": max(0.01, f * demand["cpu"]), "memory": max(float(32 << 20), f * demand["memory"]),
                 "disk": f * demand["disk"], "network": f * demand["network"]}

@@ -4,13 +4,14 @@ The test control plane runs with ``InPlacePodVerticalScaling`` on (``tests.suppo
 and the fake kubelet actuates resizes as a v1.30 kubelet does (``status.containerStatuses[].allocatedResources``
 and ``.resources`` take the spec's resources; ``status.resize`` is cleared).
 
-One node of 7.5 allocatable cores. Three regular pods of 2.4 cores fill its regular room (0.3 left); two
+One node of 7.5 allocatable cores; every pod uses a steady 0.3 of its demand (the harvested room must not hang
+on the usage model's draws). Three regular pods of 2.4 cores fill its regular room (0.3 left); two
 opportunistic pods of 1.5 cores (``stowage.io/opportunistic: "true"``, requests only, so converted to a 1m cpu
 request: Burstable) run on its harvested room, the older one first. One regular pod finishes (the fake kubelet
 ends it now): 2.7 cores of regular room, enough for one of the two. Within two dispatcher passes the older is
 promoted in place: its requests are what it asked before the conversion, its class is regular, an Event
-``Promoted`` says so, and the operator counts it. The younger stays opportunistic. Then the node's usage triples
-until the node monitor relieves the contention: it evicts the younger (it evicts, so the spike is real) and never
+``Promoted`` says so, and the operator counts it. The younger stays opportunistic. Then the node's usage goes
+×5 until the node monitor relieves the contention: it evicts the younger (it evicts, so the spike is real) and never
 the promoted pod. The extender's preempt verb on a promoted pod is tested without a cluster
 (tests/extender/test_conformance.py), as is the monitor's resourceVersion guard (tests/node_monitor/test_kube_api.py).
 """
@@ -35,7 +36,10 @@ pytestmark = pytest.mark.timeout(900)
 LONG_S = 3600  # the pods here run until the test ends them
 #: Not exactly full: kube-scheduler counts a converted requests-only pod's 1m of cpu (admission.convert_opportunistic).
 REGULAR_CPU, OPPORTUNISTIC_CPU = "2400m", "1500m"
-SPIKE = 3.0  # the node's usage × 3: far above T_preempt whatever the usage model draws
+#: Every pod uses this fraction of its demand: harvested room for both opportunistic pods whatever the Beta draws
+#: (at the model's draws three regular pods can use the node's whole harvestable room for minutes).
+STEADY = 0.3
+SPIKE = 5.0  # usage × 5: 1.5 × the 7.8 cores requested, far above T_preempt
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +78,7 @@ def test_a_running_opportunistic_pod_is_promoted_in_place_and_then_protected(one
     stack = one_node
     assert stack.load is not None and stack.kubelet is not None
     (node,) = stack.nodes
+    stack.load.steady(node, STEADY)
     text = stack.operator_metrics()
     assert metric(text, labels.METRICS.PROMOTION_ENABLED) == 1.0, "the test control plane has the gate on"
     stack.create_queue("promo")
