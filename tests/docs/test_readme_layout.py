@@ -63,3 +63,13 @@ def test_the_check_catches_a_missing_and_an_invented_module() -> None:
     named = set(listed(section)["operator"])
     assert "nowhere.py" in named - modules("operator")
     assert "runtime.py" in modules("operator") - named
+
+
+def test_the_command_table_names_every_benchmark() -> None:
+    from stowage.bench import BENCHMARKS
+
+    readme = (ROOT / "README.md").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith("| benchmarks |")]
+    named = re.search(r"`stowage bench ([^`]+)`", row)
+    assert named, row
+    assert sorted(named.group(1).split("\\|")) == sorted(BENCHMARKS)
