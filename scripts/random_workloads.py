@@ -17,6 +17,7 @@ so an interrupted benchmark resumes. One workload's run again, as the script ran
     .venv/bin/python scripts/random_workloads.py --jobs 1            # all 50 seeds
     .venv/bin/python scripts/random_workloads.py --seeds 5 --jobs 1  # the first 5
     .venv/bin/python scripts/random_workloads.py --without-bandwidth  # declared disk/network dropped
+    .venv/bin/python scripts/random_workloads.py --overcommit-loss 0.5  # over-subscribed disks/links lose throughput
     .venv/bin/python scripts/random_workloads.py --policy stowage-regular --jobs 2  # + what harvesting adds
     .venv/bin/python scripts/random_workloads.py --start 50 --seeds 20 --out makespan-runs/held-out.jsonl  # held out
     .venv/bin/python scripts/random_workloads.py --policy stowage-regular --from-runs --write-results docs/results.md
@@ -63,11 +64,13 @@ def without_bandwidth(workload: Any) -> Any:
 
 
 def run_seed(seed: int, presets: Sequence[str], drop_bandwidth: bool = False,
-             commit: str = "unknown") -> list[dict[str, Any]]:
-    """Each preset's summary on ``random:seed``, with the workload's drawn parameters, wall time and ``commit``."""
+             commit: str = "unknown", overcommit_loss: float = 0.0) -> list[dict[str, Any]]:
+    """Each preset's summary on ``random:seed``, with the workload's drawn parameters, wall time and ``commit``;
+    ``overcommit_loss``: the usage model's (``stowage.sim.usage.UsageModel``), 0 its default."""
     from stowage.policy.dispatch import PASS_DELAY_S
     from stowage.sim.engine import SimConfig, simulate
     from stowage.sim.traces.random_mix import random_mix
+    from stowage.sim.usage import UsageModel
 
     workload = random_mix(seed)
     if drop_bandwidth:
@@ -75,7 +78,8 @@ def run_seed(seed: int, presets: Sequence[str], drop_bandwidth: bool = False,
     out = []
     for preset in presets:
         started = time.perf_counter()
-        result = simulate(workload, preset, config=SimConfig(pass_delay_s=PASS_DELAY_S), seed=seed)
+        config = SimConfig(pass_delay_s=PASS_DELAY_S, usage=UsageModel(overcommit_loss=overcommit_loss))
+        result = simulate(workload, preset, config=config, seed=seed)
         out.append({"seed": seed, "preset": preset, "commit": commit, "wall_s": time.perf_counter() - started,
                     "workload": {k: workload.model[k] for k in ("n_nodes", "load", "usage_mean", "queues",
                                                                  "jobs", "tasks")},
@@ -204,9 +208,15 @@ def measuring_command(argv: Sequence[str]) -> str:
     return shlex.join([".venv/bin/python", "scripts/random_workloads.py", *kept])
 
 
-def default_section(start: int, drop_bandwidth: bool) -> str:
+def variant(drop_bandwidth: bool, overcommit_loss: float) -> str:
+    """The suffix of a variant's kept runs and results section ("" for the defaults)."""
+    return (("-without-bandwidth" if drop_bandwidth else "")
+            + (f"-overcommit-loss-{overcommit_loss:g}" if overcommit_loss else ""))
+
+
+def default_section(start: int, drop_bandwidth: bool, overcommit_loss: float = 0.0) -> str:
     return ("random-workloads" + ("-held-out" if start >= len(SEEDS) else "")
-            + ("-without-bandwidth" if drop_bandwidth else ""))
+            + variant(drop_bandwidth, overcommit_loss))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -223,6 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "makespan-runs/random-workloads.jsonl, or random-workloads-without-bandwidth.jsonl)")
     parser.add_argument("--without-bandwidth", action="store_true",
                         help="diagnostic: drop every group's declared disk and network demand (see without_bandwidth)")
+    parser.add_argument("--overcommit-loss", type=float, default=0.0, metavar="BETA",
+                        help="the usage model's overcommit_loss: an over-subscribed disk or link delivers "
+                             "C/(1+BETA(rho-1)) (default 0: fluid sharing)")
     parser.add_argument("--from-runs", action="store_true",
                         help="run nothing: the tables of the runs kept in --out (refused if a seed's run is missing)")
     parser.add_argument("--write-results", type=Path, metavar="PAGE",
@@ -231,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           "random-workloads-held-out from --start 50, -without-bandwidth)")
     args = parser.parse_args(argv)
     if args.out is None:
-        name = "random-workloads-without-bandwidth" if args.without_bandwidth else "random-workloads"
+        name = "random-workloads" + variant(args.without_bandwidth, args.overcommit_loss)
         args.out = Path("makespan-runs") / f"{name}.jsonl"
     count = max(args.seeds, 0)
     seeds = SEEDS[:count] if args.start == 0 else tuple(range(args.start, args.start + count))
@@ -252,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
             for done in pool.map(run_seed, todo, [missing[s] for s in todo], [args.without_bandwidth] * len(todo),
-                                 [commit] * len(todo)):
+                                 [commit] * len(todo), [args.overcommit_loss] * len(todo)):
                 for r in done:
                     rows[(r["seed"], r["preset"])] = r
                     sink.write(json.dumps(r) + "\n")
@@ -263,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     body = table(rows, seeds, presets) + "\n" + harvest_table(rows, seeds, presets)
     print(body)
     if args.write_results:
-        section = args.section or default_section(args.start, args.without_bandwidth)
+        section = args.section or default_section(args.start, args.without_bandwidth, args.overcommit_loss)
         commits = commits_of(rows, seeds, presets)
         import update_results  # beside this script, first on sys.path when it runs
 

@@ -11,7 +11,11 @@ kube-scheduler does not account disk and network at all, so those nodes really d
   request "0"), so they get only what regular pods leave: ``f_opp = clip((C − U_reg)/U_opp, 0, 1)``; regular pods
   slow only if they alone exceed the node, ``f_reg = min(1, C/U_reg)``.
 * **disk, network** (and extended resources): bandwidth is shared in proportion to use, no priority:
-  ``f = min(1, C/(U_reg + U_opp))`` for every task on it.
+  ``f = min(1, C/(U_reg + U_opp))`` for every task on it. That is fluid sharing: an over-subscribed disk or link
+  still delivers its whole capacity. Tetris §2 says over-allocation "can sharply lower throughput" (disk seeks,
+  network incast); ``UsageModel.overcommit_loss`` β charges it on disk and network: at ρ = U/C > 1 the resource
+  delivers ``C/(1 + β(ρ − 1))`` in all, so ``f = 1/(ρ(1 + β(ρ − 1)))``. The default is 0 (docs/simulator.md,
+  "Contention": why, and what β > 0 changes).
 * A task runs at ``min`` of the factors of the resources it uses.
 * **memory** above capacity is not a slowdown: the OOM killer ends opportunistic tasks first
   (``stowage.sim.monitor``).
@@ -211,18 +215,22 @@ class Cluster:
 
 def contention_table(
     reg_use: NDArray[np.float64], opp_use: NDArray[np.float64], cap: NDArray[np.float64], cpu: int, mem: int,
-    masks: NDArray[np.bool_],
+    masks: NDArray[np.bool_], io: NDArray[np.bool_] | None = None, loss: float = 0.0,
 ) -> NDArray[np.float64] | None:
     """The contention model (module docstring), per node: (2, M, N) each class's (regular, opportunistic)
     rate on each node for each resource mask (the resources a task uses), in [0, 1]; None when no node's
     usage exceeds its capacity. Bandwidth and extended resources are shared in proportion, cpu is left to
-    opportunistic tasks after regular ones, memory is never a slowdown, NaN factors (0/0) read as 1.
+    opportunistic tasks after regular ones, memory is never a slowdown, NaN factors (0/0) read as 1. ``loss``
+    (``UsageModel.overcommit_loss``) lowers what an over-subscribed ``io`` resource (disk, network) delivers.
     """
     total = reg_use + opp_use
     if not (total > cap * (1 + tolerances.FEASIBILITY_RTOL)).any():
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
         shared = np.nan_to_num(np.where(total > cap, cap / total, 1.0), nan=1.0)
+        if loss > 0 and io is not None:
+            rho = np.maximum(total[:, io] / cap[:, io], 1.0)
+            shared[:, io] /= np.nan_to_num(1.0 + loss * (rho - 1.0), nan=1.0, posinf=1.0)
         rc, oc, cc = reg_use[:, cpu], opp_use[:, cpu], cap[:, cpu]
         left = np.maximum(cc - rc, 0.0)
         cpu_f = (np.nan_to_num(np.where(rc > cc, cc / rc, 1.0), nan=1.0),

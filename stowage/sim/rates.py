@@ -54,6 +54,7 @@ class RateTracker:
         self.evaluated_at = -np.inf
         # Which fraction (0 base, 1 I/O) each resource reads.
         self.io: list[int] = spec.io_resources.astype(int).tolist()
+        self.io_mask = spec.io_resources
         # Rates depend on which resources a task uses: a handful of distinct masks.
         self.masks, mask_of = np.unique(spec.g_uses, axis=0, return_inverse=True)
         self.g_mask = mask_of.reshape(-1).astype(np.int64)
@@ -144,7 +145,8 @@ class RateTracker:
         both = np.empty((2 * c.n, use_t.shape[0]))
         for j in range(use_t.shape[0]):
             both[:, j] = np.bincount(self.slot, weights=use_t[j], minlength=2 * c.n)
-        table = contention_table(both[: c.n], both[c.n :], c.cap, c.cpu, c.mem, self.masks)
+        table = contention_table(both[: c.n], both[c.n :], c.cap, c.cpu, c.mem, self.masks,
+                                 self.io_mask, self.usage.overcommit_loss)
         if table is None:
             out.fill(1.0)
         else:

@@ -54,13 +54,16 @@ class UsageModel:
     """Length of a burst."""
     io_fraction: float | None = 1.0
     """Disk and network use as a fraction of demand (None: the same draw as cpu and memory)."""
+    overcommit_loss: float = 0.0
+    """Throughput a disk or link loses to over-subscription: asked for ρ > 1 times its capacity it delivers
+    ``C / (1 + overcommit_loss·(ρ − 1))`` in all (0: fluid sharing, no loss; see ``stowage.sim.cluster``)."""
 
     def __post_init__(self) -> None:
         for name in ("mean_fraction", "min_fraction", "ramp_start", "burst_rate_per_s", "io_fraction"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:  # io_fraction None: the draw
                 raise InvalidInput(f"usage.{name}", value, "a number within [0.0, 1.0]")
-        for name in ("concentration", "ramp_s", "burst_s"):
+        for name in ("concentration", "ramp_s", "burst_s", "overcommit_loss"):
             value = getattr(self, name)
             if not value >= 0.0:
                 raise InvalidInput(f"usage.{name}", value, "a number ≥ 0")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from stowage.sim import rates
-from stowage.sim.cluster import Cluster
+from stowage.sim.cluster import Cluster, contention_table
 from stowage.sim.engine import SimConfig, Simulation, simulate
 from stowage.sim.presets import make
 from tests.sim.kit import BURSTY, contended, model_rates
@@ -52,6 +52,22 @@ def test_the_contention_model_at_the_edges_gives_rates_in_0_1_and_full_speed_bel
     only_memory = uses.copy()
     only_memory[:, [0, 2, 3]] = False
     assert (model_rates(cluster, use, node, opp, only_memory) == 1.0).all()
+
+
+@pytest.mark.parametrize(("loss", "delivered"), [(0.0, 100.0), (0.5, 100.0 / 1.5), (1.0, 50.0)])
+def test_an_over_subscribed_disk_delivers_less_in_all_with_overcommit_loss(loss: float, delivered: float) -> None:
+    """Two tasks asking 100 Mi/s each of a 100 Mi/s disk (ρ = 2): fluid sharing (loss 0) delivers the whole
+    disk, β = 0.5 two thirds of it, β = 1 half; a node within capacity and cpu are untouched by the loss."""
+    cap = np.array([[8.0, 16.0, 100.0], [8.0, 16.0, 100.0]])
+    reg = np.array([[9.0, 1.0, 200.0], [1.0, 1.0, 50.0]])  # node 0: cpu and disk over; node 1: calm
+    opp = np.zeros_like(reg)
+    masks = np.array([[False, False, True], [True, False, False]])  # a disk-only task, a cpu-only task
+    io = np.array([False, False, True])
+    table = contention_table(reg, opp, cap, 0, 1, masks, io, loss)
+    assert table is not None
+    assert table[0, 0, 0] * 200.0 == pytest.approx(delivered)
+    assert table[0, 1, 0] == pytest.approx(8.0 / 9.0)
+    assert (table[:, :, 1] == 1.0).all()
 
 
 @pytest.mark.parametrize("preset", ["ubis", "stowage", "kube-default"])
