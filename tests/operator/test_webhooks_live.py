@@ -67,7 +67,9 @@ class AdmissionOperator:
         registry = kopf.OperatorRegistry()
         webhooks.register(registry, webhooks.kubernetes_queue_lookup(self.reads), trusted_users=[OPERATOR_USER],
                           namespace_queue=webhooks.kubernetes_namespace_queue(self.reads),
-                          queue_names=webhooks.kubernetes_queue_names(self.reads))
+                          queue_names=webhooks.kubernetes_queue_names(self.reads),
+                          queue_spec=webhooks.kubernetes_queue_spec(self.reads),
+                          namespace_labels=webhooks.kubernetes_namespace_labels(self.reads))
 
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
