@@ -2,8 +2,8 @@
 
 The rules themselves are :mod:`stowage.operator.admission` (pure). Here:
 
-- :func:`register` puts the admission handlers (one per id of ``HANDLER_IDS``) into a ``kopf.OperatorRegistry``; their ids are the URL paths
-  the API server calls (``/validate-queue.stowage.io`` …), and the names of the webhooks;
+- :func:`register` puts the admission handlers (one per id of ``HANDLER_IDS``) into a ``kopf.OperatorRegistry``;
+  their ids are the URL paths the API server calls (``/validate-queue.stowage.io`` …), and the names of the webhooks;
 - :func:`webhook_server` builds Kopf's HTTPS server from certificate files (never Kopf's self-signed
   path: it needs oscrypto, which fails on OpenSSL 3);
 - :func:`webhook_configurations` is the one definition of the Validating/MutatingWebhookConfiguration
