@@ -637,7 +637,8 @@ def _object_path(doc: dict[str, Any], ns: str) -> str:
 def test_every_example_manifest_is_accepted_by_the_api_server_and_the_webhooks(kube: RawApi, ns: str) -> None:
     """Each document of manifests/examples/*.yaml applied as `kubectl apply` would (server-side apply): the CRD
     schemas, their CEL rules and Stowage's webhooks (the Job's queue must exist) all accept it."""
-    assert {"queue.yaml", "job.yaml", "one-label.yaml", "opportunistic-pod.yaml"} <= set(EXAMPLE_FILES)
+    assert {"queue.yaml", "queue-with-selector.yaml", "job.yaml", "one-label.yaml",
+            "opportunistic-pod.yaml"} <= set(EXAMPLE_FILES)
     created_queues = []
     try:
         for name in EXAMPLE_FILES:
