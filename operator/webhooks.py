@@ -61,6 +61,7 @@ __all__ = [
     "VALIDATE_POD_UPDATE",
     "VALIDATE_QUEUE",
     "VALIDATE_WORKLOAD",
+    "VALIDATE_WORKLOAD_IN_QUEUE_NAMESPACE",
     "ApiUnreadable",
     "ConfiguringServer",
     "configure",

@@ -134,12 +134,16 @@ def test_api_server_establishes_both_crds(stowage_crds: list[dict[str, Any]]) ->
 def test_an_empty_queue_gets_every_default(kube: RawApi, queue_name: str) -> None:
     stored = kube.ok("POST", crd.QUEUE.path(), {"apiVersion": crd.API_VERSION, "kind": "Queue",
                                                  "metadata": {"name": queue_name}})
-    assert stored["spec"] == {"weight": 1, "opportunistic": "Allow", "jobOrder": "SRTF"}
+    # No namespaceSelector: every namespace may use it (docs/operator.md "Tenancy").
+    assert stored["spec"] == {"weight": 1, "opportunistic": "Allow", "jobOrder": "SRTF", "state": "Open"}
 
 
 def test_a_queue_keeps_what_it_was_given(kube: RawApi, queue_name: str) -> None:
     spec = {"weight": 2.5, "quota": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": 8}, "opportunistic": "Deny",
-            "jobOrder": "FSP"}
+            "jobOrder": "FSP", "state": "Draining",
+            "namespaceSelector": {"matchLabels": {"team": "a"},
+                                  "matchExpressions": [{"key": "env", "operator": "In", "values": ["dev"]},
+                                                       {"key": "legacy", "operator": "DoesNotExist"}]}}
     assert kube.ok("POST", crd.QUEUE.path(), _queue(queue_name, spec))["spec"] == spec
 
 

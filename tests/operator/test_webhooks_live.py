@@ -440,7 +440,8 @@ def test_the_configurations_fail_closed_and_exempt_system_namespaces(kube: RawAp
             hook["namespaceSelector"]["matchExpressions"])
     validating = kube.ok("GET", f"{ADMISSION}/validatingwebhookconfigurations/{webhooks.CONFIGURATION_NAME}")
     assert [(h["name"], h["failurePolicy"]) for h in validating["webhooks"]] == [
-        (webhooks.VALIDATE_QUEUE, "Fail"), (webhooks.VALIDATE_JOB, "Fail"), (webhooks.VALIDATE_POD_UPDATE, "Fail")]
+        (webhooks.VALIDATE_QUEUE, "Fail"), (webhooks.VALIDATE_JOB, "Fail"), (webhooks.VALIDATE_POD_UPDATE, "Fail"),
+        (webhooks.VALIDATE_WORKLOAD, "Fail"), (webhooks.VALIDATE_WORKLOAD_IN_QUEUE_NAMESPACE, "Fail")]
 
 
 # --- pod UPDATE: what admission decided stays decided ---------------------------------------------
