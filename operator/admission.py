@@ -8,6 +8,9 @@
                                                 Stowage's by scheduler name or one label (pod or
                                                 namespace); raises ``InvalidInput`` to refuse it
 ``stowage_pod_condition()``                     CEL: the pods that name Stowage (the webhook's scope)
+``admit_workload(obj, path, queue_exists, ...)`` a workload's pod template checked as ``admit_pod`` checks a
+                                                pod (refused with the pod's message, under the template)
+``stowage_template_condition()``                CEL: the workloads whose pod template names Stowage
 ``convert_opportunistic(pod)``                  the opportunistic conversion, on a copy (the operator
                                                 also calls it when it creates an opportunistic task)
 ``review_pod_update(old, new)``                 every Stowage-owned key a pod UPDATE changes (refused
@@ -28,7 +31,8 @@ nothing else, whatever shapes they are given, and a Job ``validate_job`` admits 
 operator (its own steps run on each task here). Values in messages are shortened (``resources.shown``).
 
 ``queue_exists`` is a predicate ``name -> bool`` the caller supplies (an API read in the webhook,
-a dict in tests).
+a dict in tests); ``queue_spec`` and ``namespace_labels`` (optional) give the Queue's spec and the namespace's
+labels, which :mod:`stowage.operator.tenancy` judges (``spec.namespaceSelector``, ``spec.state``).
 """
 
 from __future__ import annotations
