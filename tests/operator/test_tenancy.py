@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import kopf
 import pytest
-from stowage.operator import admission, tenancy, validation
+from stowage.operator import admission, tenancy, validation, webhooks
 from stowage.operator.dispatcher import Dispatcher, DispatchView, NodeRecord, PendingGroup, QueueRecord
 
 from stowage import labels
@@ -169,6 +170,22 @@ def test_a_draining_queue_admits_new_pods() -> None:
 
 def test_an_unknown_queue_is_refused_as_before() -> None:
     assert _refusal(_pod("ns-a", "nope")).startswith(f"{QUEUE_FIELD}: the name of an existing Queue")
+
+
+def test_a_namespace_that_cannot_be_read_admits_nothing_into_a_queue_with_a_selector() -> None:
+    """Fails closed: the read's failure reaches the webhook, which refuses with 503 ("not checked ... try again")."""
+    def unreadable(name: str) -> dict[str, str]:
+        raise webhooks.ApiUnreadable(f"the API server answered 403 Forbidden reading namespace {name!r}")
+
+    with pytest.raises(webhooks.ApiUnreadable):
+        admission.admit_pod(_pod("ns-a", "team-a"), lambda q: False, queue_spec=Reads().queue_spec,
+                            namespace_labels=unreadable)
+    with pytest.raises(kopf.AdmissionError) as caught:
+        webhooks._answering("Pod", lambda **_: admission.admit_pod(
+            _pod("ns-a", "team-a"), lambda q: False, queue_spec=Reads().queue_spec, namespace_labels=unreadable))()
+    assert caught.value.code == 503
+    assert str(caught.value) == ("Pod not checked: the API server answered 403 Forbidden reading namespace 'ns-a'; "
+                                 "nothing was changed, try again")
 
 
 # --- Stowage Jobs ---------------------------------------------------------------------------------------------

@@ -537,7 +537,9 @@ def test_a_lookup_of_an_unanswering_api_gives_up_within_its_timeout() -> None:
         reads = client.ApiClient(client.Configuration(host=url))
         lookups = (functools.partial(webhooks.kubernetes_queue_lookup(reads), "default"),
                    webhooks.kubernetes_queue_names(reads),
-                   functools.partial(webhooks.kubernetes_namespace_queue(reads), "default"))
+                   functools.partial(webhooks.kubernetes_namespace_queue(reads), "default"),
+                   functools.partial(webhooks.kubernetes_queue_spec(reads), "default"),
+                   functools.partial(webhooks.kubernetes_namespace_labels(reads), "default"))
         for lookup in lookups:
             began = time.monotonic()
             with pytest.raises(webhooks.ApiUnreadable, match="did not answer"):
