@@ -8,8 +8,11 @@ from typing import Any
 
 import kopf
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from stowage.operator import admission, tenancy, validation, webhooks
 from stowage.operator.dispatcher import Dispatcher, DispatchView, NodeRecord, PendingGroup, QueueRecord
+from stowage.operator.queues import QueueSpec
 
 from stowage import labels
 from stowage.config import StowageSettings
@@ -270,3 +273,64 @@ def test_a_draining_queue_releases_nothing_and_its_groups_are_held_with_reason_d
         "task starts once a cluster admin sets the queue's spec.state to Open"))
     assert "o" not in dispatcher.holds
     assert holding.DRAINING in holding.REASONS
+
+
+# --- any JSON: problems naming the field, and what is admitted never stops a pass ----------------------------
+
+_WORDS = st.sampled_from(["team", "a", "", "a b", "-x", "example.com/team", "x" * 64, "In", "NotIn", "Exists",
+                          "DoesNotExist", "Gt", "Open", "Closed", "Draining", "open"])
+_SCALAR = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | _WORDS | st.text(max_size=6)
+_KEY = st.sampled_from(["matchLabels", "matchExpressions", "key", "operator", "values", "team"]) | _WORDS
+_ANY = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEY, inner, max_size=4),
+                    max_leaves=20)
+_EXPRESSION = st.fixed_dictionaries({}, optional={"key": _ANY | _WORDS, "operator": _ANY | _WORDS,
+                                                  "values": _ANY | st.lists(_WORDS, max_size=3)})
+_SELECTOR = _ANY | st.fixed_dictionaries({}, optional={
+    "matchLabels": _ANY | st.dictionaries(_WORDS, _WORDS | _ANY, max_size=3),
+    "matchExpressions": _ANY | st.lists(_EXPRESSION, max_size=3)})
+_QUEUE_SPEC = st.fixed_dictionaries({}, optional={"state": _ANY | _WORDS, "namespaceSelector": _SELECTOR})
+_LABELS = st.dictionaries(_WORDS, _WORDS, max_size=3)
+_FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_FUZZ
+@given(spec=_QUEUE_SPEC, ns_labels=_LABELS)
+def test_any_selector_or_state_is_refused_naming_its_field_or_admitted_and_read_without_fail(
+        spec: dict[str, Any], ns_labels: dict[str, str]) -> None:
+    problems = validation.validate_queue(spec)
+    for p in problems:
+        assert isinstance(p, InvalidInput) and p.field.startswith(("spec.state", "spec.namespaceSelector")), p
+    if problems:
+        return
+    # Admitted: every reader of it answers, for any namespace (admission, the dispatcher's QueueSpec, a pass).
+    assert tenancy.queue_state(spec) in ("Open", "Closed", "Draining")
+    assert isinstance(tenancy.matches(spec.get("namespaceSelector"), ns_labels), bool)
+    assert tenancy.show_selector(spec.get("namespaceSelector"))
+    problem = tenancy.admission_problem("spec.queue", "q", spec, "ns", ns_labels)
+    assert problem is None or str(problem).startswith("spec.queue: a Queue that ")
+    queue = QueueSpec("q", spec)
+    view = DispatchView([NodeRecord("n1", ResourceVector({"cpu": 8.0, "memory": 32 * 2.0**30}), True, None)], [],
+                        [QueueRecord("q", draining=queue.state == "Draining")], [_group("g", "q")])
+    released = Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(view)
+    assert sum(r.count for r in released) == (0 if queue.state == "Draining" else 2)
+
+
+@_FUZZ
+@given(queue=_QUEUE_SPEC, ns_labels=_LABELS, template=_ANY, queue_label=_WORDS)
+def test_admission_over_any_queue_and_template_refuses_only_with_a_named_field(
+        queue: dict[str, Any], ns_labels: dict[str, str], template: Any, queue_label: str) -> None:
+    lookups = {"queue_spec": lambda name: queue if name in ("q", "default") else None,
+               "namespace_labels": lambda name: ns_labels}
+    if validation.validate_queue(queue):
+        return  # never stored: the webhook refuses it
+    pod = _pod("ns", "q")
+    try:
+        admission.admit_pod(pod, lambda q: False, **lookups)
+    except InvalidInput as exc:
+        assert exc.field == QUEUE_FIELD and str(exc)
+    workload = {"spec": {"template": template if queue_label == "" else
+                         {"metadata": {"labels": {labels.LABEL_QUEUE: queue_label}}, "spec": template}}}
+    try:
+        admission.admit_workload(workload, ("spec", "template"), lambda q: False, namespace="ns", **lookups)
+    except InvalidInput as exc:
+        assert exc.field.startswith("spec.template") and str(exc)
