@@ -127,7 +127,7 @@ def matches(selector: Mapping[str, Any] | None, namespace_labels: Mapping[str, s
 
 def show_selector(selector: Mapping[str, Any] | None) -> str:
     """A selector as ``kubectl get -l`` writes one: ``team=a,env in (dev,test),!legacy`` (``(every namespace)``)."""
-    parts = [f"{k}={v}" for k, v in sorted((selector or {}).get("matchLabels", {}).items())]
+    parts = [f"{k}={v}" for k, v in sorted(((selector or {}).get("matchLabels") or {}).items())]
     for expr in (selector or {}).get("matchExpressions") or []:
         key, operator, values = expr.get("key"), expr.get("operator"), ",".join(expr.get("values") or [])
         parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": str(key),

@@ -97,6 +97,9 @@ def test_a_selector_is_shown_as_kubectl_writes_one() -> None:
         {"key": "batch", "operator": "Exists"}, {"key": "legacy", "operator": "DoesNotExist"}]}
     assert tenancy.show_selector(selector) == "team=a,env in (dev,test),old notin (1),batch,!legacy"
     assert tenancy.show_selector({}) == "(every namespace)"
+    empty = {"matchLabels": None, "matchExpressions": None}  # admitted (absent, as the API server prunes nulls)
+    assert validation.validate_queue({"namespaceSelector": empty}) == []
+    assert tenancy.show_selector(empty) == "(every namespace)" and tenancy.matches(empty, {})
 
 
 @pytest.mark.parametrize(("spec", "message"), [
