@@ -249,7 +249,7 @@ def test_workloads_whose_pods_would_be_refused_are_refused_at_creation(operator_
 # --- states ------------------------------------------------------------------------------------------------------
 
 
-def test_draining_holds_new_work_with_a_reason_closed_refuses_it_running_work_finishes(
+def test_draining_holds_new_work_with_a_reason_closed_refuses_it_and_releases_what_it_admitted(
         operator_stack: OperatorStack, teams: dict[str, str]) -> None:
     stack, a = operator_stack, teams["a"]
     queue = f"ten-d-{_team(a)}"
@@ -292,10 +292,11 @@ def test_draining_holds_new_work_with_a_reason_closed_refuses_it_running_work_fi
                                                                          queue=queue)))
         assert (status, message) == (422, _denied(webhooks.VALIDATE_JOB, f"spec.queue: {_closed(queue)}, got "
                                                                           f"{queue!r}"))
-        # Open again: the held work is released and runs.
-        _patch_queue(stack, queue, {"state": crd.STATE_OPEN})
-        wait_for(lambda: _phase(stack, a, "new") == "Succeeded", 180, "the held pod released and run")
+        # Closed keeps what it admitted going: the work Draining held is released now, and runs.
+        wait_for(lambda: _phase(stack, a, "new") == "Succeeded", 180, "the admitted pod released and run")
         stack.wait_job_phase(a, "newjob", "Succeeded")
+        _patch_queue(stack, queue, {"state": crd.STATE_OPEN})
+        assert stack.core.create_namespaced_pod(a, _pod("reopened", stack, queue=queue)).spec.scheduling_gates
     finally:
         _delete_queue(stack, queue)
 
