@@ -8,6 +8,9 @@
                                                 Stowage's by scheduler name or one label (pod or
                                                 namespace); raises ``InvalidInput`` to refuse it
 ``stowage_pod_condition()``                     CEL: the pods that name Stowage (the webhook's scope)
+``admit_workload(obj, path, queue_exists, ...)`` a workload's pod template checked as ``admit_pod`` checks a
+                                                pod (refused with the pod's message, under the template)
+``stowage_template_condition()``                CEL: the workloads whose pod template names Stowage
 ``convert_opportunistic(pod)``                  the opportunistic conversion, on a copy (the operator
                                                 also calls it when it creates an opportunistic task)
 ``review_pod_update(old, new)``                 every Stowage-owned key a pod UPDATE changes (refused
@@ -28,17 +31,18 @@ nothing else, whatever shapes they are given, and a Job ``validate_job`` admits 
 operator (its own steps run on each task here). Values in messages are shortened (``resources.shown``).
 
 ``queue_exists`` is a predicate ``name -> bool`` the caller supplies (an API read in the webhook,
-a dict in tests).
+a dict in tests); ``queue_spec`` and ``namespace_labels`` (optional) give the Queue's spec and the namespace's
+labels, which :mod:`stowage.operator.tenancy` judges (``spec.namespaceSelector``, ``spec.state``).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from stowage.operator import crd
+from stowage.operator import crd, tenancy
 from stowage.operator.conversion import (
     CONVERTED_CPU_REQUEST,
     child_object,
@@ -49,9 +53,11 @@ from stowage.operator.validation import (
     DEFAULT_SCHEDULER,
     QUEUE_ALLOWED,
     JSONPatch,
+    NamespaceLabels,
     NamespaceQueue,
     QueueExists,
     QueueNames,
+    QueueSpecOf,
     annotations_problem,
     metadata_problems,
     pod_spec_problems,
@@ -69,18 +75,23 @@ __all__ = [
     "DEFAULT_SCHEDULER",
     "PROTECTED_ANNOTATIONS",
     "PROTECTED_LABELS",
+    "WORKLOAD_TEMPLATES",
     "JSONPatch",
+    "NamespaceLabels",
     "NamespaceQueue",
     "PodAdmission",
     "QueueExists",
     "QueueNames",
+    "QueueSpecOf",
     "admit_pod",
+    "admit_workload",
     "convert_opportunistic",
     "json_patch",
     "mutate_pod",
     "pod_update_condition",
     "review_pod_update",
     "stowage_pod_condition",
+    "stowage_template_condition",
     "validate_job",
     "validate_queue",
 ]
@@ -218,6 +229,30 @@ def _no_namespace_queue(namespace: str) -> str | None:
     return None
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _once(read: Callable[[_K], _V]) -> Callable[[_K], _V]:
+    """``read`` remembered for one admission: a pod's Queue and namespace cost one API read each."""
+    seen: dict[_K, _V] = {}
+
+    def remembered(key: _K) -> _V:
+        if key not in seen:
+            seen[key] = read(key)
+        return seen[key]
+
+    return remembered
+
+
+def _selector_labels(spec: Mapping[str, Any] | None, namespace_labels: NamespaceLabels | None,
+                     namespace: str) -> Mapping[str, str] | None:
+    """The namespace's labels when the Queue has a selector to match (None: not read, or no way to read them)."""
+    if not spec or spec.get("namespaceSelector") is None or namespace_labels is None or not namespace:
+        return None
+    return namespace_labels(namespace)
+
+
 def stowage_pod_condition() -> str:
     """CEL for the pod webhook's ``matchConditions``: true iff the pod names Stowage itself.
 
@@ -232,6 +267,29 @@ def stowage_pod_condition() -> str:
             f"'{labels.Opportunistic.FALSE.value}')))")
 
 
+def _names_stowage(obj: str, guard: str) -> str:
+    """CEL: the pod (template) ``obj`` names Stowage, each field guarded by ``has`` (``guard``: its parents')."""
+    opp = labels.LABEL_OPPORTUNISTIC
+    return (f"({guard}has({obj}.spec) && has({obj}.spec.schedulerName) && "
+            f"{obj}.spec.schedulerName == '{labels.SCHEDULER_NAME}') || "
+            f"({guard}has({obj}.metadata) && has({obj}.metadata.labels) && "
+            f"('{labels.LABEL_QUEUE}' in {obj}.metadata.labels || ('{opp}' in {obj}.metadata.labels && "
+            f"{obj}.metadata.labels['{opp}'] != '{labels.Opportunistic.FALSE.value}')))")
+
+
+def stowage_template_condition() -> str:
+    """CEL for the workload webhook's ``matchConditions``: true iff the object's pod template names Stowage, as
+    :func:`stowage_pod_condition` reads a pod (``spec.template``, a CronJob's ``spec.jobTemplate.spec.template``).
+
+    Every field is guarded by ``has``: a condition that fails to evaluate would refuse the object (the webhook
+    fails closed), and a workload of another kind may lack any of them."""
+    cron = "has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && " \
+           "has(object.spec.jobTemplate.spec.template) && "
+    return (f"(has(object.spec) && has(object.spec.template) && "
+            f"({_names_stowage('object.spec.template', '')})) || "
+            f"(has(object.spec) && ({_names_stowage('object.spec.jobTemplate.spec.template', cron)}))")
+
+
 def _queue_allowed(queue: str, queue_names: QueueNames | None) -> str:
     known = "" if queue_names is None else (", ".join(sorted(queue_names())) or "none yet") + "; "
     return (f"the name of an existing Queue ({known}kubectl get sq), or create Queue {queue!r} first "
@@ -240,8 +298,14 @@ def _queue_allowed(queue: str, queue_names: QueueNames | None) -> str:
 
 def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
               namespace_queue: NamespaceQueue = _no_namespace_queue,
-              queue_names: QueueNames | None = None, watched_namespaces: Collection[str] = ()) -> PodAdmission:
+              queue_names: QueueNames | None = None, watched_namespaces: Collection[str] = (),
+              queue_spec: QueueSpecOf | None = None, namespace_labels: NamespaceLabels | None = None) -> PodAdmission:
     """Admit a pod created by a user: make it Stowage's if it asks to be, refuse what cannot be honoured.
+
+    With ``queue_spec`` (a Queue's spec, None: no such Queue; it then answers ``queue_exists`` too) the pod's queue
+    must take new work from its namespace (``tenancy.admission_problem``: not Closed, its ``namespaceSelector``
+    matching ``namespace_labels``); ``namespace_labels`` also gives the namespace's default queue. Each is read at
+    most once per pod, the namespace only when needed (its default queue, or a selector to match).
 
     A pod is Stowage's when it names the scheduler ``stowage-scheduler``, carries ``stowage.io/queue``
     or ``stowage.io/opportunistic: "true"|"auto"`` (on the pod or its controller's template), or lives in
@@ -267,6 +331,12 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     """
     if not isinstance(pod, Mapping):
         raise IntentError("(the pod)", shown(pod), "a pod: an object with metadata and spec")
+    if queue_spec is not None:
+        queue_spec = _once(queue_spec)
+        queue_exists = lambda name: queue_spec(name) is not None  # noqa: E731 (one read answers both)
+    if namespace_labels is not None:
+        namespace_labels = _once(namespace_labels)
+        namespace_queue = lambda name: namespace_labels(name).get(labels.LABEL_QUEUE)  # noqa: E731
     # The API server hands a webhook only well-formed pods; checked here too, the rules below stand alone.
     shapes = [*metadata_problems(pod.get("metadata"), "metadata"), *pod_spec_problems(pod.get("spec"), "spec")]
     if shapes:
@@ -318,19 +388,26 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     if own_queue is not None:
         if not (crd.is_queue_name(own_queue) and queue_exists(own_queue)):
             raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", own_queue, _queue_allowed(own_queue, queue_names))
-        queue = own_queue
+        queue, field, whence = own_queue, f"{where}[{labels.LABEL_QUEUE!r}]", ""
     elif ns_queue is not None:
         if not (crd.is_queue_name(ns_queue) and queue_exists(ns_queue)):
             raise IntentError(f"namespace {namespace!r}: {where}[{labels.LABEL_QUEUE!r}]", ns_queue,
                               f"{_queue_allowed(ns_queue, queue_names)}; it is the default queue of the "
                               "namespace's pods")
-        queue = ns_queue
+        queue, field = ns_queue, f"namespace {namespace!r}: {where}[{labels.LABEL_QUEUE!r}]"
+        whence = "; it is the default queue of the namespace's pods, and must admit the namespace"
     else:
         if not queue_exists(labels.DEFAULT_QUEUE):
             raise IntentError(f"{where}[{labels.LABEL_QUEUE!r}]", "(absent)",
                               f"{QUEUE_ALLOWED}; without the label the pod goes to queue "
                               f"{labels.DEFAULT_QUEUE!r}, which does not exist")
-        queue = labels.DEFAULT_QUEUE
+        queue, field = labels.DEFAULT_QUEUE, f"{where}[{labels.LABEL_QUEUE!r}]"
+        whence = f"; without the label the pod goes to queue {labels.DEFAULT_QUEUE!r}"
+    if queue_spec is not None:
+        problem = tenancy.admission_problem(field, queue, queue_spec(queue) or {}, namespace,
+                                            _selector_labels(queue_spec(queue), namespace_labels, namespace))
+        if problem is not None:
+            raise IntentError(problem.field, problem.value, problem.allowed + whence)
 
     # What stays of the Stowage annotations must parse: the operator and the extender read them on every pass.
     kept = {k: v for k, v in (meta.get("annotations") or {}).items()
@@ -351,3 +428,49 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
 def mutate_pod(pod: Mapping[str, Any], queue_exists: QueueExists) -> JSONPatch:
     """The JSON patch of :func:`admit_pod` for a pod outside any queue-labelled namespace."""
     return admit_pod(pod, queue_exists).patch
+
+
+# --- workloads: the pod template of a Deployment, a batch/v1 Job, ... ----------------------------------------
+
+#: (API group, resource) → where the pod template sits in the object. Its pods are admitted as any pod, so a
+#: template whose pods would be refused is refused at the workload, with the pod's message.
+WORKLOAD_TEMPLATES: Mapping[tuple[str, str], tuple[str, ...]] = {
+    ("apps", "deployments"): ("spec", "template"),
+    ("apps", "statefulsets"): ("spec", "template"),
+    ("apps", "replicasets"): ("spec", "template"),
+    ("apps", "daemonsets"): ("spec", "template"),
+    ("batch", "jobs"): ("spec", "template"),
+    ("batch", "cronjobs"): ("spec", "jobTemplate", "spec", "template"),
+}
+
+
+def _template_field(path: tuple[str, ...], field: str) -> str:
+    """A pod's field as the workload names it (``metadata.labels[...]`` → ``spec.template.metadata.labels[...]``);
+    fields of the namespace or of the request stay as they are."""
+    pod_fields = ("metadata.labels", "metadata.annotations", "spec")
+    return f"{'.'.join(path)}.{field}" if field.startswith(pod_fields) else field
+
+
+def admit_workload(obj: Mapping[str, Any], path: tuple[str, ...], queue_exists: QueueExists, *,
+                   namespace: str, **lookups: Any) -> tuple[str, ...]:
+    """Check a workload's pod template (at ``path`` in ``obj``) as :func:`admit_pod` checks a pod of ``namespace``
+    (``lookups``: its keywords); returns its warnings, raises :class:`InvalidInput` naming the template's field.
+
+    Nothing is patched: the workload's pods come through the pod webhook, which makes them Stowage's."""
+    template: Any = obj
+    for key in path:
+        template = template.get(key) if isinstance(template, Mapping) else None
+    if template is None:
+        return ()
+    where = ".".join(path)
+    if not isinstance(template, Mapping):
+        raise IntentError(where, shown(template), "a pod template (metadata and spec)")
+    meta = template.get("metadata")
+    pod = {"metadata": {**(meta if isinstance(meta, Mapping) else {}), "namespace": namespace},
+           "spec": template.get("spec") if template.get("spec") is not None else {}}
+    if meta is not None and not isinstance(meta, Mapping):
+        raise IntentError(f"{where}.metadata", shown(meta), "an object (labels, annotations)")
+    try:
+        return admit_pod(pod, queue_exists, **lookups).warnings
+    except InvalidInput as exc:
+        raise IntentError(_template_field(path, exc.field), exc.value, exc.allowed) from None

@@ -371,7 +371,9 @@ def run(options: OperatorOptions, *, stop_flag: Any = None, ready: Callable[[Any
         trusted = (username,)
         webhooks.register(registry, webhooks.kubernetes_queue_lookup(official), trusted_users=trusted,
                           namespace_queue=webhooks.kubernetes_namespace_queue(official),
-                          queue_names=webhooks.kubernetes_queue_names(official), namespaces=namespaces)
+                          queue_names=webhooks.kubernetes_queue_names(official), namespaces=namespaces,
+                          queue_spec=webhooks.kubernetes_queue_spec(official),
+                          namespace_labels=webhooks.kubernetes_namespace_labels(official))
         port = options.webhook_port or None
         host = None if options.webhook_host in ("0.0.0.0", "::") else options.webhook_host
         server = webhooks.webhook_server(certfile=options.webhook_cert, pkeyfile=options.webhook_key,

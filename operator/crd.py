@@ -28,12 +28,20 @@ __all__ = [
     "MAX_EXPECTED_DURATION_S",
     "MAX_REPLICAS",
     "MAX_RETRIES_LIMIT",
+    "MAX_SELECTOR_EXPRESSIONS",
+    "MAX_SELECTOR_LABELS",
+    "MAX_SELECTOR_VALUES",
     "MAX_TASKS",
     "MAX_WEIGHT",
     "QUEUE",
     "QUEUE_NAME",
     "QUEUE_NAME_MAX",
     "QUEUE_OPPORTUNISTIC",
+    "QUEUE_STATES",
+    "SELECTOR_OPERATORS",
+    "STATE_CLOSED",
+    "STATE_DRAINING",
+    "STATE_OPEN",
     "VERSION",
     "Kind",
     "is_queue_name",
@@ -49,6 +57,15 @@ DEFAULT_JOB_ORDER = "SRTF"
 #: Queue ``spec.opportunistic``: whether the queue's tasks may use harvested capacity.
 QUEUE_OPPORTUNISTIC: tuple[str, ...] = ("Allow", "Deny")
 DEFAULT_QUEUE_OPPORTUNISTIC = "Allow"
+#: Queue ``spec.state``: Open takes and releases work; Closed refuses new work at admission (what it admitted goes
+#: on); Draining admits new work but the dispatcher releases none of it (running work finishes).
+STATE_OPEN, STATE_CLOSED, STATE_DRAINING = "Open", "Closed", "Draining"
+QUEUE_STATES: tuple[str, ...] = (STATE_OPEN, STATE_CLOSED, STATE_DRAINING)
+#: Queue ``spec.namespaceSelector``: a ``metav1.LabelSelector``; its ``matchExpressions`` operators and bounds.
+SELECTOR_OPERATORS: tuple[str, ...] = ("In", "NotIn", "Exists", "DoesNotExist")
+MAX_SELECTOR_LABELS = 64
+MAX_SELECTOR_EXPRESSIONS = 32
+MAX_SELECTOR_VALUES = 64
 DEFAULT_WEIGHT = 1.0
 MAX_WEIGHT = 1_000_000
 #: Job ``status.phase`` values.

@@ -78,6 +78,8 @@ class QueueRecord:
     quota: Mapping[str, float] | None = None
     """``spec.quota`` in base units: the most the queue may hold in each pool at once, per resource it names
     (0 allowed: none of it); None or {}: no ceiling."""
+    draining: bool = False
+    """``spec.state: Draining``: none of its pending groups is released (each is held, reason ``draining``)."""
 
 
 @dataclass(frozen=True, slots=True)

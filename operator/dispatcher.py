@@ -19,6 +19,7 @@ operator loads is therefore the same until its decisions change the shares, and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -179,14 +180,24 @@ class Dispatcher:
     # --- the decision ----------------------------------------------------------------------------
 
     def decide(self, view: DispatchView) -> list[Release]:
-        """One ``decide.Decider.decide`` on the view; releases in the order they were chosen."""
+        """One ``decide.Decider.decide`` on the view; releases in the order they were chosen.
+
+        The groups of a Draining queue enter it with nothing releasable (their unbound releases still hold their
+        room), and are held with reason ``draining`` (``holding.draining``): the decision itself never sees a
+        queue state, as the simulator's does not."""
         now = self.clock()
+        draining = {q.name for q in view.queues if q.draining}
+        drained = [g for g in view.groups if g.queue in draining and g.releasable > 0] if draining else []
+        if drained:
+            view = dataclasses.replace(view, groups=[dataclasses.replace(g, releasable=0) if g.queue in draining
+                                                     else g for g in view.groups])
         a = self._arrays(view, trim=True)
         self._forget({g.key for g in a.groups})
         pods = self._promotable(view, a)
         inp = self.decide_input(view, a, now, pods)
         decision = self.decider.decide(inp)
         self.holds = {a.groups[g].key: hold for g, hold in decision.holds.items()}
+        self.holds.update({g.key: holding.draining(g.queue) for g in drained})
         self.promoted = [pods[i] for i in decision.promoted.tolist()]
         return self._releases(a, decision.placements)
 

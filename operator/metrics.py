@@ -11,7 +11,7 @@
 | ``stowage_dispatch_total`` | counter | class | tasks released, by the class given (regular, opportunistic) |
 | ``stowage_release_to_bind_seconds`` | histogram | | release (pod created / gate removed) → ``PodScheduled`` |
 | ``stowage_estimate_ratio`` | histogram | source | a finished task's estimate ÷ its actual run time, per source |
-| ``stowage_held_pods`` | gauge | queue, reason | held tasks by why: share, quota, room, sample |
+| ``stowage_held_pods`` | gauge | queue, reason | held tasks by why: share, quota, room, sample, draining |
 | ``stowage_pass_errors_total`` | counter | stage | dispatch passes that did not complete, by the stage that failed |
 | ``stowage_last_pass_age_seconds`` | gauge | | seconds since the last dispatch pass completed |
 | ``stowage_bad_objects_total`` | counter | kind | Jobs failed, gated pods held, bound pods and nodes read in part |
@@ -141,7 +141,7 @@ class _HeldCollector(Collector):
         with self._lock:
             held, queues = self._held, self._queues
         family = GaugeMetricFamily(METRICS.HELD_PODS, "Tasks the dispatcher holds (gated plain pods and Jobs' "
-                                   "unreleased tasks), by queue and reason (share, quota, room, sample)",
+                                   "unreleased tasks), by queue and reason (share, quota, room, sample, draining)",
                                    labels=["queue", "reason"])
         for q in queues:
             for reason in REASONS:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from stowage.operator import crd
+from stowage.operator import crd, tenancy
 from stowage.operator.metrics import QueueNumbers
 
 from stowage import labels
@@ -41,13 +41,14 @@ DEFAULT_QUEUE = labels.DEFAULT_QUEUE  # one place: stowage.labels
 class QueueSpec:
     """A Queue's spec, read leniently (the CRD schema and the validating webhook already checked it)."""
 
-    __slots__ = ("job_order", "name", "opportunistic", "quota", "weight")
+    __slots__ = ("job_order", "name", "opportunistic", "quota", "state", "weight")
 
     def __init__(self, name: str, spec: Mapping[str, Any] | None) -> None:
         spec = spec or {}
         self.name = name
         self.weight = labels.queue_weight(spec)  # the extender's rule too: finite and > 0, else 1
         self.quota: dict[str, Any] = dict(spec.get("quota") or {})
+        self.state = tenancy.queue_state(spec)  # the dispatcher reads Draining; admission, Closed
         try:
             self.opportunistic = QueueOpportunistic(spec.get("opportunistic", QueueOpportunistic.ALLOW.value))
         except ValueError:

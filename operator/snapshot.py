@@ -94,7 +94,8 @@ class Snapshots:
 
     def _queue_records(self) -> list[QueueRecord]:
         return [QueueRecord(name=q.name, weight=q.weight, opportunistic=q.opportunistic is QueueOpportunistic.ALLOW,
-                            job_order=q.job_order, quota=q.quota_amounts() or None)
+                            job_order=q.job_order, quota=q.quota_amounts() or None,
+                            draining=q.state == crd.STATE_DRAINING)
                 for q in self.cache.queues.specs().values()]
 
     def plain_group(self, pod: Mapping[str, Any]) -> PendingGroup | None:

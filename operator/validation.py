@@ -13,19 +13,23 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
-from stowage.operator import crd, tasks
+from stowage.operator import crd, tasks, tenancy
 
 from stowage import labels
 from stowage.errors import IntentError, InvalidInput
 from stowage.resources import parse_quantity, shown
 
-__all__ = ["DEFAULT_SCHEDULER", "JSONPatch", "NamespaceQueue", "QueueExists", "QueueNames", "validate_job",
-           "validate_queue"]
+__all__ = ["DEFAULT_SCHEDULER", "JSONPatch", "NamespaceLabels", "NamespaceQueue", "QueueExists", "QueueNames",
+           "QueueSpecOf", "validate_job", "validate_queue"]
 
 _T = TypeVar("_T")
 QueueExists = Callable[[str], bool]
 #: The namespace's ``stowage.io/queue`` label (the default queue of its pods), or None.
 NamespaceQueue = Callable[[str], str | None]
+#: A Queue's spec (``{}`` when it has none), or None when no such Queue exists.
+QueueSpecOf = Callable[[str], Mapping[str, Any] | None]
+#: A namespace's labels (what a Queue's ``namespaceSelector`` is matched against).
+NamespaceLabels = Callable[[str], Mapping[str, str]]
 #: The names of the Queues that exist (for a refusal's message).
 QueueNames = Callable[[], Collection[str]]
 JSONPatch = list[dict[str, Any]]
@@ -198,11 +202,13 @@ def validate_queue(spec: Any, old_spec: Mapping[str, Any] | None = None) -> list
     """Every problem of a Queue's ``spec``; empty when it may be stored.
 
     ``weight`` a finite number > 0; ``quota`` a map of resource name → non-negative quantity;
-    ``opportunistic`` and ``jobOrder`` from their enums. Absent fields take the CRD's defaults.
+    ``opportunistic``, ``jobOrder`` and ``state`` from their enums; ``namespaceSelector`` a label selector
+    (``tenancy.selector_problems``). Absent fields take the CRD's defaults.
     ``old_spec`` is the stored spec on an update: an update that leaves the spec as it is (labels,
     finalizers) always passes, so no rule added later can pin an object that is already stored.
     """
-    if (problem := _object_problem(spec, "spec", "an object (weight, quota, opportunistic, jobOrder)")) is not None:
+    if (problem := _object_problem(spec, "spec", "an object (weight, quota, opportunistic, jobOrder, state, "
+                                                 "namespaceSelector)")) is not None:
         return [problem]
     spec = spec or {}
     if old_spec is not None and old_spec == spec:
@@ -224,10 +230,11 @@ def validate_queue(spec: Any, old_spec: Mapping[str, Any] | None = None) -> list
                         "spec.quota", shown(name), "resource names such as cpu, memory, nvidia.com/gpu as keys"))
                 elif (problem := _quantity_problem(value, f"spec.quota.{name}")) is not None:
                     problems.append(problem)
-    for key, allowed in (("opportunistic", crd.QUEUE_OPPORTUNISTIC), ("jobOrder", crd.JOB_ORDERS)):
+    for key, allowed in (("opportunistic", crd.QUEUE_OPPORTUNISTIC), ("jobOrder", crd.JOB_ORDERS),
+                         ("state", crd.QUEUE_STATES)):
         if key in spec and not (isinstance(spec[key], str) and spec[key] in allowed):
             problems.append(InvalidInput(f"spec.{key}", shown(spec[key]), f"one of {', '.join(allowed)}"))
-    return problems
+    return problems + tenancy.selector_problems(spec.get("namespaceSelector"))
 
 
 # --- Job -----------------------------------------------------------------------------------------
@@ -287,6 +294,14 @@ def _find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
     return None
 
 
+def _labels_once(namespace_labels: NamespaceLabels | None, namespace: str,
+                 spec: Mapping[str, Any]) -> Mapping[str, str] | None:
+    """The namespace's labels, read only when the Queue has a selector to match them against (one API read)."""
+    if spec.get("namespaceSelector") is None or namespace_labels is None or not namespace:
+        return None
+    return namespace_labels(namespace)
+
+
 def _is_int(value: Any, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
@@ -332,8 +347,13 @@ def _validate_task(task: Any, i: int, names: set[str]) -> list[InvalidInput]:
     return _plannable(task, where)
 
 
-def validate_job(spec: Any, queue_exists: QueueExists, old_spec: Mapping[str, Any] | None = None) -> list[InvalidInput]:
+def validate_job(spec: Any, queue_exists: QueueExists, old_spec: Mapping[str, Any] | None = None, *,
+                 namespace: str = "", queue_spec: QueueSpecOf | None = None,
+                 namespace_labels: NamespaceLabels | None = None) -> list[InvalidInput]:
     """Every problem of a Job's ``spec``; empty when it may be stored.
+
+    With ``queue_spec`` (which then answers whether the queue exists) and ``namespace_labels``, a new Job must be
+    one its queue takes from ``namespace`` (``tenancy.admission_problem``: not Closed, the selector matching).
 
     ``old_spec`` is the stored spec on an update: the queue is looked up only when it is new (a Job
     whose Queue was deleted later can still be suspended or finalised), and ``queue`` and ``tasks``
@@ -353,6 +373,13 @@ def validate_job(spec: Any, queue_exists: QueueExists, old_spec: Mapping[str, An
     if old_spec is not None and old_spec.get("queue", labels.DEFAULT_QUEUE) != queue:
         problems.append(InvalidInput("spec.queue", shown(queue), f"unchanged ({old_spec.get('queue')!r}): the queue "
                                                                   "of a Job is immutable; create the Job again"))
+    elif old_spec is None and queue_spec is not None:
+        found = queue_spec(queue) if crd.is_queue_name(queue) else None
+        if found is None:
+            problems.append(InvalidInput("spec.queue", shown(queue), QUEUE_ALLOWED))
+        elif (problem := tenancy.admission_problem("spec.queue", queue, found, namespace, _labels_once(
+                namespace_labels, namespace, found))) is not None:
+            problems.append(problem)
     elif old_spec is None and not (crd.is_queue_name(queue) and queue_exists(queue)):
         problems.append(InvalidInput("spec.queue", shown(queue), QUEUE_ALLOWED))
     if "opportunistic" in spec and not (isinstance(spec["opportunistic"], str)

@@ -13,7 +13,8 @@ from stowage.operator import admission, crd
 from stowage import labels
 
 __all__ = ["APPLY_TIMEOUT_S", "FIELD_MANAGER", "READ_TIMEOUT_S", "ApiUnreadable", "Applier", "kubernetes_applier",
-           "kubernetes_namespace_queue", "kubernetes_queue_lookup", "kubernetes_queue_names"]
+           "kubernetes_namespace_labels", "kubernetes_namespace_queue", "kubernetes_queue_lookup",
+           "kubernetes_queue_names", "kubernetes_queue_spec"]
 
 FIELD_MANAGER = "stowage-operator"
 Applier = Callable[[list[dict[str, Any]]], None]
@@ -108,6 +109,52 @@ def kubernetes_queue_lookup(api_client: Any) -> QueueExists:
         return crd.is_queue_name(name) and _read(f"Queue {name!r}", lambda: get(name))
 
     return exists
+
+
+def kubernetes_queue_spec(api_client: Any) -> admission.QueueSpecOf:
+    """``queue_spec`` for :func:`register`: the Queue's spec read from the API (404 → None: no such Queue).
+
+    The same one read as :func:`kubernetes_queue_lookup`, which it replaces: whether the Queue exists, and what
+    admission checks on it (``spec.state``, ``spec.namespaceSelector``). A read, not a cache: a Queue created, or
+    opened, a moment before the work that names it is seen. Any other failure raises :class:`ApiUnreadable`.
+    """
+    from kubernetes import client
+
+    objects = client.CustomObjectsApi(_reading_client(api_client))
+
+    def get(name: str) -> dict[str, Any] | None:
+        try:
+            queue = objects.get_cluster_custom_object(crd.GROUP, crd.VERSION, crd.QUEUE.plural, name,
+                                                      _request_timeout=READ_TIMEOUT_S)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(queue.get("spec") or {})
+
+    def spec(name: str) -> dict[str, Any] | None:
+        return _read(f"Queue {name!r}", lambda: get(name)) if crd.is_queue_name(name) else None
+
+    return spec
+
+
+def kubernetes_namespace_labels(api_client: Any) -> admission.NamespaceLabels:
+    """``namespace_labels`` for :func:`register`: the namespace's labels, read from the API (its default queue,
+    and what a Queue's ``namespaceSelector`` matches). A read, not an informer's cache: a namespace labelled a
+    moment ago is seen by its next pod, and a pod costs it only when it needs it (no label of its own, or a Queue
+    with a selector). A failed read (a namespace that cannot be read is not known) raises :class:`ApiUnreadable`:
+    the webhook refuses with 503 (fails closed).
+    """
+    from kubernetes import client
+
+    core = client.CoreV1Api(_reading_client(api_client))
+
+    def read(namespace: str) -> dict[str, str]:
+        found = _read(f"namespace {namespace!r}",
+                      lambda: core.read_namespace(namespace, _request_timeout=READ_TIMEOUT_S))
+        return dict(found.metadata.labels or {})
+
+    return read
 
 
 def kubernetes_queue_names(api_client: Any) -> admission.QueueNames:

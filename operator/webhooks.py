@@ -2,8 +2,8 @@
 
 The rules themselves are :mod:`stowage.operator.admission` (pure). Here:
 
-- :func:`register` puts four handlers into a ``kopf.OperatorRegistry``; their ids are the URL paths
-  the API server calls (``/validate-queue.stowage.io`` …), and the names of the webhooks;
+- :func:`register` puts the admission handlers (one per id of ``HANDLER_IDS``) into a ``kopf.OperatorRegistry``;
+  their ids are the URL paths the API server calls (``/validate-queue.stowage.io`` …), and the names of the webhooks;
 - :func:`webhook_server` builds Kopf's HTTPS server from certificate files (never Kopf's self-signed
   path: it needs oscrypto, which fails on OpenSSL 3);
 - :func:`webhook_configurations` is the one definition of the Validating/MutatingWebhookConfiguration
@@ -36,9 +36,11 @@ from stowage.operator.webhook_api import (
     ApiUnreadable,
     Applier,
     kubernetes_applier,
+    kubernetes_namespace_labels,
     kubernetes_namespace_queue,
     kubernetes_queue_lookup,
     kubernetes_queue_names,
+    kubernetes_queue_spec,
 )
 
 from stowage import labels
@@ -58,13 +60,17 @@ __all__ = [
     "VALIDATE_JOB",
     "VALIDATE_POD_UPDATE",
     "VALIDATE_QUEUE",
+    "VALIDATE_WORKLOAD",
+    "VALIDATE_WORKLOAD_IN_QUEUE_NAMESPACE",
     "ApiUnreadable",
     "ConfiguringServer",
     "configure",
     "kubernetes_applier",
+    "kubernetes_namespace_labels",
     "kubernetes_namespace_queue",
     "kubernetes_queue_lookup",
     "kubernetes_queue_names",
+    "kubernetes_queue_spec",
     "register",
     "service_client_config",
     "webhook_configurations",
@@ -78,7 +84,11 @@ MUTATE_POD = "mutate-pod.stowage.io"
 #: namespaces that do not name Stowage themselves.
 MUTATE_POD_IN_QUEUE_NAMESPACE = "mutate-pod-in-queue-namespace.stowage.io"
 VALIDATE_POD_UPDATE = "validate-pod-update.stowage.io"
-HANDLER_IDS: tuple[str, ...] = (VALIDATE_QUEUE, VALIDATE_JOB, MUTATE_POD, VALIDATE_POD_UPDATE)
+#: Workloads (Deployments, batch/v1 Jobs, ... : ``admission.WORKLOAD_TEMPLATES``) whose pod template names Stowage.
+VALIDATE_WORKLOAD = "validate-workload.stowage.io"
+#: The second entry of the workload webhook (same handler): workloads of queue-labelled namespaces.
+VALIDATE_WORKLOAD_IN_QUEUE_NAMESPACE = "validate-workload-in-queue-namespace.stowage.io"
+HANDLER_IDS: tuple[str, ...] = (VALIDATE_QUEUE, VALIDATE_JOB, MUTATE_POD, VALIDATE_POD_UPDATE, VALIDATE_WORKLOAD)
 #: Name of both the ValidatingWebhookConfiguration and the MutatingWebhookConfiguration.
 CONFIGURATION_NAME = "stowage.io"
 #: Namespaces the pod webhook never sees, besides those labelled ``stowage.io/webhook: ignore``: the
@@ -136,28 +146,46 @@ def _apply_patch(ops: admission.JSONPatch, body: dict[str, Any]) -> None:
 
 def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
              trusted_users: Collection[str] = (), namespace_queue: admission.NamespaceQueue | None = None,
-             queue_names: admission.QueueNames | None = None, namespaces: Collection[str] = ()) -> None:
-    """Register the four admission handlers into ``registry``.
+             queue_names: admission.QueueNames | None = None, namespaces: Collection[str] = (),
+             queue_spec: admission.QueueSpecOf | None = None,
+             namespace_labels: admission.NamespaceLabels | None = None) -> None:
+    """Register the admission handlers into ``registry`` (one per id of ``HANDLER_IDS``; the workload handler once
+    per kind of ``admission.WORKLOAD_TEMPLATES``).
 
     ``queue_lookup(name)`` says whether a Queue exists (e.g. :func:`kubernetes_queue_lookup`);
     ``namespace_queue(namespace)`` gives a namespace's default queue (:func:`kubernetes_namespace_queue`;
     None: no namespace defaults); ``queue_names()`` the existing Queues for a refusal's message
     (:func:`kubernetes_queue_names`); ``namespaces`` the ones the operator watches (empty: all), outside which a
-    Stowage pod is refused. ``trusted_users`` are API usernames whose pods pass the pod webhooks
+    Stowage pod is refused. ``queue_spec(name)`` (:func:`kubernetes_queue_spec`; it answers ``queue_lookup`` too)
+    and ``namespace_labels(namespace)`` (:func:`kubernetes_namespace_labels`; it answers ``namespace_queue`` too)
+    let admission refuse work a Queue does not take (``spec.state``, ``spec.namespaceSelector``).
+    ``trusted_users`` are API usernames whose pods pass the pod webhooks
     unchanged: the operator's own service account (``system:serviceaccount:<namespace>:<name>``), which
     creates a Job's pods already labelled and, when opportunistic, converted, and removes their admission gates.
     """
     trusted = frozenset(trusted_users)
     common: dict[str, Any] = {"registry": registry, "persistent": True}
-    lookups: dict[str, Any] = {k: v for k, v in (("namespace_queue", namespace_queue), ("queue_names", queue_names))
+    lookups: dict[str, Any] = {k: v for k, v in (("namespace_queue", namespace_queue), ("queue_names", queue_names),
+                                                 ("queue_spec", queue_spec), ("namespace_labels", namespace_labels))
                                if v is not None}
     lookups["watched_namespaces"] = frozenset(namespaces)
+    tenancy = {k: lookups[k] for k in ("queue_spec", "namespace_labels") if k in lookups}
 
     def validate_queue(spec: Mapping[str, Any], old: Mapping[str, Any] | None, **_: Any) -> None:
         _refuse(admission.validate_queue(spec, _spec_of(old)))
 
-    def validate_job(spec: Mapping[str, Any], old: Mapping[str, Any] | None, **_: Any) -> None:
-        _refuse(admission.validate_job(spec, queue_lookup, _spec_of(old)))
+    def validate_job(spec: Mapping[str, Any], old: Mapping[str, Any] | None, body: Mapping[str, Any],
+                     **_: Any) -> None:
+        namespace = str((body.get("metadata") or {}).get("namespace") or "")
+        _refuse(admission.validate_job(spec, queue_lookup, _spec_of(old), namespace=namespace, **tenancy))
+
+    def validate_workload(body: Mapping[str, Any], resource: kopf.Resource, userinfo: Mapping[str, Any],
+                          warnings: list[str], **_: Any) -> None:
+        if userinfo.get("username") in trusted:
+            return
+        path = admission.WORKLOAD_TEMPLATES[(resource.group, resource.plural)]
+        namespace = str((body.get("metadata") or {}).get("namespace") or "")
+        warnings.extend(admission.admit_workload(body, path, queue_lookup, namespace=namespace, **lookups))
 
     def mutate_pod(body: Mapping[str, Any], patch: kopf.Patch, userinfo: Mapping[str, Any],
                    warnings: list[str], **_: Any) -> None:
@@ -183,6 +211,9 @@ def register(registry: kopf.OperatorRegistry, queue_lookup: QueueExists, *,
     kopf.on.mutate("v1", "pods", id=MUTATE_POD, operations=["CREATE"], **common)(_answering("Pod", mutate_pod))
     kopf.on.validate("v1", "pods", id=VALIDATE_POD_UPDATE, operations=["UPDATE"],
                      **common)(_answering("Pod update", validate_pod_update))
+    for group, plural in admission.WORKLOAD_TEMPLATES:
+        kopf.on.validate(group, "v1", plural, id=VALIDATE_WORKLOAD, operations=["CREATE"],
+                         **common)(_answering("Workload", validate_workload))
 
 
 def _spec_of(old: Mapping[str, Any] | None) -> Any:
@@ -336,12 +367,47 @@ def webhook_configurations(client_config: Mapping[str, Any], *, name: str = CONF
          "objectSelector": _not_ignored(),
          "matchConditions": [{"name": "not-a-stowage-pod", "expression": f"!({stowage_pods})"}, *not_operator]},
     ]
+    validating += _workload_webhooks(client_config, exempt_namespaces, not_operator, common)
     meta = {"name": name, "labels": {"app.kubernetes.io/name": "stowage", "app.kubernetes.io/component": "webhook"}}
     api_version = "admissionregistration.k8s.io/v1"
     return [
         {"apiVersion": api_version, "kind": "ValidatingWebhookConfiguration", "metadata": meta, "webhooks": validating},
         {"apiVersion": api_version, "kind": "MutatingWebhookConfiguration", "metadata": copy.deepcopy(meta),
          "webhooks": mutating},
+    ]
+
+
+#: CEL: the object has no controller (a Deployment's ReplicaSet, a CronJob's Job): its owner was checked instead.
+NOT_CONTROLLED = ("!has(object.metadata.ownerReferences) || "
+                  "!object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)")
+
+
+def workload_rules() -> list[dict[str, Any]]:
+    """The workload webhook's rules: CREATE of every kind of ``admission.WORKLOAD_TEMPLATES``, by API group."""
+    groups: dict[str, list[str]] = {}
+    for group, plural in admission.WORKLOAD_TEMPLATES:
+        groups.setdefault(group, []).append(plural)
+    return [{"apiGroups": [group], "apiVersions": ["v1"], "resources": plurals, "operations": ["CREATE"],
+             "scope": "Namespaced"} for group, plurals in groups.items()]
+
+
+def _workload_webhooks(client_config: Mapping[str, Any], exempt_namespaces: Collection[str],
+                       not_operator: list[dict[str, str]], common: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The workload webhook's two entries, scoped as the pod webhook's: workloads whose pod template names Stowage
+    (``admission.stowage_template_condition``), and the others of namespaces labelled ``stowage.io/queue``; never
+    one with a controller (its owner was checked), one labelled ``stowage.io/webhook: ignore``, or one of an exempt
+    or ignored namespace."""
+    named = admission.stowage_template_condition()
+    hook = {"clientConfig": _with_path(client_config, VALIDATE_WORKLOAD), "rules": workload_rules(),
+            "objectSelector": _not_ignored(), **common}
+    controlled = {"name": "not-controlled", "expression": NOT_CONTROLLED}
+    return [
+        {"name": VALIDATE_WORKLOAD, **copy.deepcopy(hook), "namespaceSelector": _pod_namespaces(exempt_namespaces),
+         "matchConditions": [{"name": "stowage-templates", "expression": named}, controlled, *not_operator]},
+        {"name": VALIDATE_WORKLOAD_IN_QUEUE_NAMESPACE, **copy.deepcopy(hook),
+         "namespaceSelector": _pod_namespaces(exempt_namespaces, queue_labelled=True),
+         "matchConditions": [{"name": "not-a-stowage-template", "expression": f"!({named})"}, controlled,
+                             *not_operator]},
     ]
 
 

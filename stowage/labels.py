@@ -148,7 +148,7 @@ class METRICS:
     #: Histogram of a finished task's estimated ÷ actual duration, label ``source`` (``estimates.SOURCE_NAMES``).
     ESTIMATE_RATIO = "stowage_estimate_ratio"
     #: Gauge of the tasks the dispatcher holds (gated plain pods, Jobs' unreleased tasks), labels ``queue`` and
-    #: ``reason`` (``share``, ``quota``, ``room``, ``sample``: ``stowage.policy.holding.REASONS``).
+    #: ``reason`` (``share``, ``quota``, ``room``, ``sample``, ``draining``: ``stowage.policy.holding.REASONS``).
     HELD_PODS = "stowage_held_pods"
     #: Counter of dispatch passes that did not complete, label ``stage`` (where it stopped: the operator's
     #: ``PASS_STAGES``).

@@ -14,6 +14,9 @@ pool's free room and each queue's allocation. A group waits in the pool it may u
 4. ``room``: otherwise: no node has room; the node closest to taking a task (smallest largest shortfall
    ``max_r (d_r − A_r)⁺/C_r``, as the starvation guard picks) is named with what it lacks.
 
+And one the decision never sees: ``draining``: the group's queue is Draining (``spec.state``), so the dispatcher
+offers it nothing (:func:`draining`; the operator leaves such groups out of the decision).
+
 Groups of one (pool, queue, demand) share one answer, so a backlog of 10,000 equal pods costs one message.
 Pure and deterministic: arrays in, ``Hold`` records out; the reason names are the ``reason`` label of
 ``stowage_held_pods`` (contract).
@@ -31,13 +34,15 @@ from numpy.typing import NDArray
 from stowage.policy import alignment, fairness, room
 from stowage.resources import CPU, format_quantity
 
-__all__ = ["QUOTA", "REASONS", "ROOM", "SAMPLE", "SHARE", "Context", "Hold", "PoolLeft", "explain"]
+__all__ = ["DRAINING", "QUOTA", "REASONS", "ROOM", "SAMPLE", "SHARE", "Context", "Hold", "PoolLeft", "draining",
+           "explain"]
 
 SHARE: Final = "share"
 QUOTA: Final = "quota"
 ROOM: Final = "room"
 SAMPLE: Final = "sample"
-REASONS: Final = (SHARE, QUOTA, ROOM, SAMPLE)
+DRAINING: Final = "draining"
+REASONS: Final = (SHARE, QUOTA, ROOM, SAMPLE, DRAINING)
 """Every reason, in the order ``stowage_held_pods{reason}`` lists them."""
 
 _LISTED_NODES = 3  # a sample message names this many nodes; the rest are counted
@@ -84,6 +89,12 @@ class Context:
     """``packing.queue_usage_tolerance`` (the caller's settings: no default restated here)."""
     share_floor: float
     """``packing.queue_share_floor``."""
+
+
+def draining(queue: str) -> Hold:
+    """Why a group of a Draining queue waits: its queue releases nothing new until it is Open again."""
+    return Hold(DRAINING, f"queue {queue!r} is Draining (spec.state): it releases no new work and lets its running "
+                          "work finish; this task starts once a cluster admin sets the queue's spec.state to Open")
 
 
 def explain(waiting: NDArray[np.bool_], pool: NDArray[np.int64], demand: NDArray[np.float64],

@@ -1,7 +1,8 @@
 """Rendering the chart with the real Helm binary, and ``manifests/stowage.yaml`` from it.
 
-``python -m tests.chart.render`` rewrites the chart's copy of the pod UPDATE webhook's CEL condition
+``python -m tests.chart.render`` rewrites the chart's copies of the pod UPDATE webhook's CEL condition
 (``files/pod-update-condition.cel`` from ``stowage.operator.admission.pod_update_condition``, its one source)
+and of the workload webhook's (``files/workload-template-condition.cel``, ``stowage_template_condition``)
 and ``manifests/stowage.yaml`` (``helm template`` with default values, for a v1.30 cluster);
 ``tests/chart/test_rendering.py`` fails while either disagrees with its source.
 """
@@ -27,6 +28,7 @@ __all__ = [
     "MANIFEST_NAMESPACE",
     "POD_UPDATE_CONDITION",
     "REPO",
+    "WORKLOAD_CONDITION",
     "crd_documents",
     "docs_of_kind",
     "find_helm",
@@ -37,6 +39,7 @@ __all__ = [
     "render_documents",
     "render_manifest",
     "set_args",
+    "workload_condition",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +51,7 @@ MANIFEST_NAMESPACE = "stowage-system"
 #: The cluster version manifests/stowage.yaml is rendered for (the scheduler image follows it).
 MANIFEST_KUBE_VERSION = "v1.30.14"
 POD_UPDATE_CONDITION = CHART / "files" / "pod-update-condition.cel"
+WORKLOAD_CONDITION = CHART / "files" / "workload-template-condition.cel"
 MANIFEST_HEADER = f"""\
 # Stowage for kubectl users: `helm template stowage charts/stowage -n {MANIFEST_NAMESPACE} \\
 #     --kube-version {MANIFEST_KUBE_VERSION}` with default values
@@ -139,10 +143,19 @@ def pod_update_condition() -> str:
     return admission.pod_update_condition() + "\n"
 
 
+def workload_condition() -> str:
+    """What ``files/workload-template-condition.cel`` must hold: the workload webhook's CEL condition, one line."""
+    from stowage.operator import admission
+
+    return admission.stowage_template_condition() + "\n"
+
+
 def main(argv: list[str]) -> int:
     POD_UPDATE_CONDITION.parent.mkdir(exist_ok=True)
     POD_UPDATE_CONDITION.write_text(pod_update_condition())
     print(f"wrote {POD_UPDATE_CONDITION.relative_to(REPO)}")
+    WORKLOAD_CONDITION.write_text(workload_condition())
+    print(f"wrote {WORKLOAD_CONDITION.relative_to(REPO)}")
     MANIFEST.write_text(render_manifest())
     print(f"wrote {MANIFEST.relative_to(REPO)}")
     return 0

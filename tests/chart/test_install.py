@@ -393,6 +393,32 @@ def test_every_user_lists_queues_and_none_changes_them(installed: Installed, tea
     assert not _can_i(installed, "someone-else", "list", "jobs.stowage.io", team)
 
 
+def _user_allowed(installed: Installed, user: str, verb: str, resource: str, namespace: str = "",
+                  group: str = "stowage.io", name: str = "", subresource: str = "") -> bool:
+    """A SubjectAccessReview for ``user`` (authenticated, no other group): what the API server would let it do."""
+    review = client.AuthorizationV1Api(installed.api).create_subject_access_review({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": ["system:authenticated"],
+                 "resourceAttributes": {"verb": verb, "resource": resource, "group": group, "namespace": namespace,
+                                        "name": name, "subresource": subresource}}})
+    return bool(review.status.allowed)
+
+
+def test_namespace_users_cannot_change_a_queue_nor_label_their_namespace_into_one(installed: Installed,
+                                                                                   team: str) -> None:
+    """Tenancy rests on two things users of a namespace cannot change (docs/operator.md "Tenancy"): a Queue (its
+    namespaceSelector, its state) and their namespace's labels, which the selector matches."""
+    for user in ("admin-user", "edit-user", "view-user", "someone-else"):
+        for verb in ("create", "update", "patch", "delete"):
+            assert not _user_allowed(installed, user, verb, "queues", name="default"), (user, verb)
+            assert not _user_allowed(installed, user, verb, "queues", name="default", subresource="status"), user
+            assert not _user_allowed(installed, user, verb, "queues", namespace=team), (user, verb, team)
+        for verb in ("update", "patch"):
+            assert not _user_allowed(installed, user, verb, "namespaces", group="", name=team), (user, verb)
+        assert _user_allowed(installed, user, "get", "queues", name="default"), user  # reading is for everyone
+    assert _user_allowed(installed, "edit-user", "create", "jobs", namespace=team)  # the review is the real one
+
+
 @pytest.mark.parametrize("component", list(SA))
 def test_no_component_reads_secrets(installed: Installed, component: str) -> None:
     for verb in ("get", "list", "watch"):

@@ -27,6 +27,7 @@ from tests.chart.render import (
     MANIFEST,
     POD_UPDATE_CONDITION,
     REPO,
+    WORKLOAD_CONDITION,
     docs_of_kind,
     helm,
     normalise_certificates,
@@ -34,6 +35,7 @@ from tests.chart.render import (
     render,
     render_documents,
     render_manifest,
+    workload_condition,
 )
 
 pytestmark = pytest.mark.usefixtures("helm_binary")
@@ -357,7 +359,7 @@ def test_webhooks_serve_the_operator_handler_ids_and_fail_closed(name: str, tmp_
              for d in docs_of_kind(docs, kind) for w in d["webhooks"]]
     ids = _operator_doc_webhook_ids()
     assert ids == {"validate-queue.stowage.io", "validate-job.stowage.io", "mutate-pod.stowage.io",
-                   "validate-pod-update.stowage.io"}
+                   "validate-pod-update.stowage.io", "validate-workload.stowage.io"}
     assert {w["clientConfig"]["service"]["path"].lstrip("/") for w in hooks} == ids
     assert all(w["failurePolicy"] == "Fail" for w in hooks)
     # The operator's own writes skip its webhooks (it serves them only after its start-up writes; the
@@ -394,6 +396,29 @@ def test_webhooks_serve_the_operator_handler_ids_and_fail_closed(name: str, tmp_
         (s,) = secret
         assert all(w["clientConfig"]["caBundle"] == s["data"]["ca.crt"] for w in hooks)
         _check_certificate(s["data"], "stowage-operator-webhook.stowage-system.svc", tmp_path)
+
+
+def _workload_scope(hook: dict[str, Any]) -> tuple[Any, ...]:
+    conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
+    conditions.pop("not-the-operator", None)
+    conditions.pop("not-from-the-operator", None)
+    namespaces = [e for e in hook["namespaceSelector"]["matchExpressions"] if e["key"] != "kubernetes.io/metadata.name"]
+    return hook["name"], hook["rules"], conditions, namespaces, hook["objectSelector"], hook["failurePolicy"]
+
+
+def test_the_charts_workload_webhook_has_the_operators_scope() -> None:
+    """The chart's workload entries are the operator's (``webhooks.webhook_configurations``): the same kinds, the
+    same template condition (copied into files/ by `python -m tests.chart.render`), the same selectors."""
+    from stowage.operator import webhooks
+
+    rendered = [w for d in docs_of_kind(render_documents(), "ValidatingWebhookConfiguration") for w in d["webhooks"]
+                if w["clientConfig"]["service"]["path"] == f"/{webhooks.VALIDATE_WORKLOAD}"]
+    written = [w for w in webhooks.webhook_configurations({"url": "https://127.0.0.1:9443"})[0]["webhooks"]
+               if w["clientConfig"]["url"].endswith(f"/{webhooks.VALIDATE_WORKLOAD}")]
+    assert len(rendered) == 2
+    assert [_workload_scope(h) for h in rendered] == [_workload_scope(h) for h in written]
+    assert WORKLOAD_CONDITION.read_text() == workload_condition(), \
+        "run `.venv/bin/python -m tests.chart.render` (the operator's workload template condition changed)"
 
 
 def _check_certificate(data: Mapping[str, str], dns_name: str, tmp: Path) -> None:

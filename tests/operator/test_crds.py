@@ -73,6 +73,13 @@ def test_crd_enums_and_defaults_match_the_operator_constants() -> None:
     assert tuple(q["jobOrder"]["enum"]) == crd.JOB_ORDERS and q["jobOrder"]["default"] == crd.DEFAULT_JOB_ORDER
     assert tuple(q["opportunistic"]["enum"]) == crd.QUEUE_OPPORTUNISTIC
     assert q["opportunistic"]["default"] == crd.DEFAULT_QUEUE_OPPORTUNISTIC
+    assert tuple(q["state"]["enum"]) == crd.QUEUE_STATES and q["state"]["default"] == crd.STATE_OPEN
+    selector = q["namespaceSelector"]["properties"]
+    assert selector["matchLabels"]["maxProperties"] == crd.MAX_SELECTOR_LABELS
+    assert selector["matchExpressions"]["maxItems"] == crd.MAX_SELECTOR_EXPRESSIONS
+    expression = selector["matchExpressions"]["items"]["properties"]
+    assert tuple(expression["operator"]["enum"]) == crd.SELECTOR_OPERATORS
+    assert expression["values"]["maxItems"] == crd.MAX_SELECTOR_VALUES
     j = _schema(job)["properties"]
     spec = j["spec"]["properties"]
     assert spec["queue"]["default"] == labels.DEFAULT_QUEUE
@@ -127,12 +134,16 @@ def test_api_server_establishes_both_crds(stowage_crds: list[dict[str, Any]]) ->
 def test_an_empty_queue_gets_every_default(kube: RawApi, queue_name: str) -> None:
     stored = kube.ok("POST", crd.QUEUE.path(), {"apiVersion": crd.API_VERSION, "kind": "Queue",
                                                  "metadata": {"name": queue_name}})
-    assert stored["spec"] == {"weight": 1, "opportunistic": "Allow", "jobOrder": "SRTF"}
+    # No namespaceSelector: every namespace may use it (docs/operator.md "Tenancy").
+    assert stored["spec"] == {"weight": 1, "opportunistic": "Allow", "jobOrder": "SRTF", "state": "Open"}
 
 
 def test_a_queue_keeps_what_it_was_given(kube: RawApi, queue_name: str) -> None:
     spec = {"weight": 2.5, "quota": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": 8}, "opportunistic": "Deny",
-            "jobOrder": "FSP"}
+            "jobOrder": "FSP", "state": "Draining",
+            "namespaceSelector": {"matchLabels": {"team": "a"},
+                                  "matchExpressions": [{"key": "env", "operator": "In", "values": ["dev"]},
+                                                       {"key": "legacy", "operator": "DoesNotExist"}]}}
     assert kube.ok("POST", crd.QUEUE.path(), _queue(queue_name, spec))["spec"] == spec
 
 
@@ -376,11 +387,11 @@ def test_queue_printer_columns_show_weight_and_shares_side_by_side(kube: RawApi,
                         "allocated": {"regular": {"cpu": "16", "memory": "64Gi"}}}},
             content_type="application/merge-patch+json")
     names, rows = _table(kube, crd.QUEUE.path())
-    assert names == ["Name", "Weight", "Dominant Share", "Fair Share", "Usage", "Target", "Pending", "Running", "Age",
-                     "Opp Share", "Order", "Opportunistic"]
+    assert names == ["Name", "Weight", "State", "Dominant Share", "Fair Share", "Usage", "Target", "Pending", "Running",
+                     "Age", "Opp Share", "Order", "Opportunistic"]
     row = rows[queue_name]
-    assert row[:8] == [queue_name, 2, 0.4, 0.5, 0.45, 0.5, 7, 4]
-    assert row[9:] == [0.1, "SRTF", "Allow"]
+    assert row[:9] == [queue_name, 2, "Open", 0.4, 0.5, 0.45, 0.5, 7, 4]  # the state defaulted by the schema
+    assert row[10:] == [0.1, "SRTF", "Allow"]
 
 
 class _MergePatches:

@@ -67,7 +67,9 @@ class AdmissionOperator:
         registry = kopf.OperatorRegistry()
         webhooks.register(registry, webhooks.kubernetes_queue_lookup(self.reads), trusted_users=[OPERATOR_USER],
                           namespace_queue=webhooks.kubernetes_namespace_queue(self.reads),
-                          queue_names=webhooks.kubernetes_queue_names(self.reads))
+                          queue_names=webhooks.kubernetes_queue_names(self.reads),
+                          queue_spec=webhooks.kubernetes_queue_spec(self.reads),
+                          namespace_labels=webhooks.kubernetes_namespace_labels(self.reads))
 
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
@@ -438,7 +440,8 @@ def test_the_configurations_fail_closed_and_exempt_system_namespaces(kube: RawAp
             hook["namespaceSelector"]["matchExpressions"])
     validating = kube.ok("GET", f"{ADMISSION}/validatingwebhookconfigurations/{webhooks.CONFIGURATION_NAME}")
     assert [(h["name"], h["failurePolicy"]) for h in validating["webhooks"]] == [
-        (webhooks.VALIDATE_QUEUE, "Fail"), (webhooks.VALIDATE_JOB, "Fail"), (webhooks.VALIDATE_POD_UPDATE, "Fail")]
+        (webhooks.VALIDATE_QUEUE, "Fail"), (webhooks.VALIDATE_JOB, "Fail"), (webhooks.VALIDATE_POD_UPDATE, "Fail"),
+        (webhooks.VALIDATE_WORKLOAD, "Fail"), (webhooks.VALIDATE_WORKLOAD_IN_QUEUE_NAMESPACE, "Fail")]
 
 
 # --- pod UPDATE: what admission decided stays decided ---------------------------------------------
@@ -534,7 +537,9 @@ def test_a_lookup_of_an_unanswering_api_gives_up_within_its_timeout() -> None:
         reads = client.ApiClient(client.Configuration(host=url))
         lookups = (functools.partial(webhooks.kubernetes_queue_lookup(reads), "default"),
                    webhooks.kubernetes_queue_names(reads),
-                   functools.partial(webhooks.kubernetes_namespace_queue(reads), "default"))
+                   functools.partial(webhooks.kubernetes_namespace_queue(reads), "default"),
+                   functools.partial(webhooks.kubernetes_queue_spec(reads), "default"),
+                   functools.partial(webhooks.kubernetes_namespace_labels(reads), "default"))
         for lookup in lookups:
             began = time.monotonic()
             with pytest.raises(webhooks.ApiUnreadable, match="did not answer"):
@@ -635,7 +640,8 @@ def _object_path(doc: dict[str, Any], ns: str) -> str:
 def test_every_example_manifest_is_accepted_by_the_api_server_and_the_webhooks(kube: RawApi, ns: str) -> None:
     """Each document of manifests/examples/*.yaml applied as `kubectl apply` would (server-side apply): the CRD
     schemas, their CEL rules and Stowage's webhooks (the Job's queue must exist) all accept it."""
-    assert {"queue.yaml", "job.yaml", "one-label.yaml", "opportunistic-pod.yaml"} <= set(EXAMPLE_FILES)
+    assert {"queue.yaml", "queue-with-selector.yaml", "job.yaml", "one-label.yaml",
+            "opportunistic-pod.yaml"} <= set(EXAMPLE_FILES)
     created_queues = []
     try:
         for name in EXAMPLE_FILES:

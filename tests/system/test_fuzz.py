@@ -1,10 +1,11 @@
-"""A seeded fuzz of the whole stack (issue #31): malformed Jobs, Queues, and labelled and unlabelled pods.
+"""A seeded fuzz of the whole stack (issue #31): malformed Jobs, Queues, workloads, labelled and unlabelled pods.
 
 A ``random.Random`` (seed ``STOWAGE_FUZZ_SEED``, default 31; printed) mutates valid objects: wrong types,
 huge numbers and strings, deep nesting, missing and unexpected fields, bad quantities (``1e9999999``),
-NaN-ish strings, unicode. Jobs and pods are created by a tenant (the ``edit`` role) in one namespace, whose
-ResourceQuota bounds what the admitted ones may take (so a fuzz object cannot fill the cluster); Queues by
-the admin. Then:
+NaN-ish strings, unicode; a Queue's ``state`` and ``namespaceSelector``, a workload's pod template. Jobs, pods
+and workloads (Deployments of no replicas: the template is what is checked) are created by a tenant (the ``edit``
+role) in one namespace, whose ResourceQuota bounds what the admitted ones may take (so a fuzz object cannot fill
+the cluster); Queues by the admin. Then:
 
 - every refusal is a 4xx, never a 5xx, and names a field (a segment of a path the mutation touched), except
   the API server's own decoding errors and its built-in admission plugins (the namespace's quota, PriorityClass),
@@ -15,7 +16,7 @@ the admin. Then:
 
 Meanwhile no dispatch pass may fail (``stowage_pass_errors_total``), and the operator and the extender, killed
 and started again with every admitted object present, get ready. A summary (admitted / refused per kind, by
-door) is printed for the log. Bounded: 560 objects, about a minute after the stack is up.
+door) is printed for the log. Bounded: 620 objects, about a minute after the stack is up.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from tests.system.workloads import group, phase_of, plain_pod, tenant_api
 pytestmark = pytest.mark.timeout(600)
 
 SEED = int(os.environ.get("STOWAGE_FUZZ_SEED", "31"))
-COUNTS = {"Job": 240, "Queue": 60, "Pod(labelled)": 140, "Pod(unlabelled)": 120}
+COUNTS = {"Job": 240, "Queue": 60, "Pod(labelled)": 140, "Pod(unlabelled)": 120, "Workload": 60}
 FUZZ_QUEUE = "fuzz"
 #: The operator's failed-pass counter; the extender's count of objects left out of its model (issue #31).
 PASS_ERRORS, BAD_OBJECTS = "stowage_pass_errors_total", "stowage_bad_objects_total"
@@ -111,6 +112,13 @@ PLAUSIBLE: dict[str, list[Any]] = {
     "expectedDuration": [1e300, 1.7976931348623157e308, 0, 1e-300, 2**63, 31536000000],
     "jobOrder": ["FIFO", "SRTF", "FSP", "fifo"],
     "opportunistic": ["true", "auto", "false", "Allow", "Deny", "True"],
+    "state": ["Open", "Closed", "Draining", "open", "Paused", ""],
+    "operator": ["In", "NotIn", "Exists", "DoesNotExist", "in", "Gt"],
+    "key": ["team", "example.com/team", "kubernetes.io/metadata.name", "-team", "a/b/c", "", "t" * 64],
+    "values": [[], ["a"], ["a b"], ["fuzz"] * 65, "a", [1]],
+    "team": ["a", "", "a b", "x" * 64, "-a"],
+    "matchLabels": [{}, {"team": "a"}, {"-": "a"}, {"team": 1}],
+    "matchExpressions": [[], [{"key": "team"}], [{"key": "team", "operator": "Exists", "values": ["a"]}]],
     labels.ANN_DEMAND: DEMANDS,
     labels.ANN_EXPECTED_DURATION: ["1e308", "inf", "nan", "-1", "1e9999", "45s", "0", "1" * 400],
     labels.ANN_DATA_NODES: ["a,,b", ",", "x" * 10_000, "名前", " , "],
@@ -271,10 +279,22 @@ UNLABELLED_INTERESTING: list[Path] = [
     *annotation_paths(("metadata",)), *annotation_paths(("metadata",)), *label_paths(("metadata",)),
     (*POD_CONTAINER, "resources", "requests", "cpu"), (*POD_CONTAINER, "resources", "limits", "memory"),
 ]
+SELECTOR: Path = ("spec", "namespaceSelector")
+EXPRESSION: Path = (*SELECTOR, "matchExpressions", 0)
 QUEUE_INTERESTING: list[Path] = [
     ("spec",), ("spec", "weight"), ("spec", "quota"), ("spec", "quota", "cpu"), ("spec", "quota", "memory"),
     ("spec", "quota", "stowage.io/disk-bandwidth"), ("spec", "quota", "nvidia.com/gpu"), ("spec", "jobOrder"),
-    ("spec", "opportunistic"), ("metadata", "labels", "x"),
+    ("spec", "opportunistic"), ("metadata", "labels", "x"), ("spec", "state"), SELECTOR,
+    (*SELECTOR, "matchLabels"), (*SELECTOR, "matchLabels", "team"), (*SELECTOR, "matchExpressions"), EXPRESSION,
+    (*EXPRESSION, "key"), (*EXPRESSION, "operator"), (*EXPRESSION, "values"), (*EXPRESSION, "values", 0),
+]
+WORKLOAD_TEMPLATE: Path = ("spec", "template")
+#: A Deployment's pod template: what the workload webhook reads as a pod (its labels, scheduler, annotations).
+WORKLOAD_INTERESTING: list[Path] = [
+    *label_paths((*WORKLOAD_TEMPLATE, "metadata")), *annotation_paths((*WORKLOAD_TEMPLATE, "metadata")),
+    (*WORKLOAD_TEMPLATE, "spec", "schedulerName"), (*WORKLOAD_TEMPLATE, "spec", "nodeName"),
+    (*WORKLOAD_TEMPLATE, "spec", "containers", 0, "resources", "requests", "cpu"),
+    (*WORKLOAD_TEMPLATE, "spec", "containers", 0, "resources", "limits", "memory"),
 ]
 NAME: Path = ("metadata", "name")
 
@@ -390,7 +410,20 @@ def unlabelled_pod_base(stack: WholeStack, rng: random.Random, name: str) -> dic
 
 def queue_base(name: str) -> dict[str, Any]:
     return {"apiVersion": crd.API_VERSION, "kind": crd.QUEUE.kind, "metadata": {"name": name},
-            "spec": {"weight": 1, "quota": {"cpu": "1", "memory": "1Gi"}, "jobOrder": "FIFO", "opportunistic": "Allow"}}
+            "spec": {"weight": 1, "quota": {"cpu": "1", "memory": "1Gi"}, "jobOrder": "FIFO", "opportunistic": "Allow",
+                     "state": "Open", "namespaceSelector": {
+                         "matchLabels": {"team": "a"},
+                         "matchExpressions": [{"key": "env", "operator": "In", "values": ["dev", "test"]}]}}}
+
+
+def workload_base(stack: WholeStack, name: str) -> dict[str, Any]:
+    """A Deployment of no replicas whose template names the fuzz queue: the webhook judges it, no pod is made."""
+    pod = plain_pod(stack, name, queue=FUZZ_QUEUE, run_s=2, cpu="250m", memory="128Mi")
+    template = {"metadata": {"labels": {**pod["metadata"]["labels"], "app": name},
+                             "annotations": dict(pod["metadata"].get("annotations") or {})},
+                "spec": {**pod["spec"], "restartPolicy": "Always"}}  # a Deployment's pods restart
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}}, "template": template}}
 
 
 # --- the test --------------------------------------------------------------------------------------------
@@ -427,6 +460,7 @@ def test_fuzz_the_whole_stack(healthy: WholeStack) -> None:
         # Pods through the dynamic client: the typed one validates a body on the client side, before the API sees it.
         tenant_objects, tenant_pods = client.CustomObjectsApi(tenant), DynamicClient(tenant).resources.get(
             api_version="v1", kind="Pod")
+        tenant_deployments = DynamicClient(tenant).resources.get(api_version="apps/v1", kind="Deployment")
         order = [kind for kind, n in COUNTS.items() for _ in range(n)]
         rng.shuffle(order)
         jobs: list[str] = []
@@ -444,6 +478,14 @@ def test_fuzz_the_whole_stack(healthy: WholeStack) -> None:
                 queues.append(f"fuzz-q{i}")
                 attempt(tally, kind, name, touched, lambda body=body: stack.objects.create_cluster_custom_object(
                     crd.GROUP, crd.VERSION, crd.QUEUE.plural, body))
+            elif kind == "Workload":
+                body = workload_base(stack, name)
+                # The selector names the Deployment's pods: kept, or the API server refuses it for that alone.
+                touched = mutate(rng, body, WORKLOAD_INTERESTING, {NAME, ("spec", "selector"),
+                                                                   (*WORKLOAD_TEMPLATE, "metadata", "labels", "app")},
+                                 focus=0.8)
+                attempt(tally, kind, name, touched,
+                        lambda body=body: tenant_deployments.create(body=body, namespace=ns))
             elif kind == "Pod(labelled)":
                 body = labelled_pod_base(stack, rng, name)
                 touched = mutate(rng, body, POD_INTERESTING, {NAME}, focus=0.75)

@@ -210,17 +210,17 @@ def test_labels_that_cannot_be_honoured_are_refused_saying_what_to_change(health
     bad = refusal(lambda: create(ns, bare_pod(stack, "maybe", {labels.LABEL_OPPORTUNISTIC: "maybe"})))
     assert "metadata.labels['stowage.io/opportunistic']: one of 'true', 'auto', 'false', got 'maybe'" in bad
 
-    # A controller's pods are refused the same way; the ReplicaSet says why in its FailedCreate Event.
+    # A controller whose pods would be refused is refused itself, at its creation, with the pod's message under
+    # spec.template (the chart's workload webhook; not a ReplicaSet's FailedCreate Event later).
     typo = template(stack, {"app": "typo", labels.LABEL_QUEUE: "nightly"}, requests={"cpu": "100m"})
-    client.AppsV1Api(stack.api).create_namespaced_deployment(ns, {
+    pod_message = refusal(lambda: create(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "typo", "labels": typo["metadata"]["labels"]}, "spec": typo["spec"]}))
+    deployment = refusal(lambda: client.AppsV1Api(stack.api).create_namespaced_deployment(ns, {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "typo"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "typo"}}, "template": typo}})
-
-    def failed_create() -> str | None:
-        events = stack.core.list_namespaced_event(ns, field_selector="reason=FailedCreate").items
-        return next((e.message for e in events if "create Queue 'nightly' first" in (e.message or "")), None)
-
-    assert "metadata.labels['stowage.io/queue']" in wait_for(failed_create, 120, "the ReplicaSet's FailedCreate")
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "typo"}}, "template": typo}}))
+    reason = pod_message.split(" denied the request: ", 1)[1]
+    assert reason.startswith("metadata.labels['stowage.io/queue']: the name of an existing Queue (")
+    assert deployment == f'admission webhook "{webhooks.VALIDATE_WORKLOAD}" denied the request: spec.template.{reason}'
 
     stack.core.patch_namespace(ns, {"metadata": {"labels": {labels.LABEL_QUEUE: "nightly"}}})
     # The API server matches a webhook's namespaceSelector against its own cache of namespaces, which sees the
