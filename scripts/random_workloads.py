@@ -209,9 +209,9 @@ def measuring_command(argv: Sequence[str]) -> str:
 
 
 def variant(drop_bandwidth: bool, overcommit_loss: float) -> str:
-    """The suffix of a variant's kept runs and results section ("" for the defaults)."""
+    """The suffix of a variant's kept runs and results section ("" for the defaults; the section's command says β)."""
     return (("-without-bandwidth" if drop_bandwidth else "")
-            + (f"-overcommit-loss-{overcommit_loss:g}" if overcommit_loss else ""))
+            + ("-overcommit-loss" if overcommit_loss else ""))
 
 
 def default_section(start: int, drop_bandwidth: bool, overcommit_loss: float = 0.0) -> str:
