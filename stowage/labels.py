@@ -74,7 +74,7 @@ DEFAULT_QUEUE = "default"
 #: when it releases the pod, so plain pods too are released in fair order.
 GATE_ADMISSION = f"{DOMAIN}/admission"
 #: Pod condition on a pod held at that gate: True while the dispatcher holds it, its reason and message say why
-#: (``WaitingForShare``, ``WaitingForQuota``, ``WaitingForRoom``, ``WaitingForSample``); False once released.
+#: (``WaitingForShare``, ``WaitingForQuota``, ``WaitingForRoom``, ``WaitingForSample``, ``WaitingForGang``); False once released.
 CONDITION_HELD = f"{DOMAIN}/Held"
 
 # --- labels -------------------------------------------------------------------------------------
@@ -148,7 +148,7 @@ class METRICS:
     #: Histogram of a finished task's estimated ÷ actual duration, label ``source`` (``estimates.SOURCE_NAMES``).
     ESTIMATE_RATIO = "stowage_estimate_ratio"
     #: Gauge of the tasks the dispatcher holds (gated plain pods, Jobs' unreleased tasks), labels ``queue`` and
-    #: ``reason`` (``share``, ``quota``, ``room``, ``sample``: ``stowage.policy.holding.REASONS``).
+    #: ``reason`` (``share``, ``quota``, ``room``, ``sample``, ``gang``: ``stowage.policy.holding.REASONS``).
     HELD_PODS = "stowage_held_pods"
     #: Counter of dispatch passes that did not complete, label ``stage`` (where it stopped: the operator's
     #: ``PASS_STAGES``).
