@@ -130,6 +130,7 @@ class Cache:
         self.poke = poke
         self.cluster = ClusterModel(recent_window_s=settings.harvest.ramp_up_s, clock=clock)
         self.jobs = jobs.JobBook(metrics, clock=clock, namespaces=self.namespaces or None)
+        self.jobs.gang_timeout_s = settings.packing.gang_ready_timeout_s
         self.queues = queues.QueueBook(client)
         self.gated = GatedPods(self.jobs.watched)
         for book in (self.jobs, self.queues, self.gated):

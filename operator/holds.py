@@ -1,7 +1,7 @@
 """Why a pod waits, where a user looks: the dispatcher's holds (``stowage.policy.holding``) on pods and Jobs.
 
 * A plain pod held at the gate ``stowage.io/admission`` carries the pod condition ``stowage.io/Held``: status True,
-  reason ``WaitingForShare`` / ``WaitingForQuota`` / ``WaitingForRoom`` / ``WaitingForSample``, the message with
+  reason ``WaitingForShare`` / ``WaitingForQuota`` / ``WaitingForRoom`` / ``WaitingForSample`` / ``WaitingForGang``, the message with
   the numbers; and a Normal Event of the same reason and message when the reason changes (``kubectl describe pod``
   lists Events with their messages, conditions only by type). Once released, the condition turns False
   (``Released``).
@@ -37,6 +37,7 @@ EVENT_REASONS: Final[Mapping[str, str]] = {
     holding.QUOTA: "WaitingForQuota",
     holding.ROOM: "WaitingForRoom",
     holding.SAMPLE: "WaitingForSample",
+    holding.GANG: "WaitingForGang",
 }
 """Hold reason → the condition's and the Event's reason (CamelCase, as Kubernetes writes reasons)."""
 RELEASED: Final = "Released"

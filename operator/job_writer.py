@@ -87,7 +87,7 @@ class JobWriter:
                 self._client.delete(f"/api/v1/namespaces/{key[0]}/pods/{name}")
             except api.ApiError as exc:
                 if exc.status != 404:
-                    log.warning("job %s/%s failed: could not delete its pod %s: %s", *key, name, exc)
+                    log.warning("job %s/%s: could not delete its pod %s: %s", *key, name, exc)
 
     def fail(self, key: jobs.JobKey, message: str) -> None:
         """Fail the Job now (a pod the API server refuses, a spec that cannot be planned): status + Warning Event."""

@@ -181,5 +181,5 @@ def _pending(book: jobs.JobBook, key: jobs.JobKey, job: Mapping[str, Any], plan:
             finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
             unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,
             running_elapsed_s=max(now - ev.running_since, 0.0) if math.isfinite(ev.running_since) else 0.0,
-            recurring_key=recurring))
+            recurring_key=recurring, gang=g.gang))
     return out
