@@ -11,15 +11,20 @@ assertions.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from stowage import labels
-from tests.operator.support import OperatorStack, job_body, wait_for
+from tests.operator.support import NODE_LABEL, OperatorStack, job_body, wait_for
 from tests.scheduler.stack import Proc
+from tests.support.fake_kubelet import ANN_RUN_SECONDS
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -97,3 +102,42 @@ def test_an_evicted_member_brings_the_gang_back_whole(operator_stack: OperatorSt
     job = stack.wait_job_phase(ns, "ge", "Succeeded")
     group = job["status"]["groups"]["workers"]
     assert (group["succeeded"], group["failed"]) == (3, 0), group
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
+
+
+def test_the_examples_gangs_start_whole(operator_stack: OperatorStack, operator: Proc, ns: str) -> None:
+    """manifests/examples/gang-job.yaml and gang-pods.yaml as written (on this stack's nodes, in its queue): the
+    pod group is released once all three pods exist, and both finish whole."""
+    stack = operator_stack
+    pods = [d for d in yaml.safe_load_all((EXAMPLES / "gang-pods.yaml").read_text()) if d]
+    (job,) = [d for d in yaml.safe_load_all((EXAMPLES / "gang-job.yaml").read_text()) if d]
+    job["spec"]["queue"] = "default"
+    for task in job["spec"]["tasks"]:
+        spec = task["template"]["spec"]
+        spec["nodeSelector"] = {NODE_LABEL: stack.id}
+        task["template"].setdefault("metadata", {})["annotations"] = {ANN_RUN_SECONDS: "5"}
+    stack.create_job(ns, job)
+    for pod in pods[:2]:
+        _create_example_pod(stack, ns, pod)
+    time.sleep(3.0)  # two of three exist: none may be released
+    assert all(p.spec.scheduling_gates for p in stack.pods(ns, "stowage.io/pod-group=allreduce")), \
+        "a pod group is released only once all its pods exist"
+    _create_example_pod(stack, ns, pods[2])
+
+    def all_done() -> list[client.V1Pod] | None:
+        group = stack.pods(ns, "stowage.io/pod-group=allreduce")
+        return group if len(group) == 3 and all(p.status.phase == "Succeeded" for p in group) else None
+
+    wait_for(all_done, 300, "the pod group released whole and finished")
+    job_done = stack.wait_job_phase(ns, "train-mpi", "Succeeded")
+    assert job_done["status"]["groups"]["workers"]["failed"] == 0
+
+
+def _create_example_pod(stack: OperatorStack, ns: str, pod: dict[str, Any]) -> None:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["labels"][labels.LABEL_QUEUE] = "default"
+    pod["metadata"]["annotations"] = {ANN_RUN_SECONDS: "5"}
+    pod["spec"]["nodeSelector"] = {NODE_LABEL: stack.id}
+    stack.core.create_namespaced_pod(ns, pod)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from stowage.operator import tasks
+
 from tests.operator.test_tasks import NOW, group, job, pod
 
 # NOW is 5 s after the test pods' creation.
