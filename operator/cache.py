@@ -116,6 +116,7 @@ class Released:
     at: float
     job: jobs.JobKey | None  # None: a plain pod's gate was removed
     group: PendingGroup | None = None  # a plain pod's group, kept until it is bound (its demand stays reserved)
+    pod_group: str | None = None  # the pod group (``stowage.io/pod-group``) a plain pod belongs to, if any
 
 
 class Cache:

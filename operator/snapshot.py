@@ -157,10 +157,10 @@ def _pod_group(pod: Mapping[str, Any]) -> tuple[str, int] | None:
 
 def pod_gangs(members: Mapping[tuple[str, str], list[PendingGroup]],
               counts: Mapping[tuple[str, str], int]) -> list[PendingGroup]:
-    """One group per pod group ``(namespace, name)`` from its gated members' own groups: releasable, as one gang
-    of its total count, once every member exists gated and none was released (a pod group is released whole,
-    once). Its demand per task is the largest of its members' on each resource, so the gang fits whatever member
-    lands where; its queue and arrival are its first member's (by name)."""
+    """One group per pod group ``(namespace, name)`` from its gated members' own groups: one gang of its total
+    count, released once every member exists gated (fewer: its members wait, told so, ``holding``). Its demand per
+    task is the largest of its members' on each resource, so the gang fits whatever member lands where; its queue
+    and arrival are its first member's (by name)."""
     out = []
     for (namespace, name), pods in members.items():
         pods = sorted(pods, key=lambda g: g.key)
@@ -168,11 +168,9 @@ def pod_gangs(members: Mapping[tuple[str, str], list[PendingGroup]],
         first = pods[0]
         demand = ResourceVector({r: max(g.demand.as_dict().get(r, 0.0) for g in pods)
                                  for r in sorted({r for g in pods for r in g.demand})})
-        whole = len(pods) >= total
         out.append(dataclasses.replace(
-            first, key=f"{namespace}/{labels.POD_GROUP_KEY}{name}", demand=demand,
-            releasable=total if whole else 0, group=name, remaining_tasks=total, gang=total if whole else 0,
-            arrival_s=min(g.arrival_s for g in pods)))
+            first, key=f"{namespace}/{labels.POD_GROUP_KEY}{name}", demand=demand, releasable=min(len(pods), total),
+            group=name, remaining_tasks=total, gang=total, arrival_s=min(g.arrival_s for g in pods)))
     return out
 
 

@@ -211,7 +211,9 @@ class Writer:
             return False
         if pod_class is None:
             return True
-        self.cache.released(key, Released(now, None, self.group_of(pod)), bind_pending=True)
+        pod_group = ((pod.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_POD_GROUP)
+        self.cache.released(key, Released(now, None, self.group_of(pod), pod_group if isinstance(pod_group, str)
+                                          else None), bind_pending=True)
         self.metrics.dispatch.labels(pod_class.value).inc()
         self.metrics.observe_pod_release(pod, now)
         return True

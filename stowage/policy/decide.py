@@ -554,7 +554,7 @@ class Decider:
                                                          np.asarray(inp.queue_alloc[p])),
                          usage=self.queue_usage(kind, inp.queue_name, inp.now)) for p, kind in enumerate(Pool)]
         return holding.explain(np.asarray(waiting) > 0, pool, demand, np.asarray(inp.group_queue), pools, ctx,
-                               gang=gang)
+                               gang=gang, count=np.asarray(waiting, dtype=np.int64))
 
     @staticmethod
     def _fits_some_node(inp: DecideInput, rows: NDArray[np.bool_], avail: NDArray[np.float64]) -> NDArray[np.bool_]:

@@ -12,7 +12,8 @@ pool's free room and each queue's allocation. A group waits in the pool it may u
    ``packing.queue_share_floor`` of its fair share, or, when this queue is ahead of its weight on decayed usage,
    one that is not; that one gets the next free room;
 4. ``gang`` (a group whose ``k`` tasks start together or not at all, ``DecideInput.gang``; it waits in the regular
-   pool): otherwise: its ``k`` tasks do not fit the free regular room at once; how many of them do is named;
+   pool): otherwise: its ``k`` tasks do not fit the free regular room at once; how many of them do is named. A gang
+   with fewer than ``k`` tasks waiting (a pod group not all created yet) says so first, whatever else holds;
 5. ``room``: otherwise: no node has room; the node closest to taking a task (smallest largest shortfall
    ``max_r (d_r − A_r)⁺/C_r``, as the starvation guard picks) is named with what it lacks.
 
@@ -93,17 +94,21 @@ class Context:
 
 def explain(waiting: NDArray[np.bool_], pool: NDArray[np.int64], demand: NDArray[np.float64],
             group_queue: NDArray[np.int64], left: Sequence[PoolLeft], ctx: Context, *,
-            gang: NDArray[np.int64] | None = None) -> dict[int, Hold]:
+            gang: NDArray[np.int64] | None = None, count: NDArray[np.int64] | None = None) -> dict[int, Hold]:
     """group → ``Hold`` for every ``waiting`` group (module docstring). ``pool``: (G,) 0 regular, 1 harvested;
-    ``left[p]``: pool ``p`` after the decision; ``gang``: (G,) tasks that start together (0: not a gang)."""
+    ``left[p]``: pool ``p`` after the decision; ``gang``: (G,) tasks that start together (0: not a gang);
+    ``count``: (G,) tasks waiting (a gang with fewer waits for the rest; None: enough)."""
     rows = np.flatnonzero(waiting)
     if rows.size == 0:
         return {}
     k = np.zeros(pool.shape[0], dtype=np.int64) if gang is None else np.maximum(np.asarray(gang, np.int64), 0)
-    keys = np.column_stack([pool[rows], group_queue[rows], k[rows], demand[rows]])
+    have = k if count is None else np.minimum(np.asarray(count, np.int64), k)
+    keys = np.column_stack([pool[rows], group_queue[rows], k[rows], have[rows], demand[rows]])
     unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     pools = [_Pool(p, left[p], waiting & (pool == p), group_queue, demand, ctx) for p in (0, 1)]
-    answers = [pools[int(pool[g])].hold(int(group_queue[g]), demand[g], int(k[g]))
+    answers = [Hold(GANG, f"all or nothing: only {int(have[g])} of its {int(k[g])} tasks are there to start; it "
+                          f"starts once all {int(k[g])} are") if have[g] < k[g]
+               else pools[int(pool[g])].hold(int(group_queue[g]), demand[g], int(k[g]))
                for g in rows[first].tolist()] if unique.shape[0] else []
     return {int(g): answers[int(k)] for g, k in zip(rows.tolist(), inverse.reshape(-1).tolist(), strict=True)}
 

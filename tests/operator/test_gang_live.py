@@ -121,9 +121,16 @@ def test_the_examples_gangs_start_whole(operator_stack: OperatorStack, operator:
     stack.create_job(ns, job)
     for pod in pods[:2]:
         _create_example_pod(stack, ns, pod)
-    time.sleep(3.0)  # two of three exist: none may be released
-    assert all(p.spec.scheduling_gates for p in stack.pods(ns, "stowage.io/pod-group=allreduce")), \
-        "a pod group is released only once all its pods exist"
+
+    def told() -> list[client.V1Pod] | None:  # two of three exist: both held, saying why
+        group = stack.pods(ns, "stowage.io/pod-group=allreduce")
+        held = [c for p in group for c in p.status.conditions or [] if c.type == labels.CONDITION_HELD]
+        return group if len(held) == 2 and all(c.reason == "WaitingForGang" for c in held) else None
+
+    two = wait_for(told, 120, "the two pods held with reason WaitingForGang")
+    assert all(p.spec.scheduling_gates for p in two), "a pod group is released only once all its pods exist"
+    message = next(c.message for c in two[0].status.conditions if c.type == labels.CONDITION_HELD)
+    assert message == "all or nothing: only 2 of its 3 tasks are there to start; it starts once all 3 are"
     _create_example_pod(stack, ns, pods[2])
 
     def all_done() -> list[client.V1Pod] | None:
@@ -135,9 +142,41 @@ def test_the_examples_gangs_start_whole(operator_stack: OperatorStack, operator:
     assert job_done["status"]["groups"]["workers"]["failed"] == 0
 
 
-def _create_example_pod(stack: OperatorStack, ns: str, pod: dict[str, Any]) -> None:
+def _create_example_pod(stack: OperatorStack, ns: str, pod: dict[str, Any], run_s: int = 5) -> None:
     pod = copy.deepcopy(pod)
     pod["metadata"]["labels"][labels.LABEL_QUEUE] = "default"
-    pod["metadata"]["annotations"] = {ANN_RUN_SECONDS: "5"}
+    pod["metadata"]["annotations"] = {ANN_RUN_SECONDS: str(run_s)}
     pod["spec"]["nodeSelector"] = {NODE_LABEL: stack.id}
     stack.core.create_namespaced_pod(ns, pod)
+
+
+def test_an_evicted_pod_group_member_takes_its_group_back_and_the_group_comes_back_whole(
+        operator_stack: OperatorStack, operator: Proc, ns: str) -> None:
+    """A member of a running pod group evicted: the other two are deleted (a Warning Event GangTakenBack on each),
+    nothing of the group holds room; the group's pods created again are released whole and finish."""
+    stack = operator_stack
+    pods = [d for d in yaml.safe_load_all((EXAMPLES / "gang-pods.yaml").read_text()) if d]
+    for pod in pods:
+        _create_example_pod(stack, ns, pod, run_s=120)
+    selector = f"{labels.LABEL_POD_GROUP}=allreduce"
+
+    def running() -> list[client.V1Pod] | None:
+        group = stack.pods(ns, selector)
+        return group if len(group) == 3 and all(p.status.phase == "Running" for p in group) else None
+
+    first = wait_for(running, 300, "the pod group Running")
+    victim = first[0].metadata.name
+    stack.core.create_namespaced_pod_eviction(victim, ns, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=victim, namespace=ns)))
+    wait_for(lambda: not stack.pods(ns, selector) or None, 180, "the group's other pods deleted")
+    events = stack.core.list_namespaced_event(ns, field_selector="reason=GangTakenBack").items
+    assert sorted(e.involved_object.name for e in events) == sorted(p.metadata.name for p in first[1:])
+    assert "only 2 of its pods are live (a member failed, was evicted or deleted)" in events[0].message
+    for pod in pods:
+        _create_example_pod(stack, ns, pod)
+
+    def done() -> list[client.V1Pod] | None:
+        group = stack.pods(ns, selector)
+        return group if len(group) == 3 and all(p.status.phase == "Succeeded" for p in group) else None
+
+    wait_for(done, 300, "the group created again, released whole and finished")

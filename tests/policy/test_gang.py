@@ -89,3 +89,12 @@ def test_the_tasks_of_a_group_past_its_gang_go_one_at_a_time() -> None:
     decision = _decide(replace(inp, gang=np.array([2])))
     assert len(decision.placements) == 3
     assert decision.holds[0].reason == "room"
+
+
+def test_a_gang_with_fewer_tasks_waiting_than_its_size_waits_for_the_rest() -> None:
+    # A pod group of 3 with 2 pods created: room for all, none starts.
+    inp = decide_input(nodes=[(4, 16)], free=[(4, 16)], groups=[("q", 1, 2)])
+    decision = _decide(replace(inp, gang=np.array([3])))
+    assert decision.placements == []
+    assert decision.holds == {0: holding.Hold(
+        "gang", "all or nothing: only 2 of its 3 tasks are there to start; it starts once all 3 are")}
