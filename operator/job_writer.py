@@ -42,6 +42,7 @@ class JobWriter:
         self._book = book
         self._metrics = metrics
         self._clock = clock
+        self._noticed: dict[jobs.JobKey, tasks.JobPlan] = {}  # the last plan whose notices were posted, per Job
 
     def apply(self, key: jobs.JobKey, plan: tasks.JobPlan,
               estimates: Mapping[str, tuple[float, str]] | None = None, held: tuple[str, str] | None = None) -> None:
@@ -82,6 +83,12 @@ class JobWriter:
                 post_event(self._client, job, type_, reason, message, now)
             if plan.phase is tasks.Phase.SUCCEEDED and current.get("phase") != tasks.Phase.SUCCEEDED:
                 self._observe_completion(job, plan)
+        if plan.notices and self._noticed.get(key) is not plan:  # once per plan, status changed or not
+            self._noticed[key] = plan
+            for type_, reason, message in plan.notices:
+                post_event(self._client, job, type_, reason, message, self._clock())
+        elif not plan.notices:
+            self._noticed.pop(key, None)
         for name in plan.delete:
             try:
                 self._client.delete(f"/api/v1/namespaces/{key[0]}/pods/{name}")

@@ -110,6 +110,8 @@ class JobPlan:
     finished: tuple[Mapping[str, Any], ...] = ()  # succeeded task pods (the classifier learns)
     replan_at: float = math.inf
     """Unix time by which the plan is to be made again though nothing changed: a gang's ready timeout."""
+    notices: tuple[tuple[str, str, str], ...] = ()
+    """Events posted once for this plan whether or not its status changed (a gang taken back)."""
 
     @property
     def releasable(self) -> list[TaskRef]:
@@ -174,13 +176,14 @@ def plan_job(
     plans = _gate([c.plan for c in counted], phase)
     conditions, events, delete = _conditions(phase, plans, groups_spec, old, blocked or {}, active_pods, now)
     events.extend(_group_events(phase, plans, groups_spec, old_groups, new_evictions))
-    replan_at = math.inf
+    replan_at, told = math.inf, []
     if phase in (Phase.PENDING, Phase.RUNNING, Phase.SUSPENDED):
         plans, taken, told, replan_at = _gangs(plans, counted, groups_spec, now, gang_timeout_s)
-        delete, events = (*delete, *taken), [*events, *told]
+        delete = (*delete, *taken)
     status = _status(job, groups_spec, plans, phase, conditions, attempts, now, mean_capacity)
     return JobPlan(phase=phase, groups=tuple(plans), status=status, events=tuple(events), delete=delete,
-                   finished=tuple(pod for c in counted for pod in c.finished), replan_at=replan_at)
+                   finished=tuple(pod for c in counted for pod in c.finished), replan_at=replan_at,
+                   notices=tuple(told))
 
 
 #: Attempt pods per (group, index): (attempt number, pod).

@@ -102,6 +102,11 @@ def test_an_evicted_member_brings_the_gang_back_whole(operator_stack: OperatorSt
     job = stack.wait_job_phase(ns, "ge", "Succeeded")
     group = job["status"]["groups"]["workers"]
     assert (group["succeeded"], group["failed"]) == (3, 0), group
+    (event,) = stack.core.list_namespaced_event(ns, field_selector="reason=GangTakenBack").items
+    assert event.involved_object.name == "ge" and event.type == "Warning"
+    assert event.message == ("task group 'workers' is all or nothing (minAvailable 3): 2 of its 3 tasks are active "
+                             "(a member failed, was evicted or deleted, or was not created); its 2 pod(s) were "
+                             "deleted, without spending a retry, and the group waits to start whole again")
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"

@@ -38,7 +38,7 @@ def test_a_member_that_failed_takes_the_gang_back_whole() -> None:
     assert ("Warning", "GangTakenBack",
             "task group 'w' is all or nothing (minAvailable 3): 2 of its 3 tasks are active (a member failed, was "
             "evicted or deleted, or was not created); its 2 pod(s) were deleted, without spending a retry, and the "
-            "group waits to start whole again") in plan.events
+            "group waits to start whole again") in plan.notices
 
 
 def test_an_evicted_member_takes_the_gang_back_whole() -> None:
@@ -65,7 +65,7 @@ def test_a_gang_not_running_within_the_timeout_is_taken_back() -> None:
     late = tasks.plan_job(job(gang()), pods, now="2025-01-01T00:01:06Z", gang_timeout_s=60)
     assert sorted(late.delete) == ["train-w-0", "train-w-1", "train-w-2"]
     assert any("only 1 of its 3 tasks were Running 60 s after it was released (packing.gang_ready_timeout_s)" in m
-               for _, _, m in late.events)
+               for _, _, m in late.notices)
 
 
 def test_a_group_without_min_available_is_no_gang() -> None:
