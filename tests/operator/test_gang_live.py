@@ -1,12 +1,15 @@
 """Gangs on a real control plane: all-or-nothing task groups (``minAvailable``) start whole or not at all.
 
 Real API server, kube-scheduler with ``stowage extender``, the fake kubelet's three nodes (7.5 cpu allocatable
-each), ``stowage operator`` as a process (:mod:`tests.operator.support`). Two Jobs whose gangs each need 60 % of
-the cluster's cpu (three 4.5-cpu tasks, one per node) both finish, one after the other, and no sample ever shows
-a gang half-placed (some of its members with a pod while others have none, still so a second look later) or both
-gangs holding room at once. A member evicted by hand brings the gang back whole: the others are deleted, all three
-start again, and the Job succeeds without spending a retry. Waits are bounds for a loaded machine, never timing
-assertions.
+each), ``stowage operator`` as a process (:mod:`tests.operator.support`). Two Jobs in two queues whose gangs each
+need 60 % of the cluster's cpu (three 4.5-cpu tasks, one per node), waiting behind a filler on every node, both
+finish, one after the other, and no sample ever shows a gang half-placed (some of its members with a pod while
+others have none, still so a second look later) or both gangs holding room at once; without ``minAvailable`` the
+same test fails (the queues alternate as the filler's nodes free: 2 + 1 tasks placed, both gangs part-placed).
+A member evicted by hand brings the gang back whole: the others are deleted, all three start again, and the Job
+succeeds without spending a retry; the same for a pod group (``stowage.io/pod-group``), whose pods are created
+again. The examples ``gang-job.yaml`` and ``gang-pods.yaml`` run as written. Waits are bounds for a loaded
+machine, never timing assertions.
 """
 
 from __future__ import annotations
@@ -49,33 +52,45 @@ def _half(live: Mapping[str, Mapping[str, str]], size: int) -> set[str]:
 
 def test_two_gangs_of_60_percent_both_finish_one_after_the_other(operator_stack: OperatorStack, operator: Proc,
                                                                  ns: str) -> None:
+    """The gangs are in two queues of one weight and wait behind a filler that holds every node: as its tasks end,
+    node by node, task-by-task release would alternate the queues and leave both gangs part-placed."""
     stack = operator_stack
-    for name in ("ga", "gb"):
-        stack.create_job(ns, job_body(name, [{**GANG, "run_s": 8}], stack_id=stack.id))
+    for queue in ("gang-a", "gang-b"):
+        stack.create_queue(queue)
+    stack.create_job(ns, job_body("filler", [{**GANG, "name": "fill", "minAvailable": 1, "run_s": 12}],
+                                  stack_id=stack.id))
+    wait_for(lambda: len([p for p in stack.pods(ns) if p.status.phase == "Running"]) == 3 or None, 300,
+             "the filler on every node")
+    for name, queue in (("ga", "gang-a"), ("gb", "gang-b")):
+        stack.create_job(ns, job_body(name, [{**GANG, "run_s": 8}], queue=queue, stack_id=stack.id))
     samples = together = 0
+    held: set[str] = set()
     half: list[tuple[int, dict[str, dict[str, str]]]] = []
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         jobs = stack.jobs(ns)
         if jobs and all((j.get("status") or {}).get("phase") in ("Succeeded", "Failed") for j in jobs.values()):
             break
-        live = _live(stack.pods(ns))
+        held |= {n for n, j in jobs.items() if any(c.get("type") == "Held" and c.get("reason") == "WaitingForGang"
+                                                   for c in (j.get("status") or {}).get("conditions") or [])}
+        live = {j: pods for j, pods in _live(stack.pods(ns)).items() if j in ("ga", "gb")}
         samples += 1
         together += len([j for j in live if live[j]]) > 1
         suspects = _half(live, 3)
         if suspects:  # a gang's creates land one by one within a pass: half-placed only if it stays so
             time.sleep(2.0)
-            again = _live(stack.pods(ns))
+            again = {j: pods for j, pods in _live(stack.pods(ns)).items() if j in ("ga", "gb")}
             still = {j for j in suspects & _half(again, 3) if set(again[j]) == set(live[j])}
             if still:
                 half.append((samples, again))
         time.sleep(0.5)
     jobs = stack.jobs(ns)
     phases = {n: (j.get("status") or {}).get("phase") for n, j in jobs.items()}
-    assert phases == {"ga": "Succeeded", "gb": "Succeeded"}, f"{phases}\n{stack.logs()}"
+    assert phases == {"filler": "Succeeded", "ga": "Succeeded", "gb": "Succeeded"}, f"{phases}\n{stack.logs()}"
     assert samples > 10, "the run was sampled"
     assert half == [], f"half-placed gangs at samples {half}"
     assert together == 0, "both gangs held room at once: 2 x 60 % of the cluster cannot fit"
+    assert held == {"ga", "gb"}, "each gang waited, saying WaitingForGang"
     for name in ("ga", "gb"):
         group = jobs[name]["status"]["groups"]["workers"]
         assert (group["succeeded"], group["failed"]) == (3, 0), group
