@@ -327,7 +327,8 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
     a queue (the pod's, its namespace's, or ``default``) that does not exist (``queue_names()`` lists the
     ones that do), a Stowage label on a pod of another scheduler, a Stowage pod outside ``watched_namespaces``
     (the operator's ``--namespace``; empty: all), an opportunistic pod with no demand, a stated demand above
-    the pod's limits.
+    the pod's limits, pod-group labels (``stowage.io/pod-group``, ``stowage.io/pod-group-total-count``)
+    that are malformed or come one without the other, or on an opportunistic (``"true"``) pod.
     """
     if not isinstance(pod, Mapping):
         raise IntentError("(the pod)", shown(pod), "a pod: an object with metadata and spec")
@@ -414,6 +415,10 @@ def admit_pod(pod: Mapping[str, Any], queue_exists: QueueExists, *,
             if k != labels.ANN_DEMAND or intent is labels.Opportunistic.TRUE}
     if (problem := annotations_problem(kept, "metadata.annotations")) is not None:
         raise IntentError(problem.field, problem.value, problem.allowed)
+    if labels.pod_group(pod_labels, crd.MAX_REPLICAS, where) is not None and intent is labels.Opportunistic.TRUE:
+        raise IntentError(f"{where}[{labels.LABEL_OPPORTUNISTIC!r}]", raw_intent,
+                          f"'false' or 'auto' on a pod of a group ({labels.LABEL_POD_GROUP}): a group starts whole "
+                          "on regular room, never on harvested room")
     warnings: list[str] = []
     if opted_out and (asks or scheduler == labels.SCHEDULER_NAME):
         warnings.append(f"{labels.LABEL_WEBHOOK}={labels.WEBHOOK_IGNORE} on a pod only keeps it out of its "

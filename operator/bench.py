@@ -17,6 +17,11 @@ Reported, all from this one run, CPU seconds of this process (pinned to one core
   ``PassInput`` s the dispatcher built, called as the simulator's ``stowage`` preset calls it (each pass is
   re-run and must place exactly the same tasks). The difference is the dispatcher's adapter work: records to
   arrays, harvestable capacity, the classifier, FSP, job ranks.
+
+``stowage bench gangs`` (``gang_pass``): one ``decide`` over a backlog of all-or-nothing jobs (default: 1,000
+pending gangs of 4 tasks on 500 nodes of the cluster above) against the same pass with the same jobs as ordinary
+groups, each timed as the median of a few fresh dispatchers' first call; the ratio is the cost of gangs (the
+target: at most 2x).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from stowage.model import JobOrder, Pool
 from stowage.policy import classifier, dispatch, estimates
 from stowage.resources import ResourceVector
 
-__all__ = ["BenchResult", "Scenario", "bench_dispatcher", "run"]
+__all__ = ["BenchResult", "GangResult", "Scenario", "bench_dispatcher", "bench_gangs", "gang_pass", "run"]
 
 GI = 2.0**30
 _NODE = {"cpu": 32.0, "memory": 128 * GI, "disk": 500e6, "network": 1.25e9}
@@ -239,3 +244,69 @@ def bench_dispatcher(n_nodes: int, n_jobs: int, n_tasks: int, n_queues: int, rou
                f"later calls p50 {r.later_p50_ms:,.1f} ms, p99 {r.later_p99_ms:,.1f} ms")
     click.echo(f"policy core alone (dispatch.pack, as the simulator's stowage preset calls it), same decisions: "
                f"{r.core_cpu_s:.2f} CPU s; decide() / core = {r.ratio_to_core:.2f}x")
+
+
+@dataclass(frozen=True, slots=True)
+class GangResult:
+    nodes: int
+    gangs: int
+    gang_size: int
+    repeats: int
+    plain_ms: float
+    """Median ``decide`` of the backlog as ordinary groups."""
+    gang_ms: float
+    """Median ``decide`` of the same backlog, every job a gang."""
+    plain_released: int
+    gang_released: int
+    ratio: float
+    pinned_cpu: int | None
+
+
+def gang_pass(n_nodes: int = 500, n_gangs: int = 1000, gang_size: int = 4, n_queues: int = 50, *, repeats: int = 5,
+              seed: int = 7, pin: bool = True) -> GangResult:
+    """Time one pass over ``n_gangs`` pending gangs against the same pass without gangs (module docstring)."""
+    pinned, before = _pin() if pin else (None, None)
+    try:
+        scenario = Scenario(n_nodes, n_gangs, n_gangs * gang_size, n_queues, seed)
+        plain = scenario.view()
+        gangs = dataclasses.replace(plain, groups=[dataclasses.replace(g, gang=g.releasable) for g in plain.groups])
+        out: dict[str, tuple[float, int]] = {}
+        for name, view in (("plain", plain), ("gang", gangs)):
+            times, released = [], 0
+            for _ in range(repeats):
+                dispatcher = Dispatcher(StowageSettings(), clock=lambda: 1000.0)
+                t0 = time.process_time()
+                releases = dispatcher.decide(view)
+                times.append(time.process_time() - t0)
+                released = sum(r.count for r in releases)
+            out[name] = (float(np.median(times)), released)
+    finally:
+        if before is not None:
+            os.sched_setaffinity(0, before)
+    (plain_s, plain_n), (gang_s, gang_n) = out["plain"], out["gang"]
+    return GangResult(nodes=n_nodes, gangs=n_gangs, gang_size=gang_size, repeats=repeats, plain_ms=plain_s * 1e3,
+                      gang_ms=gang_s * 1e3, plain_released=plain_n, gang_released=gang_n,
+                      ratio=gang_s / plain_s if plain_s > 0 else float("inf"), pinned_cpu=pinned)
+
+
+@click.command("gangs", context_settings={"show_default": True})
+@click.option("--nodes", "n_nodes", type=click.IntRange(min=1), default=500, help="Nodes in the cluster.")
+@click.option("--gangs", "n_gangs", type=click.IntRange(min=1), default=1000, help="Pending all-or-nothing jobs.")
+@click.option("--gang-size", type=click.IntRange(min=1), default=4, help="Tasks in each gang.")
+@click.option("--queues", "n_queues", type=click.IntRange(min=1), default=50, help="Queues the jobs are spread over.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Passes timed per case (the median counts).")
+@click.option("--seed", type=int, default=7, help="Seed of the cluster and the work.")
+@click.option("--no-pin", is_flag=True, help="Do not pin the process to one CPU.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_gangs(n_nodes: int, n_gangs: int, gang_size: int, n_queues: int, repeats: int, seed: int, no_pin: bool,
+                as_json: bool) -> None:
+    """One dispatcher pass over pending gangs against the same pass without gangs, and their ratio."""
+    r = gang_pass(n_nodes, n_gangs, gang_size, n_queues, repeats=repeats, seed=seed, pin=not no_pin)
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(r), indent=2))
+        return
+    click.echo(f"{r.nodes} nodes, {r.gangs} pending jobs of {r.gang_size} tasks over {n_queues} queues; "
+               + (f"pinned to CPU {r.pinned_cpu}" if r.pinned_cpu is not None else "not pinned"))
+    click.echo(f"one pass without gangs: {r.plain_ms:,.1f} ms ({r.plain_released} tasks released); every job a gang: "
+               f"{r.gang_ms:,.1f} ms ({r.gang_released} released); median of {r.repeats}")
+    click.echo(f"gangs / without = {r.ratio:.2f}x")

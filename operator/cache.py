@@ -116,6 +116,7 @@ class Released:
     at: float
     job: jobs.JobKey | None  # None: a plain pod's gate was removed
     group: PendingGroup | None = None  # a plain pod's group, kept until it is bound (its demand stays reserved)
+    pod_group: str | None = None  # the pod group (``stowage.io/pod-group``) a plain pod belongs to, if any
 
 
 class Cache:
@@ -130,6 +131,7 @@ class Cache:
         self.poke = poke
         self.cluster = ClusterModel(recent_window_s=settings.harvest.ramp_up_s, clock=clock)
         self.jobs = jobs.JobBook(metrics, clock=clock, namespaces=self.namespaces or None)
+        self.jobs.gang_timeout_s = settings.packing.gang_ready_timeout_s
         self.queues = queues.QueueBook(client)
         self.gated = GatedPods(self.jobs.watched)
         for book in (self.jobs, self.queues, self.gated):

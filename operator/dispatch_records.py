@@ -125,6 +125,9 @@ class PendingGroup:
     """The longest any running task of the group has run so far (a lower bound on its duration); 0: none."""
     recurring_key: str | None = None
     """``estimates.recurring_key`` of the Job (earlier runs' history); None for a plain gated pod."""
+    gang: int = 0
+    """Tasks that start together on regular room or not at all (``decide.DecideInput.gang``): a Job group's
+    ``minAvailable`` while none of it is active, a pod group's size; 0: not a gang."""
 
 
 @dataclass(frozen=True, slots=True)

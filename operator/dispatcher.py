@@ -246,7 +246,9 @@ class Dispatcher:
             queue_alloc=a.queue_alloc, node_key=a.node_names, queue_quota=queue_quota(a, queues),
             explain=self.explain, resources=a.resources,
             sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64),
-            promotable=promotable_arrays(a, queues, promotable))
+            promotable=promotable_arrays(a, queues, promotable),
+            gang=np.array([max(g.gang, 0) for g in groups], dtype=np.int64) if any(g.gang > 0 for g in groups)
+            else None)
         return snapshot.build(
             snap, features=lambda g: self._features(a, g, mean_cap),
             harvestable=lambda: harvestable(self.settings.harvest, view, a, now,

@@ -1,11 +1,10 @@
 """Why a pod waits, where a user looks: the dispatcher's holds (``stowage.policy.holding``) on pods and Jobs.
 
 * A plain pod held at the gate ``stowage.io/admission`` carries the pod condition ``stowage.io/Held``: status True,
-  reason ``WaitingForShare`` / ``WaitingForQuota`` / ``WaitingForRoom`` / ``WaitingForSample`` / ``QueueDraining``,
-  the message with
-  the numbers; and a Normal Event of the same reason and message when the reason changes (``kubectl describe pod``
-  lists Events with their messages, conditions only by type). Once released, the condition turns False
-  (``Released``).
+  reason ``WaitingForShare`` / ``WaitingForQuota`` / ``WaitingForRoom`` / ``WaitingForSample`` /
+  ``WaitingForGang`` / ``QueueDraining``, the message with the numbers; and a Normal Event of the same reason and
+  message when the reason changes (``kubectl describe pod`` lists Events with their messages, conditions only by
+  type). Once released, the condition turns False (``Released``).
 * A Job's held tasks: its condition ``Held`` (:func:`job_held`, written with the Job's status).
 
 Writes happen on change only: a new reason at once, a new message under the same reason (the numbers moved) at
@@ -38,6 +37,7 @@ EVENT_REASONS: Final[Mapping[str, str]] = {
     holding.QUOTA: "WaitingForQuota",
     holding.ROOM: "WaitingForRoom",
     holding.SAMPLE: "WaitingForSample",
+    holding.GANG: "WaitingForGang",
     holding.DRAINING: "QueueDraining",
 }
 """Hold reason → the condition's and the Event's reason (CamelCase, as Kubernetes writes reasons)."""

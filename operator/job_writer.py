@@ -42,6 +42,7 @@ class JobWriter:
         self._book = book
         self._metrics = metrics
         self._clock = clock
+        self._noticed: dict[jobs.JobKey, tasks.JobPlan] = {}  # the last plan whose notices were posted, per Job
 
     def apply(self, key: jobs.JobKey, plan: tasks.JobPlan,
               estimates: Mapping[str, tuple[float, str]] | None = None, held: tuple[str, str] | None = None) -> None:
@@ -82,12 +83,18 @@ class JobWriter:
                 post_event(self._client, job, type_, reason, message, now)
             if plan.phase is tasks.Phase.SUCCEEDED and current.get("phase") != tasks.Phase.SUCCEEDED:
                 self._observe_completion(job, plan)
+        if plan.notices and self._noticed.get(key) is not plan:  # once per plan, status changed or not
+            self._noticed[key] = plan
+            for type_, reason, message in plan.notices:
+                post_event(self._client, job, type_, reason, message, self._clock())
+        elif not plan.notices:
+            self._noticed.pop(key, None)
         for name in plan.delete:
             try:
                 self._client.delete(f"/api/v1/namespaces/{key[0]}/pods/{name}")
             except api.ApiError as exc:
                 if exc.status != 404:
-                    log.warning("job %s/%s failed: could not delete its pod %s: %s", *key, name, exc)
+                    log.warning("job %s/%s: could not delete its pod %s: %s", *key, name, exc)
 
     def fail(self, key: jobs.JobKey, message: str) -> None:
         """Fail the Job now (a pod the API server refuses, a spec that cannot be planned): status + Warning Event."""

@@ -22,6 +22,7 @@ is still planned with until a status write records it, so its retry and its name
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -177,6 +178,8 @@ class JobBook:
         self.demands = TaskDemands()
         self.learned = LearnedTasks()
         self.on_change: Callable[[], None] = lambda: None
+        self.gang_timeout_s = math.inf
+        """``packing.gang_ready_timeout_s`` (the runtime sets it): how long a gang may take to come up."""
 
     def watched(self, namespace: str) -> bool:
         return self._namespaces is None or namespace in self._namespaces
@@ -320,7 +323,8 @@ class JobBook:
               ) -> dict[JobKey, tasks.JobPlan]:
         """Every Job's plan; recomputed only for Jobs whose spec, status, pods or blocked groups changed (or with
         names in flight). ``blocked``: a Job → its groups that cannot be dispatched (:meth:`blocked_groups`)."""
-        now = rfc3339(self._clock())
+        clock = self._clock()
+        now = rfc3339(clock)
         out: dict[JobKey, tasks.JobPlan] = {}
         with self._lock:
             for key, entry in self._entries.items():
@@ -332,14 +336,16 @@ class JobBook:
                         raise entry.broken
                     finished = entry.plan is not None and entry.plan.terminal
                     why = blocked(entry.job) if blocked is not None and not finished else entry.blocked
-                    if entry.dirty or flying or entry.plan is None or why != entry.blocked:
+                    if (entry.dirty or flying or entry.plan is None or why != entry.blocked
+                            or clock >= entry.plan.replan_at):
                         entry.blocked = why
                         job = _as_planned(entry)
                         pods = [p for p in (*entry.pods.values(), *entry.gone.values()) if owned_by(p, job)]
                         entry.planned_evictions = dict(entry.evictions)
                         entry.plan = tasks.plan_job(job, pods, now=now, in_flight=flying,
                                                     new_evictions=entry.planned_evictions,
-                                                    mean_capacity=mean_capacity, blocked=why)
+                                                    mean_capacity=mean_capacity, blocked=why,
+                                                    gang_timeout_s=self.gang_timeout_s)
                 except Exception as exc:
                     if entry.plan is None or entry.plan.phase is not tasks.Phase.FAILED:
                         self._metrics.bad_objects.inc("job")

@@ -28,6 +28,7 @@ from stowage.operator.task_pods import expected_duration_s, group_specs, task_de
 
 from stowage import labels
 from stowage.errors import InvalidInput
+from stowage.kube.records import parse_timestamp
 from stowage.policy import remaining_work
 
 __all__ = ["GroupPlan", "JobPlan", "attempt_recorded", "job_progress", "plan_job"]
@@ -66,6 +67,14 @@ class GroupPlan:
     unreleased: int = 0
     started: frozenset[int] = frozenset()
     attempts: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+    gang: int = 0
+    """Tasks that must start together at the next release (``minAvailable``, at most the tasks left; 0: none,
+    or the gang is up and the group's other tasks go one at a time)."""
+
+    @property
+    def active(self) -> int:
+        """Tasks with a pod (or its create in flight) that has not finished."""
+        return self.running + self.pending - self.unreleased
 
     @property
     def remaining(self) -> int:
@@ -99,6 +108,10 @@ class JobPlan:
     events: tuple[tuple[str, str, str], ...] = ()  # (type Normal|Warning, reason, message)
     delete: tuple[str, ...] = ()  # pod names to delete (active pods of a Job that failed)
     finished: tuple[Mapping[str, Any], ...] = ()  # succeeded task pods (the classifier learns)
+    replan_at: float = math.inf
+    """Unix time by which the plan is to be made again though nothing changed: a gang's ready timeout."""
+    notices: tuple[tuple[str, str, str], ...] = ()
+    """Events posted once for this plan whether or not its status changed (a gang taken back)."""
 
     @property
     def releasable(self) -> list[TaskRef]:
@@ -127,6 +140,7 @@ def plan_job(
     new_evictions: Mapping[str, int] | None = None,
     mean_capacity: Mapping[str, float] | None = None,
     blocked: Mapping[str, tuple[str, str]] | None = None,
+    gang_timeout_s: float = math.inf,
 ) -> JobPlan:
     """The plan for ``job`` given its task pods.
 
@@ -137,6 +151,8 @@ def plan_job(
     ``mean_capacity``: the cluster's mean node allocatable ``C̄`` for ``status.remainingWork`` (0 without it);
     ``blocked``: group → (reason, message) of groups that cannot be dispatched now (:func:`blocked_groups`):
     condition ``Unschedulable`` and a Warning Event, so a Job that cannot progress never waits silently.
+    ``gang_timeout_s``: an all-or-nothing group (``minAvailable``) whose gang is not all Running this long after
+    its newest pod was created is taken back (:func:`_gangs`; the operator passes ``packing.gang_ready_timeout_s``).
     Raises :class:`InvalidInput` when the spec cannot be planned (the caller fails the Job with it).
 
     The steps: each group's tasks counted from their attempt pods (:func:`_count_group`), the Job's phase
@@ -160,9 +176,14 @@ def plan_job(
     plans = _gate([c.plan for c in counted], phase)
     conditions, events, delete = _conditions(phase, plans, groups_spec, old, blocked or {}, active_pods, now)
     events.extend(_group_events(phase, plans, groups_spec, old_groups, new_evictions))
+    replan_at, told = math.inf, []
+    if phase in (Phase.PENDING, Phase.RUNNING, Phase.SUSPENDED):
+        plans, taken, told, replan_at = _gangs(plans, counted, groups_spec, now, gang_timeout_s)
+        delete = (*delete, *taken)
     status = _status(job, groups_spec, plans, phase, conditions, attempts, now, mean_capacity)
     return JobPlan(phase=phase, groups=tuple(plans), status=status, events=tuple(events), delete=delete,
-                   finished=tuple(pod for c in counted for pod in c.finished))
+                   finished=tuple(pod for c in counted for pod in c.finished), replan_at=replan_at,
+                   notices=tuple(told))
 
 
 #: Attempt pods per (group, index): (attempt number, pod).
@@ -192,6 +213,8 @@ class _Counted:
     plan: GroupPlan
     finished: tuple[Mapping[str, Any], ...]
     active_pods: tuple[str, ...]
+    active_created: tuple[float, ...] = ()
+    """Creation time (Unix seconds) of each active pod, in ``active_pods``' order (NaN: unknown)."""
 
 
 def _count_group(name: str, g: Mapping[str, Any], prior: Mapping[str, Any], attempts: _Attempts, flying: set[str],
@@ -210,6 +233,7 @@ def _count_group(name: str, g: Mapping[str, Any], prior: Mapping[str, Any], atte
     now_attempts: list[tuple[int, int, tuple[int, ...]]] = []
     finished: list[Mapping[str, Any]] = []
     active_pods: list[str] = []
+    active_created: list[float] = []
     for index in range(replicas):
         tries = sorted(attempts.get((group, index), []), key=lambda t: t[0])
         outcomes = [(attempt, pod, pod_outcome(pod)) for attempt, pod in tries]
@@ -238,6 +262,8 @@ def _count_group(name: str, g: Mapping[str, Any], prior: Mapping[str, Any], atte
         if active or in_air:
             for _, pod in active:
                 active_pods.append(str((pod.get("metadata") or {}).get("name")))
+                created = parse_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+                active_created.append(math.nan if created is None else created)
             live = active[-1][1] if active else None
             if live is not None and (live.get("status") or {}).get("phase") == "Running":
                 running += 1
@@ -260,7 +286,57 @@ def _count_group(name: str, g: Mapping[str, Any], prior: Mapping[str, Any], atte
         started=frozenset(now_started),
         attempts=tuple(now_attempts),
     )
-    return _Counted(plan, tuple(finished), tuple(active_pods))
+    return _Counted(plan, tuple(finished), tuple(active_pods), tuple(active_created))
+
+
+def _gangs(plans: Sequence[GroupPlan], counted: Sequence[_Counted], groups_spec: Sequence[Mapping[str, Any]],
+           now: str, timeout_s: float) -> tuple[list[GroupPlan], tuple[str, ...], list[tuple[str, str, str]], float]:
+    """All-or-nothing groups (``minAvailable``): each group's ``gang`` for the dispatcher, and the gangs taken back.
+
+    A gang of ``k = min(minAvailable, tasks left)`` is released whole (the dispatcher's ``DecideInput.gang``) when
+    none of the group's tasks is active. A group with fewer than ``k`` active tasks (a member failed, was evicted or
+    deleted, or its pod was not created) is not whole, and one whose ``k`` tasks are not all Running
+    ``timeout_s`` after its newest pod was created did not come up: either way its active pods are deleted (a
+    deleted task pod spends no retry) and nothing of it is released until the next plan, which releases the
+    gang whole again. Nothing half-placed holds room. The last value: when a gang coming up times out (the plan
+    is made again then).
+    """
+    spec = {str(g.get("name")): g for g in groups_spec}
+    at = parse_timestamp(now)
+    out: list[GroupPlan] = []
+    delete: list[str] = []
+    events: list[tuple[str, str, str]] = []
+    replan_at = math.inf
+    for p, c in zip(plans, counted, strict=True):
+        m = (spec.get(p.name) or {}).get("minAvailable")
+        if not isinstance(m, int) or isinstance(m, bool) or m < 1 or p.remaining == 0:
+            out.append(p)
+            continue
+        k = min(m, p.remaining)
+        active = p.active
+        if active == 0:
+            out.append(dataclasses.replace(p, gang=k))
+            continue
+        why = None
+        if active < k:
+            why = (f"{active} of its {k} tasks are active (a member failed, was evicted or deleted, or was not "
+                   "created)")
+        elif p.running < k and at is not None and c.active_created:
+            newest = max((t for t in c.active_created if not math.isnan(t)), default=math.nan)
+            if not math.isnan(newest) and at - newest <= timeout_s:
+                replan_at = min(replan_at, newest + timeout_s + 1.0)
+            elif not math.isnan(newest):
+                why = (f"only {p.running} of its {k} tasks were Running {timeout_s:g} s after it was released "
+                       "(packing.gang_ready_timeout_s)")
+        if why is None:
+            out.append(p)
+            continue
+        delete.extend(c.active_pods)
+        events.append(("Warning", "GangTakenBack", f"task group {p.name!r} is all or nothing (minAvailable {m}): "
+                       f"{why}; its {len(c.active_pods)} pod(s) were deleted, without spending a retry, and the "
+                       f"group waits to start whole again"))
+        out.append(dataclasses.replace(p, releasable=(), gang=k))
+    return out, tuple(delete), events, replan_at
 
 
 def _phase(plans: Sequence[GroupPlan], job: Mapping[str, Any], old_phase: Any, active: bool) -> Phase:

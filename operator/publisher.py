@@ -15,6 +15,7 @@ from stowage.operator.cache import Cache, pod_key
 from stowage.operator.dispatcher import Dispatcher, DispatchView, Release
 from stowage.operator.metrics import OperatorMetrics, QueueNumbers
 
+from stowage import labels
 from stowage.kube import api
 from stowage.policy import holding
 
@@ -58,8 +59,13 @@ class Publisher:
                 continue
             counts[(g.queue, hold.reason)] = counts.get((g.queue, hold.reason), 0) + n
             if g.job is None:
-                pod = gated.get(g.key)
-                if pod is not None:
+                ns, _, name = g.key.partition("/")
+                if name.startswith(labels.POD_GROUP_KEY):  # a pod group: each gated member says why
+                    for pod in gated.values():
+                        if (pod_key(pod)[0] == ns and ((pod.get("metadata") or {}).get("labels") or {}).get(
+                                labels.LABEL_POD_GROUP) == name[len(labels.POD_GROUP_KEY):]):
+                            pods[pod_key(pod)] = (hold, pod)
+                elif (pod := gated.get(g.key)) is not None:
                     pods[pod_key(pod)] = (hold, pod)
             else:
                 ns, job, group = g.key.split("/", 2)

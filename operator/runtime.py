@@ -12,8 +12,9 @@ What runs (one :class:`OperatorRuntime` per operator process; each step's module
     loop (every interval_s, and soon after any event: at most one pass per pass_delay_s):
       1. peering: act only while no other operator of the same peering outranks this one (cli.Peering)
       2. Job plans (JobBook.plans → tasks.plan_job) → status (with the last decision's estimates), Events,
-         deletions [job_writer]; finished tasks → classifier, duration priors, recurring history;
-         stowage_estimate_ratio [learning]
+         deletions (a failed Job's pods, gangs taken back) [job_writer]; finished tasks → classifier, duration
+         priors, recurring history; stowage_estimate_ratio [learning]; pod groups not whole or not up in time
+         taken back [pod_groups]
       3. view = DispatchView(nodes, running pods, queues, pending groups of Jobs, gated plain pods, utilization)
          [snapshot]
       4. releases = Dispatcher.decide(view) (and Dispatcher.promoted: running opportunistic pods to promote)
@@ -46,6 +47,7 @@ from stowage.operator.events import PodWarnings
 from stowage.operator.job_writer import JobWriter
 from stowage.operator.learning import LEARNED_KEY, STATE_CONFIGMAP, STATE_KEY, Learning
 from stowage.operator.metrics import PASS_STAGES, OperatorMetrics
+from stowage.operator.pod_groups import PodGroups
 from stowage.operator.publisher import Publisher
 from stowage.operator.snapshot import Snapshots
 from stowage.operator.writer import REFUSAL_BACKOFF_S, Writer
@@ -138,6 +140,7 @@ class OperatorRuntime:
         self.writer = Writer(client, self.cache, self.job_writer, self.promoter, self.metrics,
                              group_of=self.snapshots.plain_group, held=self.publisher.job_held, dry_run=dry_run,
                              node_hint=node_hint, clock=clock)
+        self.pod_groups = PodGroups(client, self.cache, settings.packing.gang_ready_timeout_s, dry_run=dry_run)
         self._thread: threading.Thread | None = None
         self._informers: list[Informer] = []
         self._last_pass = -math.inf  # time.monotonic() of the last pass's start (the throttle's reference)
@@ -279,6 +282,7 @@ class OperatorRuntime:
             except Exception as exc:
                 self.jobs.break_job(key, exc)
         self.writer.ungate_released_task_pods()
+        self.pod_groups.take_back(now)  # a pod group not whole, or not up in time, holds no room
         self._stage = "view"  # 3. the snapshot
         self.warnings.tell_bad_bound_pods(self.cluster, self.gated.uids, now)
         view = self.build_view(plans, now)

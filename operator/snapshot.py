@@ -123,19 +123,56 @@ class Snapshots:
             arrival_s=arrival if arrival is not None else math.nan, remaining_tasks=1)
 
     def _plain_groups(self) -> list[PendingGroup]:
-        """Gated plain pods, one group each; pods released and not yet bound keep their demand reserved."""
+        """Gated plain pods, one group each, and one per pod group (``pod_gangs``); pods released and not yet bound
+        keep their demand reserved."""
         released = self.cache.released_plain()
         out: dict[str, PendingGroup] = {}
+        members: dict[tuple[str, str], list[PendingGroup]] = {}
+        counts: dict[tuple[str, str], int] = {}
         for pod in self.cache.gated.pods():
             if task_pod(pod):
                 continue  # a Job's task: released when its pod was created (see Writer.ungate_released_task_pods)
             group = self.plain_group(pod)
-            if group is not None and pod_key(pod) not in released:
+            if group is None or pod_key(pod) in released:
+                continue
+            gang = _pod_group(pod)
+            if gang is None:
                 out[group.key] = group
+                continue
+            members.setdefault((group.namespace, gang[0]), []).append(group)
+            counts[(group.namespace, gang[0])] = gang[1]
+        out.update({g.key: g for g in pod_gangs(members, counts)})
         for r in released.values():
             assert r.group is not None
             out[r.group.key] = dataclasses.replace(r.group, releasable=0, unbound=1)
         return list(out.values())
+
+
+def _pod_group(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The pod group a gated pod names (None: none, or labels the webhook would have refused)."""
+    try:
+        return labels.pod_group((pod.get("metadata") or {}).get("labels") or {}, crd.MAX_REPLICAS)
+    except InvalidInput:
+        return None
+
+
+def pod_gangs(members: Mapping[tuple[str, str], list[PendingGroup]],
+              counts: Mapping[tuple[str, str], int]) -> list[PendingGroup]:
+    """One group per pod group ``(namespace, name)`` from its gated members' own groups: one gang of its total
+    count, released once every member exists gated (fewer: its members wait, told so, ``holding``). Its demand per
+    task is the largest of its members' on each resource, so the gang fits whatever member lands where; its queue
+    and arrival are its first member's (by name)."""
+    out = []
+    for (namespace, name), pods in members.items():
+        pods = sorted(pods, key=lambda g: g.key)
+        total = counts[(namespace, name)]
+        first = pods[0]
+        demand = ResourceVector({r: max(g.demand.as_dict().get(r, 0.0) for g in pods)
+                                 for r in sorted({r for g in pods for r in g.demand})})
+        out.append(dataclasses.replace(
+            first, key=f"{namespace}/{labels.POD_GROUP_KEY}{name}", demand=demand, releasable=min(len(pods), total),
+            group=name, remaining_tasks=total, gang=total, arrival_s=min(g.arrival_s for g in pods)))
+    return out
 
 
 # --- the Jobs' pending groups ---------------------------------------------------------------------
@@ -182,5 +219,5 @@ def _pending(book: jobs.JobBook, key: jobs.JobKey, job: Mapping[str, Any], plan:
             finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
             unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,
             running_elapsed_s=max(now - ev.running_since, 0.0) if math.isfinite(ev.running_since) else 0.0,
-            recurring_key=recurring))
+            recurring_key=recurring, gang=g.gang))
     return out

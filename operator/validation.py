@@ -318,6 +318,12 @@ def _validate_task(task: Any, i: int, names: set[str]) -> list[InvalidInput]:
     replicas = task.get("replicas", 1)
     if not _is_int(replicas, 1, crd.MAX_REPLICAS):
         problems.append(InvalidInput(f"{where}.replicas", shown(replicas), f"an integer from 1 to {crd.MAX_REPLICAS}"))
+    if "minAvailable" in task:
+        gang = task["minAvailable"]
+        most = replicas if _is_int(replicas, 1, crd.MAX_REPLICAS) else crd.MAX_REPLICAS
+        if not _is_int(gang, 1, most):
+            problems.append(InvalidInput(f"{where}.minAvailable", shown(gang),
+                                         f"an integer from 1 to the group's replicas ({most})"))
     retries = task.get("maxRetries", crd.DEFAULT_MAX_RETRIES)
     if not _is_int(retries, 0, crd.MAX_RETRIES_LIMIT):
         problems.append(InvalidInput(f"{where}.maxRetries", shown(retries),

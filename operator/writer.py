@@ -105,6 +105,8 @@ class Writer:
                 log.info("released %d task(s) of %s as %s (placed on %s)", done, release.group_key,
                          release.pod_class.value, release.node_hint)
             return done > 0
+        if parts[1].startswith(labels.POD_GROUP_KEY):
+            return self._release_pod_group(release, parts[0], parts[1][len(labels.POD_GROUP_KEY):], taken)
         pod = next((p for p in self.cache.gated.pods() if "/".join(pod_key(p)) == release.group_key), None)
         if pod is None:
             return False
@@ -113,6 +115,20 @@ class Writer:
                      release.node_hint)
             return True
         return False
+
+    def _release_pod_group(self, release: Release, namespace: str, name: str, taken: dict[str, int]) -> bool:
+        """Remove the gate of the next ``release.count`` gated members of a pod group (by name): the dispatcher
+        releases the group whole, in as many releases as the nodes it placed it on."""
+        members = sorted((p for p in self.cache.gated.pods() if pod_key(p)[0] == namespace
+                          and ((p.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_POD_GROUP) == name),
+                         key=pod_key)
+        first = taken.get(release.group_key, 0)
+        taken[release.group_key] = first + release.count
+        done = sum(self.remove_gate(p, release.pod_class, release.node_hint)
+                   for p in members[first: first + release.count])
+        if done:
+            log.info("released %d pod(s) of group %s (placed on %s)", done, release.group_key, release.node_hint)
+        return done > 0
 
     def create_task(self, key: jobs.JobKey, job: Mapping[str, Any], task: tasks.TaskRef,
                     pod_class: labels.PodClass, node_hint: str | None = None) -> bool:
@@ -195,7 +211,9 @@ class Writer:
             return False
         if pod_class is None:
             return True
-        self.cache.released(key, Released(now, None, self.group_of(pod)), bind_pending=True)
+        pod_group = ((pod.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_POD_GROUP)
+        self.cache.released(key, Released(now, None, self.group_of(pod), pod_group if isinstance(pod_group, str)
+                                          else None), bind_pending=True)
         self.metrics.dispatch.labels(pod_class.value).inc()
         self.metrics.observe_pod_release(pod, now)
         return True

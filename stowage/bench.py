@@ -11,6 +11,7 @@ __all__ = ["bench"]
 #: benchmark name → "module:attribute" of a click command.
 BENCHMARKS: dict[str, str] = {
     "dispatcher": "stowage.operator.bench:bench_dispatcher",
+    "gangs": "stowage.operator.bench:bench_gangs",
     "extender": "stowage.extender.bench:bench_extender",
     "simulator": "stowage.sim.bench:bench_simulator",
     "forecast": "stowage.sim.bench:bench_forecast",

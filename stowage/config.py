@@ -11,7 +11,8 @@ YAML file shape (every key optional)::
     contention: {t_preempt: {cpu: 0.99, memory: 0.95}, sustained_count: 3, sustained_count_cpu: 6,
                  sample_interval_s: 1, policy: preserve, alpha: 2, ...}
     packing:    {fairness_knob: 0.25, barrier_knob: 0.9, remaining_work_weight: 1.0, remote_penalty: 0.1,
-                 bottleneck_weight: 0, critical_path_fraction: 0, starvation_skip_limit: 30}
+                 bottleneck_weight: 0, critical_path_fraction: 0, starvation_skip_limit: 30,
+                 gang_ready_timeout_s: 300}
     classifier: {short_task_threshold_s: 60}
     estimates:  {default_prior_s: 300, prior_margin: 1.5, min_finished: 1, elapsed_margin: 1.25, min_duration_s: 1,
                  history_weight_cap: 100, history_max_entries: 1000}
@@ -172,6 +173,11 @@ class PackingSettings:
     (it goes first; if it fits nowhere now, one node is held for it). 0 turns the guard off. OPERA leaves
     the value open; 30 passes is about half a minute at the dispatcher's 1 s loop (ours). The simulator's
     presets run without it."""
+    gang_ready_timeout_s: float = 300.0
+    """An all-or-nothing group (``minAvailable``, ``stowage.io/pod-group``) released whole that does not have every
+    member Running within this is taken back (its pods deleted) and waits to start whole again, so a gang that
+    cannot come up holds no room. Five minutes: an image pull and a container start, with margin (ours; Kueue's
+    ``waitForPodsReady`` timeout is 5 minutes too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +366,7 @@ def validate(settings: StowageSettings) -> list[str]:
     _check_range(p, "packing.remote_penalty", k.remote_penalty, 0.0, 1.0, False, True)
     _check_range(p, "packing.bottleneck_weight", k.bottleneck_weight, 0.0, 100.0, False, False)
     _check_range(p, "packing.critical_path_fraction", k.critical_path_fraction, 0.0, 100.0, False, False)
+    _check_range(p, "packing.gang_ready_timeout_s", k.gang_ready_timeout_s, 0.0, 86400.0, True, False)
     if not 0 <= k.starvation_skip_limit <= 1_000_000:
         p.append(f"packing.starvation_skip_limit: must be within [0, 1000000] (0 turns the guard off), "
                  f"got {k.starvation_skip_limit!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +75,8 @@ DEFAULT_QUEUE = "default"
 #: when it releases the pod, so plain pods too are released in fair order.
 GATE_ADMISSION = f"{DOMAIN}/admission"
 #: Pod condition on a pod held at that gate: True while the dispatcher holds it, its reason and message say why
-#: (``WaitingForShare``, ``WaitingForQuota``, ``WaitingForRoom``, ``WaitingForSample``); False once released.
+#: (``WaitingForShare``, ``WaitingForQuota``, ``WaitingForRoom``, ``WaitingForSample``, ``WaitingForGang``); False
+#: once released.
 CONDITION_HELD = f"{DOMAIN}/Held"
 
 # --- labels -------------------------------------------------------------------------------------
@@ -89,6 +91,12 @@ LABEL_HARVEST = f"{DOMAIN}/harvest"  # node label; "false" keeps the node out of
 #: durations its earlier runs measured (``policy.estimates.recurring_key``; unset: generateName or the name
 #: without its run suffix).
 LABEL_RECURRING = f"{DOMAIN}/recurring"
+#: Plain pods of one all-or-nothing group (as Kueue's pod groups): the group's name (a DNS label, per namespace) and
+#: how many pods it has; the dispatcher releases the group whole, on regular room, once all of them exist.
+LABEL_POD_GROUP = f"{DOMAIN}/pod-group"
+LABEL_POD_GROUP_COUNT = f"{DOMAIN}/pod-group-total-count"
+#: The dispatcher's key of a pod group: ``<namespace>/pod-group:<name>`` (a pod name has no ``:``).
+POD_GROUP_KEY = "pod-group:"
 #: Namespace label: ``stowage.io/webhook: "ignore"`` takes the namespace out of the pod webhook's scope.
 LABEL_WEBHOOK = f"{DOMAIN}/webhook"
 WEBHOOK_IGNORE = "ignore"
@@ -148,7 +156,8 @@ class METRICS:
     #: Histogram of a finished task's estimated ÷ actual duration, label ``source`` (``estimates.SOURCE_NAMES``).
     ESTIMATE_RATIO = "stowage_estimate_ratio"
     #: Gauge of the tasks the dispatcher holds (gated plain pods, Jobs' unreleased tasks), labels ``queue`` and
-    #: ``reason`` (``share``, ``quota``, ``room``, ``sample``, ``draining``: ``stowage.policy.holding.REASONS``).
+    #: ``reason`` (``share``, ``quota``, ``room``, ``sample``, ``gang``, ``draining``:
+    #: ``stowage.policy.holding.REASONS``).
     HELD_PODS = "stowage_held_pods"
     #: Counter of dispatch passes that did not complete, label ``stage`` (where it stopped: the operator's
     #: ``PASS_STAGES``).
@@ -344,6 +353,30 @@ def parse_demand(value: str, field: str) -> ResourceVector:
         return ResourceVector.parse(raw, field)
     except QuantityError as exc:
         raise IntentError(exc.field, exc.value, exc.allowed) from None
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def pod_group(pod_labels: Mapping[str, Any], most: int, where: str = "metadata.labels") -> tuple[str, int] | None:
+    """``(name, total count)`` of the pod group a pod's labels name (``LABEL_POD_GROUP`` with
+    ``LABEL_POD_GROUP_COUNT``, at most ``most`` pods); None when it names none. Raises :class:`IntentError`."""
+    name, count = pod_labels.get(LABEL_POD_GROUP), pod_labels.get(LABEL_POD_GROUP_COUNT)
+    if name is None and count is None:
+        return None
+    at_name, at_count = f"{where}[{LABEL_POD_GROUP!r}]", f"{where}[{LABEL_POD_GROUP_COUNT!r}]"
+    if name is None:
+        raise IntentError(at_name, "(absent)", f"the pod group's name, given with {LABEL_POD_GROUP_COUNT}")
+    if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.fullmatch(name):
+        raise IntentError(at_name, shown(name), "a DNS label: lower-case letters, digits and '-', at most 63")
+    if count is None:
+        raise IntentError(at_count, "(absent)", f"how many pods group {name!r} has, an integer from 1 to {most}, "
+                                                f"given with {LABEL_POD_GROUP}")
+    number = int(count) if isinstance(count, str) and count.isascii() and count.isdigit() else 0
+    if not 1 <= number <= most or str(number) != count:
+        raise IntentError(at_count, shown(count), f"how many pods group {name!r} has, an integer from 1 to {most} "
+                                                  "written in digits")
+    return name, number
 
 
 def pod_intent(pod: Mapping[str, Any], default: Opportunistic = Opportunistic.FALSE) -> PodIntent:

@@ -167,6 +167,9 @@ class PassFacts:
     ``sample`` hold; None: not known (no ``sample`` holds)."""
     promotable: Promotable | None = None
     """The running opportunistic pods that may be promoted, oldest first; None: promotion is off."""
+    gang: NDArray[np.int64] | None = None
+    """(G,) tasks of each group that start together or not at all (0: not a gang; ``gang``): such a group is
+    released whole on regular room or not at all, never on harvested room. None: no gangs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -439,6 +442,8 @@ class Decider:
             return
         intent = np.asarray(inp.intent, dtype=np.int64)
         eligible = harvest_candidates(intent, done.releasable, inp.group_queue, inp.queue_opportunistic)
+        if inp.gang is not None:
+            eligible &= np.asarray(inp.gang) <= 0  # a gang never starts on harvested room
         if not eligible.any():
             return
         # Harvested room is measured on every resource (T_alloc·C − U − B − S, bandwidth included): the declared
@@ -475,7 +480,8 @@ class Decider:
             finished_fraction=inp.finished_fraction, job_work=plan.work, queue_alloc=done.queue_alloc[p].copy(),
             pool_total=inp.pool_total, queue_weight=inp.queue_weight, job_rank=plan.job_rank, skips=plan.skips,
             held=held, queue_quota=inp.queue_quota, queue_usage=self.queue_usage(pool, inp.queue_name, inp.now),
-            group_duration_s=plan.durations, group_path_s=plan.paths)
+            group_duration_s=plan.durations, group_path_s=plan.paths,
+            gang=inp.gang if pool is Pool.REGULAR else None)
         result = dispatch.pack(passed, self.knobs)
         if self.on_pass is not None:
             self.on_pass(pool, passed, result)
@@ -498,6 +504,10 @@ class Decider:
             harvested = (done.harvested if done.harvested is not None
                          else np.array(inp.harvestable, dtype=np.float64))
             left[1] = holding.PoolLeft(harvested, done.queue_alloc[1].copy())
+        if inp.gang is not None and done.placements:  # a gang placed whole: the tasks it left go one at a time
+            gang = np.array(inp.gang, dtype=np.int64)
+            gang[[g for g, _, _ in done.placements]] = 0
+            inp = replace(inp, gang=gang)
         return self._explain(inp, done.releasable, left)
 
     @staticmethod
@@ -530,6 +540,8 @@ class Decider:
         n_res = np.asarray(inp.pool_total).shape[0]
         pool = (np.where(np.asarray(inp.intent) >= INTENT_TRUE, 1, 0) if inp.harvestable is not None
                 else np.zeros(len(inp.group_key), dtype=np.int64))
+        gang = np.zeros(len(inp.group_key), dtype=np.int64) if inp.gang is None else np.asarray(inp.gang)
+        pool = np.where(gang > 0, 0, pool)  # a gang waits for regular room
         ctx = holding.Context(
             capacity=np.asarray(inp.capacity, dtype=np.float64), pool_total=np.asarray(inp.pool_total),
             queue_name=inp.queue_name, queue_weight=np.asarray(inp.queue_weight, dtype=np.float64),
@@ -541,7 +553,8 @@ class Decider:
         pools = [replace(left.get(p) or holding.PoolLeft(np.zeros((len(inp.node_key), n_res)),
                                                          np.asarray(inp.queue_alloc[p])),
                          usage=self.queue_usage(kind, inp.queue_name, inp.now)) for p, kind in enumerate(Pool)]
-        return holding.explain(np.asarray(waiting) > 0, pool, demand, np.asarray(inp.group_queue), pools, ctx)
+        return holding.explain(np.asarray(waiting) > 0, pool, demand, np.asarray(inp.group_queue), pools, ctx,
+                               gang=gang, count=np.asarray(waiting, dtype=np.int64))
 
     @staticmethod
     def _fits_some_node(inp: DecideInput, rows: NDArray[np.bool_], avail: NDArray[np.float64]) -> NDArray[np.bool_]:

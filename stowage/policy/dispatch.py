@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 from stowage.config import PackingSettings
 from stowage.model import JobOrder
 from stowage.policy import alignment, candidates, column, fairness, ordering, remaining_work
+from stowage.policy import gang as gang_rule
 
 __all__ = [
     "BOOST",
@@ -126,6 +127,9 @@ class PassInput:
     group_path_s: NDArray[np.float64] | None = None
     """(G,) a task's duration plus the longest chain of group durations behind it in its job, for
     ``packing.critical_path_fraction`` (``remaining_work.critical_rows``); None: off."""
+    gang: NDArray[np.int64] | None = None
+    """(G,) tasks of each row that start together or not at all in this pass (0: not a gang; ``gang``); a row with
+    fewer pending takes no part. None: no gangs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,8 @@ def pack(inp: PassInput, knobs: PackingSettings, *, limit: int | None = None) ->
     held_out = np.full(g_all, -1, dtype=np.int64)
     guard = inp.skips is not None and knobs.starvation_skip_limit > 0
     rows = np.flatnonzero(np.asarray(inp.pending) > 0)
+    if inp.gang is not None:
+        rows = rows[np.asarray(inp.gang)[rows] <= np.asarray(inp.pending)[rows]]
     if inp.queue_quota is not None:
         rows = rows[_within_quota(inp, rows, np.asarray(inp.queue_alloc, dtype=np.float64))]
     if rows.size == 0:
@@ -231,6 +237,7 @@ def _place_all(
     ranks = _Ranks(inp.job_rank, jobs, queues, f)
     jobs_ok = ranks.mask()
     pending = np.asarray(inp.pending)[rows].copy()
+    gang = None if inp.gang is None or not (np.asarray(inp.gang)[rows] > 0).any() else np.array(inp.gang)[rows]
     qa = np.array(inp.queue_alloc, dtype=np.float64)
     weight = np.asarray(inp.queue_weight, dtype=np.float64)
     shares = fairness.PoolShares(qa, inp.pool_total, weight, inp.queue_usage)
@@ -270,17 +277,29 @@ def _place_all(
             return
         i, n = best
         d = shapes[shape_of[i]]
-        placements.append(Placement(int(rows[i]), n))
-        pending[i] -= 1
-        if inp.queue_quota is not None:
-            qa[queues[i]] += d
-        if rule is not None:  # no rule: every queue competes, and stays so (queues only leave); shares unread
-            shares.add(queues[i], d)
-        avail[n] = np.maximum(avail[n] - d, 0.0)
-        shaped.set_column(n, *rescore.with_fits(n, avail[n]))
-        if pending[i] and inp.queue_quota is None:
+        nodes = [n]
+        whole = True  # False: a gang that does not fit whole; it leaves the pass, nothing placed
+        if gang is not None and gang[i] > 0:
+            k = int(gang[i])
+            got = gang_rule.place(d, avail, shaped.score[shape_of[i]], k)
+            if got is not None and inp.queue_quota is not None:
+                q = np.asarray(inp.queue_quota, dtype=np.float64)[queues[i]]
+                got = None if alignment.over_quota(qa[queues[i]] + k * d, q).any() else got
+            whole, nodes = got is not None, got or []
+            gang[i] = 0  # placed whole: its other tasks go one at a time
+        for n in nodes:
+            placements.append(Placement(int(rows[i]), n))
+            pending[i] -= 1
+            if inp.queue_quota is not None:
+                qa[queues[i]] += d
+            if rule is not None:  # no rule: every queue competes, and stays so (queues only leave); shares unread
+                shares.add(queues[i], d)
+            avail[n] = np.maximum(avail[n] - d, 0.0)
+        for n in sorted(set(nodes)):
+            shaped.set_column(n, *rescore.with_fits(n, avail[n]))
+        if whole and pending[i] and inp.queue_quota is None:
             continue  # every row stays
-        keep = np.ones(rows.size, dtype=bool) if pending[i] else np.arange(rows.size) != i
+        keep = np.ones(rows.size, dtype=bool) if pending[i] and whole else np.arange(rows.size) != i
         if inp.queue_quota is not None:
             mine = np.flatnonzero(queues == queues[i])
             keep[mine[~_within_quota(inp, rows[mine], qa)]] = False
@@ -288,6 +307,7 @@ def _place_all(
             masks_for = None
             rows, shape_of, searched, queues = rows[keep], shape_of[keep], searched.kept(keep), queues[keep]
             pending, urgent = pending[keep], urgent[keep]
+            gang = None if gang is None else gang[keep]
             jobs_ok = ranks.mask(keep)
             now_present = np.bincount(queues, minlength=weight.shape[0]) > 0
             if _every_queue_competes(queues, weight.shape[0], f):  # stays so: queues only leave

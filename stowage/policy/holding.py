@@ -11,13 +11,19 @@ pool's free room and each queue's allocation. A group waits in the pool it may u
 3. ``share``: another queue with waiting work comes first (``fairness.queue_tiers``): one below
    ``packing.queue_share_floor`` of its fair share, or, when this queue is ahead of its weight on decayed usage,
    one that is not; that one gets the next free room;
-4. ``room``: otherwise: no node has room; the node closest to taking a task (smallest largest shortfall
+4. ``gang`` (a group whose ``k`` tasks start together or not at all, ``DecideInput.gang``; it waits in the regular
+   pool): otherwise: its ``k`` tasks do not fit the free regular room at once; how many of them do is named. A gang
+   with fewer than ``k`` tasks waiting (a pod group not all created yet) says so first, whatever else holds;
+5. ``room``: otherwise: no node has room; the node closest to taking a task (smallest largest shortfall
    ``max_r (d_r − A_r)⁺/C_r``, as the starvation guard picks) is named with what it lacks.
+
+A gang's quota is checked for its ``k`` tasks together.
 
 And one the decision never sees: ``draining``: the group's queue is Draining (``spec.state``), so the dispatcher
 offers it nothing (:func:`draining`; the operator leaves such groups out of the decision).
 
-Groups of one (pool, queue, demand) share one answer, so a backlog of 10,000 equal pods costs one message.
+Groups of one (pool, queue, demand, gang size) share one answer, so a backlog of 10,000 equal pods costs one
+message.
 Pure and deterministic: arrays in, ``Hold`` records out; the reason names are the ``reason`` label of
 ``stowage_held_pods`` (contract).
 """
@@ -32,17 +38,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stowage.policy import alignment, fairness, room
+from stowage.policy import gang as gang_rule
 from stowage.resources import CPU, format_quantity
 
-__all__ = ["DRAINING", "QUOTA", "REASONS", "ROOM", "SAMPLE", "SHARE", "Context", "Hold", "PoolLeft", "draining",
-           "explain"]
+__all__ = ["DRAINING", "GANG", "QUOTA", "REASONS", "ROOM", "SAMPLE", "SHARE", "Context", "Hold", "PoolLeft",
+           "draining", "explain"]
 
 SHARE: Final = "share"
 QUOTA: Final = "quota"
 ROOM: Final = "room"
 SAMPLE: Final = "sample"
+GANG: Final = "gang"
 DRAINING: Final = "draining"
-REASONS: Final = (SHARE, QUOTA, ROOM, SAMPLE, DRAINING)
+REASONS: Final = (SHARE, QUOTA, ROOM, SAMPLE, GANG, DRAINING)
 """Every reason, in the order ``stowage_held_pods{reason}`` lists them."""
 
 _LISTED_NODES = 3  # a sample message names this many nodes; the rest are counted
@@ -98,16 +106,22 @@ def draining(queue: str) -> Hold:
 
 
 def explain(waiting: NDArray[np.bool_], pool: NDArray[np.int64], demand: NDArray[np.float64],
-            group_queue: NDArray[np.int64], left: Sequence[PoolLeft], ctx: Context) -> dict[int, Hold]:
+            group_queue: NDArray[np.int64], left: Sequence[PoolLeft], ctx: Context, *,
+            gang: NDArray[np.int64] | None = None, count: NDArray[np.int64] | None = None) -> dict[int, Hold]:
     """group → ``Hold`` for every ``waiting`` group (module docstring). ``pool``: (G,) 0 regular, 1 harvested;
-    ``left[p]``: pool ``p`` after the decision."""
+    ``left[p]``: pool ``p`` after the decision; ``gang``: (G,) tasks that start together (0: not a gang);
+    ``count``: (G,) tasks waiting (a gang with fewer waits for the rest; None: enough)."""
     rows = np.flatnonzero(waiting)
     if rows.size == 0:
         return {}
-    keys = np.column_stack([pool[rows], group_queue[rows], demand[rows]])
+    k = np.zeros(pool.shape[0], dtype=np.int64) if gang is None else np.maximum(np.asarray(gang, np.int64), 0)
+    have = k if count is None else np.minimum(np.asarray(count, np.int64), k)
+    keys = np.column_stack([pool[rows], group_queue[rows], k[rows], have[rows], demand[rows]])
     unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     pools = [_Pool(p, left[p], waiting & (pool == p), group_queue, demand, ctx) for p in (0, 1)]
-    answers = [pools[int(pool[g])].hold(int(group_queue[g]), demand[g])
+    answers = [Hold(GANG, f"all or nothing: only {int(have[g])} of its {int(k[g])} tasks are there to start; it "
+                          f"starts once all {int(k[g])} are") if have[g] < k[g]
+               else pools[int(pool[g])].hold(int(group_queue[g]), demand[g], int(k[g]))
                for g in rows[first].tolist()] if unique.shape[0] else []
     return {int(g): answers[int(k)] for g, k in zip(rows.tolist(), inverse.reshape(-1).tolist(), strict=True)}
 
@@ -131,19 +145,22 @@ class _Pool:
         self._room: dict[bytes, Hold] = {}  # filled for every shape at the first ask (one array operation)
         self._share: dict[int, Hold | None] = {}
 
-    def hold(self, q: int, need: NDArray[np.float64]) -> Hold:
+    def hold(self, q: int, need: NDArray[np.float64], gang: int = 0) -> Hold:
         ctx, state = self.ctx, self.state
         name = ctx.queue_name[q]
         if ctx.queue_quota is not None:
             used, limit = state.queue_alloc[q], ctx.queue_quota[q]
+            need = need * gang if gang > 0 else need  # a gang's tasks come together
             over = alignment.over_quota(used + need, limit)
             if over.any():
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ratio = np.where(over, (used + need) / np.where(limit > 0, limit, np.nan), -np.inf)
                 r = int(np.argmax(np.nan_to_num(ratio, nan=np.inf)))
                 res = _resource(ctx, r)
+                what = f"its gang of {gang} tasks needs" if gang > 0 else "a task needs"
                 return Hold(QUOTA, f"queue {name!r} is at its {res} quota: {_show(used[r], res)}/"
-                                   f"{_show(limit[r], res)} in use, a task needs {_show(need[r], res)}")
+                                   f"{_show(limit[r], res)} in use, {what} {_show(need[r], res)}")
+            need = need / gang if gang > 0 else need
         if self.p == 1 and not ctx.queue_opportunistic[q]:
             return Hold(ROOM, f"queue {name!r} takes no opportunistic pods (spec.opportunistic: Deny)")
         key = need.tobytes()
@@ -157,6 +174,10 @@ class _Pool:
         share = self._share[q]
         if share is not None:
             return share
+        if gang > 0:
+            fit = gang_rule.fit_count(need, state.available, gang)
+            return Hold(GANG, f"all or nothing: its {gang} tasks start together on regular room or not at all, and "
+                              f"{fit} of them fit in the free regular room now")
         if fits:  # fits, yet not placed: the room is held for a starved group (the starvation guard)
             return Hold(ROOM, "the room that fits it is held for a task group that waited longer (starvation guard)")
         if not self._room:

@@ -123,11 +123,15 @@ class PackingPreset(Preset):
         if len(run):
             np.maximum.at(elapsed, run.group, v.now - run.start)
         releasable = np.where(ready, st.g_pending[groups], 0)
+        remaining = spec.g_tasks[groups] - finished
+        # A gang starts whole while none of its group runs (the operator's rule, plan._gangs).
+        gang = np.where((spec.g_gang[groups] > 0) & (st.g_running[groups] == 0),
+                        np.minimum(spec.g_gang[groups], remaining), 0)
         snap = snapshot.PassSnapshot(
             now=v.now, capacity=c.cap, regular_requests=c.reg_alloc, bandwidth=spec.io_resources,
             shapes=spec.shapes, group_shape=spec.g_shape[groups], group_key=groups.tolist(),
             group_job=np.searchsorted(jobs, spec.g_job[groups]), group_queue=spec.g_queue[groups],
-            releasable=releasable, remaining=spec.g_tasks[groups] - finished, intent=spec.j_opp[spec.g_job[groups]],
+            releasable=releasable, remaining=remaining, intent=spec.j_opp[spec.g_job[groups]],
             finished=finished, finished_fraction=finished / np.maximum(spec.g_tasks[groups], 1),
             finished_mean_s=self._finished_s[groups] / np.maximum(finished, 1), hint_s=self._hint[groups],
             elapsed_s=elapsed[groups], history_s=self._history[groups],
@@ -136,7 +140,8 @@ class PackingPreset(Preset):
             queue_alloc=st.queue_alloc, node_key=range(c.n),
             duration_s=None if v.oracle_durations is None else v.oracle_durations[groups],
             group_children=self._children(groups) if self.knobs.critical_path_fraction > 0 else None,
-            regular_changed=v.regular_changed, promotable=self._promotable() if promotable else None)
+            regular_changed=v.regular_changed, promotable=self._promotable() if promotable else None,
+            gang=gang if gang.any() else None)
         inp = snapshot.build(snap, harvestable=self._harvestable if self.harvesting else None,
                              features=(lambda i: self._features(int(groups[i]))) if self.use_classifier else None)
         decision = self.decider.decide(inp)

@@ -63,6 +63,7 @@ class Spec:
         self.j_source = np.array(jobs, dtype=np.int64)  # engine job index → index in workload.jobs
         problems: list[str] = []
         g_job, g_demand, g_tasks, g_deps, self.g_name = [], [], [], [], []
+        g_gang: list[int] = []
         self.g_expected: list[float | None] = []  # the workload's expectedDuration per group (a hint), None: none
         self.j_groups: list[list[int]] = []
         biggest = cap.max(axis=0)
@@ -89,6 +90,7 @@ class Spec:
                 g_demand.append(d)
                 self.g_expected.append(g.expected_duration_s)
                 g_tasks.append(int(g.tasks))
+                g_gang.append(int(g.min_available or 0))
                 g_deps.append([names[dep] for dep in g.depends_on if dep in names])
                 self.g_name.append(g.name)
         if problems:
@@ -102,6 +104,7 @@ class Spec:
         self.g_shape: NDArray[np.int64] = g_shape.reshape(-1)
         self.clamped_shapes = alignment.clamp_demand(self.shapes)  # as alignment.feasible cleans them
         self.g_tasks = np.array(g_tasks, dtype=np.int64)
+        self.g_gang = np.array(g_gang, dtype=np.int64)  # minAvailable per group (0: no gang)
         self.g_deps = g_deps
         self.g_children: list[list[int]] = [[] for _ in range(self.n_groups)]
         for g, deps in enumerate(g_deps):

@@ -52,6 +52,7 @@ class TaskGroup:
     usage: float | None = None  # fraction of demand really used; None → the engine's usage model
     depends_on: tuple[str, ...] = ()
     expected_duration_s: float | None = None  # what the user states (expectedDuration): a hint, not the truth
+    min_available: int | None = None  # all or nothing: the first this many tasks start together (None: no gang)
 
 
 @dataclass(frozen=True, slots=True)

@@ -444,7 +444,8 @@ _KEYS = st.sampled_from([
     "tasks", "name", "replicas", "template", "metadata", "spec", "labels", "annotations", "containers",
     "initContainers", "resources", "requests", "limits", "overhead", "cpu", "memory", "expectedDuration", "dependsOn",
     "maxRetries", "queue", "opportunistic", "suspend", "weight", "quota", "jobOrder", "schedulerName", "nodeName",
-    "schedulingGates", "restartPolicy", labels.ANN_DEMAND, labels.ANN_DISK_BANDWIDTH, labels.ANN_EXPECTED_DURATION,
+    "schedulingGates", "restartPolicy", "minAvailable", labels.LABEL_POD_GROUP, labels.LABEL_POD_GROUP_COUNT,
+    labels.ANN_DEMAND, labels.ANN_DISK_BANDWIDTH, labels.ANN_EXPECTED_DURATION,
     labels.LABEL_QUEUE, labels.LABEL_OPPORTUNISTIC, labels.LABEL_CLASS])
 _SCALARS = (st.none() | st.booleans() | st.integers() | st.sampled_from([10**400, 2**63, -1])
             | st.floats(allow_nan=True, allow_infinity=True)
@@ -455,7 +456,7 @@ _JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
                      | st.dictionaries(_KEYS | st.text(max_size=4), inner, max_size=5), max_leaves=25)
 _TASK = st.fixed_dictionaries({"name": st.sampled_from(["a", "b", 5]), "template": _JSON},
                               optional={"replicas": _JSON, "expectedDuration": _JSON, "dependsOn": _JSON,
-                                        "maxRetries": _JSON})
+                                        "maxRetries": _JSON, "minAvailable": _JSON})
 _JOB_SPEC = _JSON | st.fixed_dictionaries({"tasks": st.lists(_TASK, max_size=3)},
                                           optional={"queue": _JSON, "opportunistic": _JSON, "suspend": _JSON})
 _POD = _JSON | st.fixed_dictionaries({"metadata": _JSON | st.fixed_dictionaries(
@@ -685,3 +686,45 @@ def test_the_update_condition_names_every_guarded_key() -> None:
     cel = admission.pod_update_condition()
     for key in (*admission.PROTECTED_LABELS, *admission.PROTECTED_ANNOTATIONS, labels.GATE_ADMISSION):
         assert f"'{key}'" in cel
+
+
+# --- all-or-nothing: a Job group's minAvailable, a pod group's labels ----------------------------
+
+_GROUP, _COUNT = labels.LABEL_POD_GROUP, labels.LABEL_POD_GROUP_COUNT
+
+
+@pytest.mark.parametrize(("pod_labels", "message"), [
+    pytest.param({_GROUP: "g"}, "metadata.labels['stowage.io/pod-group-total-count']: how many pods group 'g' has, "
+                 "an integer from 1 to 100000, given with stowage.io/pod-group, got '(absent)'", id="no-count"),
+    pytest.param({_COUNT: "3"}, "metadata.labels['stowage.io/pod-group']: the pod group's name, given with "
+                 "stowage.io/pod-group-total-count, got '(absent)'", id="no-name"),
+    pytest.param({_GROUP: "G_1", _COUNT: "3"}, "metadata.labels['stowage.io/pod-group']: a DNS label: lower-case "
+                 "letters, digits and '-', at most 63, got 'G_1'", id="name-not-a-dns-label"),
+    *(pytest.param({_GROUP: "g", _COUNT: bad}, "metadata.labels['stowage.io/pod-group-total-count']: how many pods "
+                   f"group 'g' has, an integer from 1 to 100000 written in digits, got {bad!r}", id=f"count-{bad}")
+      for bad in ("0", "03", "-1", "three", "100001", "1e3", "３")),
+    pytest.param({_GROUP: "g", _COUNT: "3", labels.LABEL_OPPORTUNISTIC: "true"},
+                 "metadata.labels['stowage.io/opportunistic']: 'false' or 'auto' on a pod of a group "
+                 "(stowage.io/pod-group): a group starts whole on regular room, never on harvested room, got 'true'",
+                 id="opportunistic-gang"),
+])
+def test_a_bad_pod_group_is_refused_word_for_word(pod_labels: dict[str, str], message: str) -> None:
+    with pytest.raises(IntentError) as refused:
+        admission.admit_pod(_pod(pod_labels, containers=[_container(requests={"cpu": "1"})]), exists)
+    assert str(refused.value) == message
+
+
+def test_a_pod_group_is_admitted_gated_with_its_labels() -> None:
+    pod = _admit(_pod({_GROUP: "mpi", _COUNT: "3"}, containers=[_container(requests={"cpu": "1"})]))
+    assert pod["metadata"]["labels"][_GROUP] == "mpi" and pod["metadata"]["labels"][_COUNT] == "3"
+    assert [g["name"] for g in pod["spec"]["schedulingGates"]] == [labels.GATE_ADMISSION]
+
+
+@pytest.mark.parametrize("bad", [0, 5, -1, "2", 2.0, True, None])
+def test_a_job_groups_min_available_is_refused_word_for_word(bad: Any) -> None:
+    (problem,) = admission.validate_job({"tasks": [_task("a", replicas=4, minAvailable=bad)]}, exists)
+    assert str(problem) == f"spec.tasks[0].minAvailable: an integer from 1 to the group's replicas (4), got {bad!r}"
+
+
+def test_a_job_groups_min_available_up_to_its_replicas_is_admitted() -> None:
+    assert admission.validate_job({"tasks": [_task("a", replicas=4, minAvailable=4)]}, exists) == []

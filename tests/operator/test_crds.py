@@ -91,6 +91,7 @@ def test_crd_enums_and_defaults_match_the_operator_constants() -> None:
     assert task["maxRetries"]["maximum"] == crd.MAX_RETRIES_LIMIT
     assert task["dependsOn"]["maxItems"] == crd.MAX_TASKS
     assert task["replicas"]["maximum"] == crd.MAX_REPLICAS
+    assert task["minAvailable"]["maximum"] == crd.MAX_REPLICAS
     assert task["expectedDuration"]["maximum"] == crd.MAX_EXPECTED_DURATION_S
     assert spec["queue"]["pattern"] == crd.QUEUE_NAME.pattern and spec["queue"]["maxLength"] == crd.QUEUE_NAME_MAX
     assert tuple(j["status"]["properties"]["phase"]["enum"]) == crd.JOB_PHASES
@@ -218,6 +219,11 @@ JOB_REJECTIONS = [
                  [("spec.tasks[0].expectedDuration", "less than or equal to 2592000")], id="duration-above-30-days"),
     pytest.param(_job("j", [_task("a", replicas=crd.MAX_REPLICAS + 1)]),
                  [("spec.tasks[0].replicas", "less than or equal to 100000")], id="replicas-above-the-maximum"),
+    pytest.param(_job("j", [_task("a", replicas=2, minAvailable=3)]),
+                 [("spec.tasks[0].minAvailable", "task a: minAvailable must be at most replicas")],
+                 id="gang-above-replicas"),
+    pytest.param(_job("j", [_task("a", minAvailable=0)]),
+                 [("spec.tasks[0].minAvailable", "greater than or equal to 1")], id="gang-zero"),
     # Each of these, stored, would stop every later planning pass of an operator that does not isolate it (#31).
     *(pytest.param(_job("j", [_template_task(spec={"containers": bad})]),
                    [("spec.tasks[0].template.spec.containers", "must be of type array")], id=f"containers-{name}")

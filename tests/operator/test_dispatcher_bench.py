@@ -40,3 +40,12 @@ def test_bench_dispatcher_command_reports_throughput_latency_and_the_ratio() -> 
 def test_bench_dispatcher_refuses_fewer_tasks_than_jobs() -> None:
     result = CliRunner().invoke(bench, ["dispatcher", "--jobs", "10", "--tasks", "5", "--no-pin"])
     assert result.exit_code != 0 and "--tasks" in result.output
+
+
+def test_bench_gangs_times_a_pass_of_gangs_against_the_same_pass_without() -> None:
+    r = dispatcher_bench.gang_pass(40, 30, 3, 4, repeats=1, seed=5, pin=False)
+    assert r.gang_released % 3 == 0 and 0 < r.gang_released <= r.plain_released  # whole gangs only
+    assert r.plain_ms > 0 and r.gang_ms > 0 and r.ratio > 0
+    result = CliRunner().invoke(bench, ["gangs", "--nodes", "20", "--gangs", "10", "--repeats", "1", "--no-pin"])
+    assert result.exit_code == 0, result.output
+    assert "gangs / without" in result.output

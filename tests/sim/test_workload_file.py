@@ -159,7 +159,7 @@ REJECTED = [
     pytest.param(
         _set("jobs.0.groups.0.durations", 3),
         ["jobs[etl-1].groups[map].durations: unknown key; allowed: name, replicas, demand, duration, usage, dependsOn, "
-         "expectedDuration"],
+         "expectedDuration, minAvailable"],
         id="unknown-group-key",
     ),
     pytest.param(

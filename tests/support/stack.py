@@ -339,7 +339,7 @@ def job_body(name: str, groups: list[dict[str, Any]], *, queue: str = "default",
                          "spec": {"nodeSelector": {node_label: stack_id}, "terminationGracePeriodSeconds": 1,
                                   "containers": [{"name": "main", "image": "busybox", "resources": resources}]}},
         }
-        for key in ("dependsOn", "expectedDuration", "opportunistic"):
+        for key in ("dependsOn", "expectedDuration", "opportunistic", "minAvailable"):
             if key in g:
                 task[key] = g[key]
         task_list.append(task)

@@ -109,6 +109,7 @@ PLAUSIBLE: dict[str, list[Any]] = {
     "weight": [1e-300, 1e-6, 1000000, 999999.9999, 2**53 + 1, 1],
     "replicas": [1, 2, 64, 100000],
     "maxRetries": [0, 100],
+    "minAvailable": [1, 2, 3, 100000, 0, -1],
     "expectedDuration": [1e300, 1.7976931348623157e308, 0, 1e-300, 2**63, 31536000000],
     "jobOrder": ["FIFO", "SRTF", "FSP", "fifo"],
     "opportunistic": ["true", "auto", "false", "Allow", "Deny", "True"],
@@ -129,6 +130,8 @@ PLAUSIBLE: dict[str, list[Any]] = {
     labels.LABEL_OPPORTUNISTIC: ["true", "auto", "false", "maybe", "True", ""],
     labels.LABEL_CLASS: ["regular", "opportunistic", "x", ""],
     labels.LABEL_JOB: ["ghost", "f1", ""],
+    labels.LABEL_POD_GROUP: ["g", "mpi-1", "", "a" * 63, "UPPER", "a.b"],
+    labels.LABEL_POD_GROUP_COUNT: ["1", "3", "0", "03", "100001", "", "1e3"],
 }
 
 
@@ -259,6 +262,7 @@ def label_paths(prefix: Path) -> list[Path]:
 JOB_INTERESTING: list[Path] = [
     ("spec", "queue"), ("spec", "opportunistic"), ("spec", "suspend"), ("spec", "tasks"), T, (*T, "name"),
     (*T, "replicas"), (*T, "maxRetries"), (*T, "expectedDuration"), (*T, "dependsOn"), (*T, "opportunistic"),
+    (*T, "minAvailable"),
     TEMPLATE, (*TEMPLATE, "metadata"), (*TEMPLATE, "spec"), (*TEMPLATE, "spec", "containers"),
     (*TEMPLATE, "spec", "initContainers"), (*TEMPLATE, "spec", "overhead"), CONTAINER, (*CONTAINER, "resources"),
     (*CONTAINER, "resources", "requests"), (*CONTAINER, "resources", "requests", "cpu"),
@@ -269,6 +273,7 @@ JOB_INTERESTING: list[Path] = [
 POD_CONTAINER = ("spec", "containers", 0)
 POD_INTERESTING: list[Path] = [
     *annotation_paths(("metadata",)), *label_paths(("metadata",)), ("metadata", "labels", labels.LABEL_JOB),
+    ("metadata", "labels", labels.LABEL_POD_GROUP), ("metadata", "labels", labels.LABEL_POD_GROUP_COUNT),
     ("spec", "schedulerName"), ("spec", "containers"), POD_CONTAINER, (*POD_CONTAINER, "resources"),
     (*POD_CONTAINER, "resources", "requests", "cpu"), (*POD_CONTAINER, "resources", "limits", "cpu"),
     (*POD_CONTAINER, "resources", "limits", "memory"), ("spec", "initContainers"), ("spec", "overhead"),

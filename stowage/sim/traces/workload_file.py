@@ -19,6 +19,7 @@ The contract (every key; anything else is rejected)::
             duration: 10       # seconds when it runs alone at full speed
             usage: 1.0         # optional fraction (0, 1] of demand really used; default: the usage model
             expectedDuration: 12  # optional: what the user states (the estimator's hint; `duration` is the truth)
+            minAvailable: 6    # optional, 1..replicas: all or nothing, the first 6 tasks start together or none
           - {name: reduce, replicas: 2, demand: {cpu: 1, memory: 2Gi}, duration: 20, dependsOn: [map]}
 
 A group's size is ``replicas``, as in a Stowage Job; ``tasks`` (its name before) is refused saying so. A file may
@@ -73,7 +74,7 @@ _TOP_KEYS = ("nodes", "queues", "jobs")
 _NODE_KEYS = ("name", "count", "harvest", *CORE_RESOURCES)
 _QUEUE_KEYS = ("name", "weight", "jobOrder", "opportunistic")
 _JOB_KEYS = ("name", "queue", "arrival", "opportunistic", "priority", "groups")
-_GROUP_KEYS = ("name", "replicas", "demand", "duration", "usage", "dependsOn", "expectedDuration")
+_GROUP_KEYS = ("name", "replicas", "demand", "duration", "usage", "dependsOn", "expectedDuration", "minAvailable")
 #: Keys an earlier release had, and what to write instead: refused with that message, never read silently.
 _RENAMED_GROUP_KEYS = {"tasks": "renamed `replicas` (the number of tasks in the group, as a Stowage Job's "
                                 "spec.tasks[].replicas; `tasks` is a Job's list of task groups)"}
@@ -329,6 +330,12 @@ def _groups(chk: _Checker, raw: object, job_path: str, nodes: Sequence[NodeSpec]
         if expected is not None and (not _is_number(expected) or expected <= 0):
             chk.add(f"{path}.expectedDuration", f"a positive number of seconds, {_got(expected)}")
             ok = False
+        gang = entry.get("minAvailable")
+        if gang is not None and (isinstance(gang, bool) or not isinstance(gang, int) or not 1 <= gang <= (
+                tasks if tasks is not None else gang)):
+            most = f"1 to replicas ({tasks})" if tasks is not None else "1 to replicas"
+            chk.add(f"{path}.minAvailable", f"a whole number from {most}, {_got(gang)}")
+            ok = False
         demand = _demand(chk, entry.get("demand"), f"{path}.demand", nodes) if "demand" in entry else None
         depends = entry.get("dependsOn", [])
         if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
@@ -338,7 +345,7 @@ def _groups(chk: _Checker, raw: object, job_path: str, nodes: Sequence[NodeSpec]
             declared[name] = (path, list(depends))
         if ok and name is not None and tasks is not None and demand is not None and path == f"{prefix}[{name}]":
             groups.append(TaskGroup(name, tasks, demand, float(duration), None if usage is None else float(usage),
-                                    tuple(depends), None if expected is None else float(expected)))
+                                    tuple(depends), None if expected is None else float(expected), gang))
     for group, (path, depends) in declared.items():
         known = ", ".join(g for g in declared if g != group) or "none"
         for dep in depends:
@@ -477,8 +484,9 @@ def _manifest_group(chk: _Checker, task: object, where: str) -> dict[str, Any] |
         return None
     group: dict[str, Any] = {"name": name, "replicas": entry.get("replicas", 1), "demand": demand.as_dict(),
                              "duration": entry["expectedDuration"], "expectedDuration": entry["expectedDuration"]}
-    if "dependsOn" in entry:
-        group["dependsOn"] = entry["dependsOn"]
+    for key in ("dependsOn", "minAvailable"):
+        if key in entry:
+            group[key] = entry[key]
     return group
 
 
@@ -606,6 +614,8 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
                 group["dependsOn"] = list(g.depends_on)
             if g.expected_duration_s is not None:
                 group["expectedDuration"] = g.expected_duration_s
+            if g.min_available is not None:
+                group["minAvailable"] = g.min_available
             groups.append(group)
         entry = {"name": job.name, "queue": job.queue, "arrival": job.arrival_s,
                  "opportunistic": job.opportunistic.value, "groups": groups}
