@@ -20,7 +20,7 @@ from stowage.operator.metrics import OperatorMetrics
 from stowage import labels
 from stowage.config import StowageSettings
 from stowage.errors import InvalidInput
-from stowage.kube.records import parse_timestamp
+from stowage.kube.records import PodRecord, parse_timestamp
 from stowage.model import QueueOpportunistic
 from stowage.policy import room
 from stowage.prom import Utilization
@@ -89,8 +89,9 @@ class Snapshots:
         return [RunningPod(node=p.node, demand=p.demand, queue=p.queue,
                            opportunistic=p.opportunistic and p.uid not in promoting, bound_at_s=p.bound_at_s,
                            started_at_s=p.start_time_s, key=f"{p.namespace}/{p.name}", uid=p.uid,
-                           requests=p.requests if p.opportunistic else None)
-                for p in pods]
+                           requests=p.requests if p.opportunistic else None, job=job,
+                           group=p.labels.get(labels.LABEL_TASK_GROUP, "") if job else "")
+                for p in pods for job in (_job_of(p),)]
 
     def _queue_records(self) -> list[QueueRecord]:
         return [QueueRecord(name=q.name, weight=q.weight, opportunistic=q.opportunistic is QueueOpportunistic.ALLOW,
@@ -166,6 +167,7 @@ def _pending(book: jobs.JobBook, key: jobs.JobKey, job: Mapping[str, Any], plan:
     progress = tasks.job_progress(plan)
     evidence = book.evidence(key)
     recurring = jobs.job_recurring_key(job)
+    suspended = bool((job.get("spec") or {}).get("suspend"))
     for g in plan.groups:
         demand = book.demands.task_demand(job, g.name)
         if demand is None or g.remaining == 0:
@@ -181,5 +183,11 @@ def _pending(book: jobs.JobBook, key: jobs.JobKey, job: Mapping[str, Any], plan:
             finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
             unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,
             running_elapsed_s=max(now - ev.running_since, 0.0) if math.isfinite(ev.running_since) else 0.0,
-            recurring_key=recurring))
+            recurring_key=recurring, depends_on=g.waiting_on, suspended=suspended))
     return out
+
+
+def _job_of(pod: PodRecord) -> str | None:
+    """The key of the Job whose task ``pod`` is (its ``stowage.io/job`` label in its namespace); None: no Job's."""
+    name = pod.labels.get(labels.LABEL_JOB) if pod.queue is not None else None
+    return f"{pod.namespace}/{name}" if name else None
