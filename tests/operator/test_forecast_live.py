@@ -67,6 +67,13 @@ def test_a_pending_job_gets_a_position_and_an_eta_in_its_status_columns_and_stow
     assert rows["next"][names.index("ETA")] == forecast["start"]
     assert rows["busy"][names.index("Position")] is None and rows["busy"][names.index("ETA")] is None
 
+    wide = stack.kubectl("get", "sjob", "-n", ns, "-o", "wide")  # what a user sees (docs/operator.md shows it)
+    print(f"\n$ kubectl get sjob -n {ns} -o wide\n{wide}")
+    header = wide.splitlines()[0].split()
+    assert header[:12] == ["NAME", "QUEUE", "PHASE", "DONE", "OPP", "RUNNING", "EST.", "REMAINING", "HELD",
+                           "POSITION", "ETA", "AGE"]
+    assert forecast["start"] in next(line for line in wide.splitlines() if line.startswith("next "))
+
     # stowage queue: the Job and the gated plain pod, in queue order, with positions and predicted starts.
     def listed() -> list[dict[str, Any]] | None:
         done = subprocess.run([str(STOWAGE), "queue", "default", "--kubeconfig", str(stack.plane.kubeconfig),
@@ -84,6 +91,7 @@ def test_a_pending_job_gets_a_position_and_an_eta_in_its_status_columns_and_stow
                                  "-n", ns], capture_output=True, text=True, timeout=60, check=True).stdout
     assert table_text.splitlines()[0].split()[:4] == ["POSITION", "OVERALL", "KIND", "NAME"]
     assert f"{ns}/next" in table_text and f"{ns}/gated" in table_text
+    print(f"\n$ stowage queue default -n {ns}\n{table_text}")
 
     text = stack.operator_metrics(operator)
     assert metric(text, "stowage_queue_predicted_wait_seconds", {"queue": "default", "job": "first"}) >= 0
