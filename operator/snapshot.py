@@ -90,7 +90,7 @@ class Snapshots:
                            opportunistic=p.opportunistic and p.uid not in promoting, bound_at_s=p.bound_at_s,
                            started_at_s=p.start_time_s, key=f"{p.namespace}/{p.name}", uid=p.uid,
                            requests=p.requests if p.opportunistic else None, job=job,
-                           group=p.labels.get(labels.LABEL_TASK_GROUP, "") if job else "")
+                           group=labels.task_group({"metadata": {"labels": p.labels}}) if job else "")
                 for p in pods for job in (_job_of(p),)]
 
     def _queue_records(self) -> list[QueueRecord]:
