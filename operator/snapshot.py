@@ -20,7 +20,7 @@ from stowage.operator.metrics import OperatorMetrics
 from stowage import labels
 from stowage.config import StowageSettings
 from stowage.errors import InvalidInput
-from stowage.kube.records import PodRecord, parse_timestamp
+from stowage.kube.records import parse_timestamp
 from stowage.model import QueueOpportunistic
 from stowage.policy import room
 from stowage.prom import Utilization
@@ -89,9 +89,8 @@ class Snapshots:
         return [RunningPod(node=p.node, demand=p.demand, queue=p.queue,
                            opportunistic=p.opportunistic and p.uid not in promoting, bound_at_s=p.bound_at_s,
                            started_at_s=p.start_time_s, key=f"{p.namespace}/{p.name}", uid=p.uid,
-                           requests=p.requests if p.opportunistic else None, job=job,
-                           group=labels.task_group({"metadata": {"labels": p.labels}}) if job else "")
-                for p in pods for job in (_job_of(p),)]
+                           requests=p.requests if p.opportunistic else None, job=p.job, group=p.task_group)
+                for p in pods]
 
     def _queue_records(self) -> list[QueueRecord]:
         return [QueueRecord(name=q.name, weight=q.weight, opportunistic=q.opportunistic is QueueOpportunistic.ALLOW,
@@ -186,8 +185,3 @@ def _pending(book: jobs.JobBook, key: jobs.JobKey, job: Mapping[str, Any], plan:
             recurring_key=recurring, depends_on=g.waiting_on, suspended=suspended))
     return out
 
-
-def _job_of(pod: PodRecord) -> str | None:
-    """The key of the Job whose task ``pod`` is (its ``stowage.io/job`` label in its namespace); None: no Job's."""
-    name = pod.labels.get(labels.LABEL_JOB) if pod.queue is not None else None
-    return f"{pod.namespace}/{name}" if name else None

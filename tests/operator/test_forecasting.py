@@ -143,3 +143,18 @@ def test_the_job_writer_leaves_the_forecast_to_the_forecaster() -> None:
     never make the writer write the Job's status again."""
     assert _comparable({"phase": "Pending", "forecast": {"queuePosition": 1}, "kopf": {}}) == {"phase": "Pending"}
     assert math.isfinite(forecasting.MOVE_S)
+
+
+def test_a_bound_pod_record_names_its_job_and_group_once_per_event() -> None:
+    """The forecast runs a Job's running task to its group's estimate: the record says whose task the pod is."""
+    from stowage import labels
+    from stowage.kube.records import pod_record
+
+    def pod(pod_labels: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"name": "etl-map-0", "namespace": "ns", "uid": "u", "labels": pod_labels},
+                "spec": {"nodeName": "n1", "containers": []}, "status": {"phase": "Running"}}
+
+    task = pod_record(pod({labels.LABEL_QUEUE: "batch", labels.LABEL_JOB: "etl", labels.LABEL_TASK_GROUP: "map"}), 0)
+    assert task is not None and (task.job, task.task_group) == ("ns/etl", "map")
+    foreign = pod_record(pod({labels.LABEL_JOB: "etl", labels.LABEL_TASK_GROUP: "map"}), 0)  # in no queue
+    assert foreign is not None and (foreign.job, foreign.task_group) == (None, "")
