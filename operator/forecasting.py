@@ -343,6 +343,12 @@ class Forecaster:
             return
         self._written[key] = status
 
+    def forget(self) -> None:
+        """Forget what was written and predicted (this replica acts again after standing by: another one may have
+        written the forecasts meanwhile); the next offer predicts and compares with the Jobs' stored status."""
+        self._written.clear()
+        self._fingerprint = None
+
     def pending_pods(self, queue: str) -> list[dict[str, Any]]:
         """The gated plain pods of ``queue`` in queue order (at most :data:`MAX_QUEUE_PODS`), as the last forecast
         predicted them: a Queue's ``status.pendingPods``."""

@@ -315,6 +315,7 @@ class OperatorRuntime:
         """This replica acts again after standing by (Kopf paused: no events came). What the leader learned meanwhile
         is in the ConfigMap, and Jobs and Queues deleted meanwhile never reached the books: read both again."""
         self.learning.load_state()
+        self.forecaster.forget()
         before_jobs, before_queues = self.jobs.job_uids(), self.queues.names()
         try:
             listed_jobs, _ = self.client.list(crd.JOB.path())
