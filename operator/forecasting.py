@@ -236,6 +236,7 @@ class Forecaster:
         self._fingerprint: int | None = None
         self._plain: dict[str, tuple[float, str]] = {}  # plain pod key → its last estimate while gated
         self._written: dict[jobs.JobKey, dict[str, Any]] = {}  # the status.forecast last written per Job
+        self._forget = False
         self.latest: forecast.Forecast | None = None
         self.refreshes = 0
 
@@ -280,6 +281,10 @@ class Forecaster:
         """Predict from the latest offer if it differs from the one predicted last; publish. True when it ran."""
         with self._lock:
             offer, self._offer = self._offer, None
+        if self._forget:
+            self._forget = False
+            self._written.clear()
+            self._fingerprint = None
         if offer is None:
             return False
         mark = fingerprint(offer.view, offer.held)
@@ -346,8 +351,7 @@ class Forecaster:
     def forget(self) -> None:
         """Forget what was written and predicted (this replica acts again after standing by: another one may have
         written the forecasts meanwhile); the next offer predicts and compares with the Jobs' stored status."""
-        self._written.clear()
-        self._fingerprint = None
+        self._forget = True  # done on the forecaster's thread, which owns what it wrote
 
     def pending_pods(self, queue: str) -> list[dict[str, Any]]:
         """The gated plain pods of ``queue`` in queue order (at most :data:`MAX_QUEUE_PODS`), as the last forecast

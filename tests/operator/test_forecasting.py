@@ -109,6 +109,11 @@ def test_a_refresh_writes_each_jobs_forecast_once_per_change() -> None:
     f.offer(view, {**HELD, "ns/b/train": (1200.0, "prior")}, {}, NOW + 5)
     assert f.refresh()
     assert [p for p, _ in client.patches] == ["/apis/stowage.io/v1alpha1/namespaces/ns/jobs/b/status"]
+    # Acting again after standing by: what it wrote is forgotten, the same view is predicted again.
+    client.patches.clear()
+    f.forget()
+    f.offer(view, {**HELD, "ns/b/train": (1200.0, "prior")}, {}, NOW + 5)
+    assert f.refresh() and len(client.patches) == 2  # the book has no stored forecast here: both written again
 
 
 def test_no_offer_no_refresh_and_an_interval_of_zero_turns_it_off() -> None:
