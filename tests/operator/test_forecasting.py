@@ -163,3 +163,29 @@ def test_a_bound_pod_record_names_its_job_and_group_once_per_event() -> None:
     assert task is not None and (task.job, task.task_group) == ("ns/etl", "map")
     foreign = pod_record(pod({labels.LABEL_JOB: "etl", labels.LABEL_TASK_GROUP: "map"}), 0)  # in no queue
     assert foreign is not None and (foreign.job, foreign.task_group) == (None, "")
+
+
+def test_stowage_queue_lists_pending_jobs_and_gated_pods_in_queue_order() -> None:
+    from stowage.operator.queue_cli import Row, pending_rows
+
+    def job(name: str, queue: str = "batch", **status: Any) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": name}, "spec": {"queue": queue}, "status": status}
+
+    waiting = {"queuePosition": 2, "position": 3, "start": "2027-01-15T08:10:00Z", "finish": "2027-01-15T08:20:00Z",
+               "sources": {"b": "prior", "a": "hint"}, "predictedAt": "2027-01-15T08:00:00Z"}
+    listed = [
+        job("second", forecast=waiting),
+        job("running", startTime="2027-01-15T07:00:00Z", forecast={"finish": "2027-01-15T09:00:00Z"}),
+        job("done", phase="Succeeded"),
+        job("other-queue", queue="ml", forecast=waiting),
+        job("fresh"),  # created since the last forecast
+        {**job("paused"), "spec": {"queue": "batch", "suspend": True}},
+    ]
+    queue = {"status": {"pendingPods": [{"pod": "ns/p", "queuePosition": 1, "position": 1,
+                                         "start": "2027-01-15T08:00:00Z", "finish": None, "source": "prior"}]}}
+    assert pending_rows("batch", listed, queue) == [
+        Row("pod", "ns/p", 1, 1, "2027-01-15T08:00:00Z", None, "prior"),
+        Row("job", "ns/second", 2, 3, "2027-01-15T08:10:00Z", "2027-01-15T08:20:00Z", "a=hint, b=prior"),
+        Row("job", "ns/fresh", None, None, None, None, "", "not predicted yet"),
+    ]
+    assert pending_rows("batch", [], None) == []
