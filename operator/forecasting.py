@@ -149,7 +149,8 @@ def fingerprint(view: DispatchView, held: Mapping[Hashable, tuple[float, str]]) 
     return hash((
         tuple((n.name, n.allocatable, n.harvest) for n in view.nodes),
         tuple((p.key, p.node, p.opportunistic, p.job, p.group) for p in view.running),
-        tuple(view.queues),
+        tuple((q.name, q.weight, q.opportunistic, q.job_order, tuple(sorted((q.quota or {}).items())))
+              for q in view.queues),
         tuple((g.key, g.queue, g.releasable, g.remaining_tasks, g.unbound, g.finished_tasks, g.suspended, g.intent)
               for g in view.groups),
         tuple(sorted((str(k), float(f"{s:.2g}"), src) for k, (s, src) in held.items())),

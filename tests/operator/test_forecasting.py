@@ -116,6 +116,15 @@ def test_a_refresh_writes_each_jobs_forecast_once_per_change() -> None:
     assert f.refresh() and len(client.patches) == 2  # the book has no stored forecast here: both written again
 
 
+def test_a_queue_with_a_quota_is_predicted_too() -> None:
+    """The fingerprint reads a Queue's quota (a mapping) as its items: a quota never stops the forecast."""
+    client, metrics = _Client(), OperatorMetrics()
+    f = _forecaster(client, metrics)
+    view = dataclasses.replace(_view(), queues=[QueueRecord("batch", job_order=JobOrder.FIFO, quota={"cpu": 64.0})])
+    f.offer(view, HELD, {}, NOW)
+    assert f.refresh() and f.latest is not None and f.latest.job("ns/b").queue_position == 1
+
+
 def test_no_offer_no_refresh_and_an_interval_of_zero_turns_it_off() -> None:
     client, metrics = _Client(), OperatorMetrics()
     assert not _forecaster(client, metrics).refresh()
