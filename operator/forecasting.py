@@ -44,7 +44,8 @@ from stowage.policy import estimates as est
 from stowage.policy import fairness
 from stowage.resources import ResourceVector
 
-__all__ = ["MAX_QUEUE_PODS", "MOVE_FRACTION", "MOVE_S", "Forecaster", "forecast_status", "pod_entry", "snapshot_of"]
+__all__ = ["MAX_QUEUE_PODS", "MOVE_FRACTION", "MOVE_S", "POD_KEY", "Forecaster", "forecast_status", "pod_entry",
+           "snapshot_of"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ MOVE_FRACTION = 0.1
 MAX_QUEUE_PODS = 100
 
 Usage = Mapping[Pool, tuple[tuple[str, ...], fairness.QueueUsage]]
+#: A plain pod's key in the forecast (``pod:namespace/name``): a Job and a pod of one name and namespace stay apart.
+POD_KEY = "pod:"
 
 
 # --- the view as a snapshot (pure) ----------------------------------------------------------------
@@ -94,7 +97,7 @@ def snapshot_of(view: DispatchView, held: Mapping[Hashable, tuple[float, str]], 
     by_job: dict[str, list[PendingGroup]] = {}
     for g in view.groups:
         if g.queue in known_queues:
-            by_job.setdefault(g.job if g.job is not None else g.key, []).append(g)
+            by_job.setdefault(g.job if g.job is not None else POD_KEY + g.key, []).append(g)
     running_of: dict[tuple[str, str], list[tuple[str, float, bool, ResourceVector]]] = {}
     held_on: dict[str, ResourceVector] = {}
     plain_running: list[tuple[str, str, float, bool, ResourceVector, str]] = []
@@ -132,9 +135,10 @@ def snapshot_of(view: DispatchView, held: Mapping[Hashable, tuple[float, str]], 
             held_on[node] = held_on.get(node, ResourceVector()) + demand
     for key, node, elapsed, opp, demand, queue in plain_running:
         seconds, source = (plain or {}).get(key, (settings.estimates.default_prior_s, "prior"))
-        jobs_.append(forecast.Job(key, queue, (forecast.Group(key.rsplit("/", 1)[-1], demand, 1, seconds,
-                                                              _source(source)),), kind="pods"))
-        running.append(forecast.RunningTask(key, key.rsplit("/", 1)[-1], node, elapsed, opp))
+        name = key.rsplit("/", 1)[-1]
+        jobs_.append(forecast.Job(POD_KEY + key, queue, (forecast.Group(name, demand, 1, seconds, _source(source)),),
+                                  kind="pods"))
+        running.append(forecast.RunningTask(POD_KEY + key, name, node, elapsed, opp))
     nodes = tuple(forecast.Node(n.name, n.allocatable, held_on.get(n.name, ResourceVector()), n.harvest)
                   for n in view.nodes)
     listed = {n.name for n in nodes}
@@ -202,7 +206,7 @@ def _same(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
 
 def pod_entry(j: forecast.JobForecast) -> dict[str, Any]:
     """One gated plain pod's line of a Queue's ``status.pendingPods``."""
-    return {"pod": j.key, "queuePosition": j.queue_position, "position": j.position,
+    return {"pod": j.key.removeprefix(POD_KEY), "queuePosition": j.queue_position, "position": j.position,
             "start": rfc3339(j.start_s) if j.start_s is not None else None,
             "finish": rfc3339(j.finish_s) if j.finish_s is not None else None,
             "source": next(iter(j.source.values()), "prior")}

@@ -53,13 +53,13 @@ def test_the_view_becomes_a_snapshot_with_running_tasks_barriers_and_foreign_pod
     assert (a.key, a.kind, [g.name for g in a.groups]) == ("ns/a", "job", ["map", "reduce"])
     assert a.groups[1].depends_on == ("map",) and a.groups[0].source is Source.PHASE
     assert (b.groups[0].tasks, b.groups[0].estimate_s, b.groups[0].source) == (2, 600.0, Source.PRIOR)
-    assert (p.key, p.kind, p.groups[0].estimate_s) == ("ns/p", "pods", 120.0)
+    assert (p.key, p.kind, p.groups[0].estimate_s) == ("pod:ns/p", "pods", 120.0)  # apart from a Job "ns/p"
 
 
 def test_the_snapshot_predicts_each_pending_job_in_queue_order() -> None:
     snap = forecasting.snapshot_of(_view(), HELD, {}, NOW, StowageSettings())
     f = forecast.predict(snap, StowageSettings())
-    a, b, p = (f.job(k) for k in ("ns/a", "ns/b", "ns/p"))
+    a, b, p = (f.job(k) for k in ("ns/a", "ns/b", "pod:ns/p"))
     assert not a.pending and a.finish_s is not None  # running: its map finishes at +200 s, then reduce
     assert (b.queue_position, p.queue_position) == (1, 2)  # FIFO: b arrived first
     assert b.start_s is not None and b.start_s >= NOW  # one 4-cpu slot free on n1: b's first task starts now
