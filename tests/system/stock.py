@@ -274,7 +274,7 @@ class StowageArm:
             forecast = (j.get("status") or {}).get("forecast") or {}
             if forecast.get("finish"):
                 mine = self.forecasts.setdefault(name, {"first": {**forecast, "seen": time.time()}})
-                if forecast.get("queuePosition") is not None or "last" not in mine:  # the last one while pending
+                if forecast.get("queuePosition") is not None:  # the last one while pending (none: never pending)
                     mine["last"] = {**forecast, "seen": time.time()}
             phase = (j.get("status") or {}).get("phase")
             if phase == "Failed":
