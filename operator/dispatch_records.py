@@ -64,6 +64,11 @@ class RunningPod:
     requests: ResourceVector | None = None
     """An opportunistic pod's own requests (the conversion's ``1m`` cpu): kube-scheduler counts them on its node, so
     they come off the regular room too. None: none."""
+    job: str | None = None
+    """The key (``namespace/name``) of the Stowage Job whose task it is (label ``stowage.io/job``); None: not a
+    Job's task (a plain pod, or a pod outside Stowage). The forecast runs a Job's running tasks to their end."""
+    group: str = ""
+    """Its task group (label ``stowage.io/task-group``); "" for a pod of no Job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +133,11 @@ class PendingGroup:
     gang: int = 0
     """Tasks that start together on regular room or not at all (``decide.DecideInput.gang``): a Job group's
     ``minAvailable`` while none of it is active, a pod group's size; 0: not a gang."""
+    depends_on: tuple[str, ...] = ()
+    """Groups of the same Job (by name) this one waits for (``dependsOn``) that are still in the view, unfinished:
+    the barrier the forecast runs forward (the decision itself reads only ``releasable``)."""
+    suspended: bool = False
+    """The Job is suspended (``spec.suspend``): nothing of it is released, and the forecast predicts nothing for it."""
 
 
 @dataclass(frozen=True, slots=True)

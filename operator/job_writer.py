@@ -29,8 +29,13 @@ __all__ = ["JobWriter"]
 log = logging.getLogger(__name__)
 
 
+#: Status keys other writers own: Kopf's bookkeeping, and the forecast (``forecasting.Forecaster`` writes it off the
+#: pass with a merge patch of that key alone, which a status write here never removes).
+_NOT_OURS = ("kopf", "forecast")
+
+
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if k != "kopf"}
+    return {k: v for k, v in status.items() if k not in _NOT_OURS}
 
 
 class JobWriter:

@@ -2,7 +2,8 @@
 
 * holds (``Dispatcher.holds``) → ``stowage_held_pods``, the ``stowage.io/Held`` condition of each held plain pod
   (``holds.PodHolds``, off the loop) and each Job's ``Held`` condition (written with its status, ``JobWriter``);
-* the queues' numbers (``Dispatcher.queue_shares`` + counts) → the queue gauges and each Queue's status.
+* the queues' numbers (``Dispatcher.queue_shares`` + counts) → the queue gauges and each Queue's status (with the
+  forecast of its gated plain pods, ``forecasting.Forecaster.pending_pods``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ class Publisher:
     """Publishes holds every pass and queue numbers when asked (``status_interval_s``). Dry run: metrics only."""
 
     def __init__(self, client: api.KubeClient, cache: Cache, dispatcher: Dispatcher, metrics: OperatorMetrics, *,
-                 dry_run: bool, clock: Callable[[], float]) -> None:
+                 dry_run: bool, clock: Callable[[], float],
+                 pending_pods: Callable[[str], Sequence[Mapping[str, Any]]] = lambda queue: ()) -> None:
+        """``pending_pods``: queue → the forecast of its gated plain pods (``Forecaster.pending_pods``)."""
         self.cache = cache
+        self.pending_pods = pending_pods
         self.dispatcher = dispatcher
         self.metrics = metrics
         self.dry_run = dry_run
@@ -119,4 +123,5 @@ class Publisher:
             pending_jobs=jobs_by_phase.get((share.name, tasks.Phase.PENDING.value), 0),
             running_jobs=jobs_by_phase.get((share.name, tasks.Phase.RUNNING.value), 0),
             quota_used=share.quota_used, usage=share.usage, usage_target=share.usage_target,
+            pending_pods=self.pending_pods(share.name),
         ) for share in self.dispatcher.queue_shares(view)]

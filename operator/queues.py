@@ -9,6 +9,8 @@ Queue status (``status`` subresource; the CRD's printer columns read it)::
     usageTarget:    {regular: 0.25, opportunistic: 0.0}                         the usage the dispatcher evens out to
     quotaUsed:      {regular: {cpu: 0.75}, opportunistic: {cpu: 0.0}}           allocated / spec.quota (with a quota)
     pendingTasks, runningTasks, pendingJobs, runningJobs
+    pendingPods:    [{pod: ns/name, queuePosition: 1, position: 4, start: …, finish: …, source: prior}, …]
+                    the gated plain pods' forecast, the first 100 in queue order (operator.forecasting)
 
 The numbers are the dispatcher's (:class:`stowage.operator.metrics.QueueNumbers`, one pass's view). They
 are written every ``status_interval_s`` (5 s by default), only for queues whose numbers changed: a status
@@ -88,6 +90,7 @@ def status_of(numbers: QueueNumbers) -> dict[str, Any]:
         "runningJobs": int(numbers.running_jobs),
         **({"quotaUsed": {pool: {r: round(float(x), 4) for r, x in used.items()}
                           for pool, used in numbers.quota_used.items()}} if numbers.quota_used else {}),
+        **({"pendingPods": [dict(p) for p in numbers.pending_pods]} if numbers.pending_pods else {}),
     }
 
 

@@ -23,7 +23,8 @@ What runs (one :class:`OperatorRuntime` per operator process; each step's module
          every release is remembered until the cache shows it, so nothing is released twice
       6. holds every pass; every status_interval_s: Queue status + queue gauges [publisher]; every
          state_interval_s: the classifier's state into the ConfigMap ``stowage-operator-state`` (loaded again at
-         start) [learning]
+         start) [learning]; the view handed to the forecast, which predicts on its own thread at most every
+         estimates.forecast_interval_s and writes each pending Job's status.forecast [forecasting]
 
 Restart safety comes from the names (``tasks.pod_name``): a released task's pod has one name, so a
 second create answers 409 and the pods an earlier operator made are found again through the informer
@@ -44,6 +45,7 @@ from stowage.operator import crd, jobs, promotion, tasks
 from stowage.operator.cache import IN_FLIGHT_TTL_S, Cache, GatedPods
 from stowage.operator.dispatcher import Dispatcher, DispatchView, RunningPod
 from stowage.operator.events import PodWarnings
+from stowage.operator.forecasting import Forecaster
 from stowage.operator.job_writer import JobWriter
 from stowage.operator.learning import LEARNED_KEY, STATE_CONFIGMAP, STATE_KEY, Learning
 from stowage.operator.metrics import PASS_STAGES, OperatorMetrics
@@ -133,7 +135,9 @@ class OperatorRuntime:
         self.snapshots = Snapshots(settings, self.cache, self.utilization, self.metrics, tell=self.warnings.tell,
                                    clock=clock)
         self.learning = Learning(client, dispatcher, self.jobs, self.metrics, state_namespace=self.state_namespace)
-        self.publisher = Publisher(client, self.cache, dispatcher, self.metrics, dry_run=dry_run, clock=clock)
+        self.forecaster = Forecaster(settings, client, self.jobs, self.metrics, dry_run=dry_run, clock=clock)
+        self.publisher = Publisher(client, self.cache, dispatcher, self.metrics, dry_run=dry_run, clock=clock,
+                                   pending_pods=self.forecaster.pending_pods)
         self.job_writer = JobWriter(client, self.jobs, self.metrics, clock=clock)
         self.promoter = promotion.Promoter(client, dry_run=dry_run, clock=clock,
                                            on_change=lambda on: self.metrics.promotion_enabled.set(int(on)))
@@ -166,6 +170,7 @@ class OperatorRuntime:
             self.utilization.start()
         if not self.dry_run:
             self.publisher.pod_holds.start()
+        self.forecaster.start()
         self._thread = threading.Thread(target=self._run, name="dispatch-loop", daemon=True)
         self._thread.start()
         return self
@@ -182,6 +187,7 @@ class OperatorRuntime:
             informer.stop()
         self.utilization.stop()
         self.publisher.pod_holds.stop()
+        self.forecaster.stop()
         # Only the replica that acts last saves: a standby's state is older than what the leader wrote.
         if not self.dry_run and self._acted and self._acting_now:
             self.learning.save_state(force=True)
@@ -296,6 +302,7 @@ class OperatorRuntime:
         applied = [r for r in releases if self.writer.apply_release_isolated(r, plans, taken)]
         self._stage = "publish"  # 6. holds, queue status, the learned state
         self.publisher.publish_holds(view, releases, now)
+        self.forecaster.offer(view, self.dispatcher.estimates(), dict(self.dispatcher.decider.usage), now)
         if now - self._last_status >= self.status_interval_s:
             self._last_status = now
             self.publisher.publish_queues(view, plans)
@@ -312,6 +319,7 @@ class OperatorRuntime:
         """This replica acts again after standing by (Kopf paused: no events came). What the leader learned meanwhile
         is in the ConfigMap, and Jobs and Queues deleted meanwhile never reached the books: read both again."""
         self.learning.load_state()
+        self.forecaster.forget()
         before_jobs, before_queues = self.jobs.job_uids(), self.queues.names()
         try:
             listed_jobs, _ = self.client.list(crd.JOB.path())

@@ -89,7 +89,7 @@ class Snapshots:
         return [RunningPod(node=p.node, demand=p.demand, queue=p.queue,
                            opportunistic=p.opportunistic and p.uid not in promoting, bound_at_s=p.bound_at_s,
                            started_at_s=p.start_time_s, key=f"{p.namespace}/{p.name}", uid=p.uid,
-                           requests=p.requests if p.opportunistic else None)
+                           requests=p.requests if p.opportunistic else None, job=p.job, group=p.task_group)
                 for p in pods]
 
     def _queue_records(self) -> list[QueueRecord]:
@@ -204,6 +204,7 @@ def _pending(book: jobs.JobBook, key: jobs.JobKey, job: Mapping[str, Any], plan:
     progress = tasks.job_progress(plan)
     evidence = book.evidence(key)
     recurring = jobs.job_recurring_key(job)
+    suspended = bool((job.get("spec") or {}).get("suspend"))
     for g in plan.groups:
         demand = book.demands.task_demand(job, g.name)
         if demand is None or g.remaining == 0:
@@ -219,5 +220,6 @@ def _pending(book: jobs.JobBook, key: jobs.JobKey, job: Mapping[str, Any], plan:
             finished_fraction=g.succeeded / g.replicas if g.replicas else 1.0, job_progress=progress,
             unbound=g.unbound, finished_tasks=ev.finished, finished_mean_s=ev.mean_s,
             running_elapsed_s=max(now - ev.running_since, 0.0) if math.isfinite(ev.running_since) else 0.0,
-            recurring_key=recurring, gang=g.gang))
+            recurring_key=recurring, gang=g.gang, depends_on=g.waiting_on, suspended=suspended))
     return out
+

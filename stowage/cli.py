@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "extender": "stowage.extender.cli:extender",
     "node-monitor": "stowage.node_monitor.cli:node_monitor",
     "operator": "stowage.operator.cli:operator",
+    "queue": "stowage.operator.queue_cli:queue",
 }
 
 

@@ -15,7 +15,7 @@ YAML file shape (every key optional)::
                  gang_ready_timeout_s: 300}
     classifier: {short_task_threshold_s: 60}
     estimates:  {default_prior_s: 300, prior_margin: 1.5, min_finished: 1, elapsed_margin: 1.25, min_duration_s: 1,
-                 history_weight_cap: 100, history_max_entries: 1000}
+                 history_weight_cap: 100, history_max_entries: 1000, forecast_interval_s: 5}
 
 Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
 per-resource keys as ``STOWAGE_HARVEST__T_ALLOC__CPU=0.8``).
@@ -207,6 +207,9 @@ class EstimateSettings:
     history_max_entries: int = MAX_LEARNED_KEYS
     """(recurring job, group) pairs remembered at most, the least recently updated dropped: bounds the state (ours);
     at most :data:`MAX_LEARNED_KEYS`."""
+    forecast_interval_s: float = 5.0
+    """The operator predicts when each pending Job starts and finishes at most this often, off its dispatch pass,
+    and only when the cluster changed since (``stowage.forecast``); 0 turns the prediction off (ours)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +379,7 @@ def validate(settings: StowageSettings) -> list[str]:
     _check_range(p, "estimates.prior_margin", e.prior_margin, 1.0, 100.0, False, False)
     _check_range(p, "estimates.elapsed_margin", e.elapsed_margin, 1.0, 100.0, False, False)
     _check_range(p, "estimates.min_duration_s", e.min_duration_s, 0.0, 3600.0, True, False)
+    _check_range(p, "estimates.forecast_interval_s", e.forecast_interval_s, 0.0, 3600.0, False, False)
     for key, count, most in (
         ("min_finished", e.min_finished, 1_000_000),
         ("history_weight_cap", e.history_weight_cap, 1_000_000),

@@ -139,6 +139,10 @@ class ForecastOptions:
     grid_s: float = 30.0
     """Tasks finish on a grid of this many seconds (``SimConfig.finish_grid_s``): a finish is predicted up to this
     much late, and the run has a pass per grid step at most instead of one per finish (the cost)."""
+    grid_fraction: float = 0.02
+    """The grid widens (in powers of two of ``grid_s``) to this fraction of the time from ``now`` where that is
+    wider (``SimConfig.finish_grid_fraction``): a finish hours ahead is late by at most 2 % of the wait for it,
+    and the far future takes fewer passes. 0: a fixed grid."""
     horizon_s: float = 7 * 86400.0
     """Simulated seconds past ``now`` after which nothing more is predicted (start or finish None)."""
 
@@ -225,7 +229,8 @@ def predict(snapshot: Snapshot, settings: StowageSettings, options: ForecastOpti
                   snapshot.running, min_left_s=settings.estimates.min_duration_s)
     config = SimConfig(settings=settings, usage=AS_REQUESTED, sample_s=math.inf, trace=True,
                        max_sim_s=options.horizon_s, pass_delay_s=options.pass_delay_s, oracle_durations=True,
-                       finish_grid_s=options.grid_s)
+                       finish_grid_s=options.grid_s, finish_grid_fraction=options.grid_fraction,
+                       learn=preset.harvesting)  # fixed durations, regular room: nothing learned is read
     sim = Simulation(wl, preset, config, seed=0, start=start)
     ranks = _seed(sim, preset, snapshot)
     sim.advance()

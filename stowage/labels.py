@@ -170,6 +170,11 @@ class METRICS:
     PROMOTION_ENABLED = "stowage_promotion_enabled"
     #: Counter of running opportunistic pods promoted to regular in place.
     PROMOTIONS_TOTAL = "stowage_promotions_total"
+    #: Gauge per queue, label ``job`` (``first``, ``last``): seconds from now until the first and the last of the
+    #: queue's pending work (Jobs, gated plain pods) is predicted to start (``stowage.forecast``).
+    QUEUE_PREDICTED_WAIT = "stowage_queue_predicted_wait_seconds"
+    #: Histogram of the CPU seconds one forecast refresh took (off the dispatch pass).
+    FORECAST_SECONDS = "stowage_forecast_seconds"
 
 
 class Opportunistic(enum.StrEnum):

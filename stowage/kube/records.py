@@ -93,6 +93,11 @@ class PodRecord:
     """What kube-scheduler counts for it on its node (``resources.pod_demand``, no bandwidth). For a regular pod
     it is ``demand`` less bandwidth; for an opportunistic one the conversion's ``1m`` cpu per container (or 0): the
     regular room a node offers is what kube-scheduler sees, so an opportunistic pod's requests come off it too."""
+    job: str | None = None
+    """``namespace/name`` of the Stowage Job whose task it is (label ``stowage.io/job`` on a pod of a queue); None:
+    no Job's. Read once per pod event, so a pass that lists every bound pod does not parse labels."""
+    task_group: str = ""
+    """Its task group (``labels.task_group``); "" for a pod of no Job."""
 
 
 def node_record(node: Mapping[str, Any]) -> NodeRecord:
@@ -225,6 +230,8 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
         queue = pod_labels.get(labels.LABEL_QUEUE)
         queue = queue if isinstance(queue, str) else None
         bandwidth, declared = ResourceVector(), None
+    job_name = pod_labels.get(labels.LABEL_JOB) if queue is not None else None
+    job = f"{_text(meta.get('namespace'))}/{job_name}" if isinstance(job_name, str) and job_name else None
     try:
         requests = pod_demand(pod)
     except InvalidInput as exc:
@@ -251,4 +258,6 @@ def pod_record(pod: Mapping[str, Any], seen_at_s: float) -> PodRecord | None:
         problem="; ".join(problems) or None,
         labels={k: v for k, v in pod_labels.items() if isinstance(v, str)},
         requests=tracked(requests),
+        job=job,
+        task_group=labels.task_group(pod) if job else "",
     )

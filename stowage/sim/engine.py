@@ -74,6 +74,15 @@ class SimConfig:
     finish_grid_s: float = 0.0
     """Tasks finish at the next multiple of this many seconds (of the clock) at or after they would: fewer events
     and passes, each finish up to this much late (``stowage.forecast``'s speed). 0: exact finishes."""
+    finish_grid_fraction: float = 0.0
+    """With ``finish_grid_s``: the grid widens, in powers of two of ``finish_grid_s``, to at most this fraction of
+    the clock (seconds since the run's 0) where that is wider, so a finish hours ahead is late by at most this
+    fraction of the time to it, and the far future takes few passes (the forecast's: its clock's 0 is now).
+    0: a fixed grid."""
+    learn: bool = True
+    """Finished tasks teach the decision their run times (estimates, classifier, recurring history), as a cluster
+    does. False: they teach nothing, for a run whose decision reads fixed durations (``oracle_durations``) on
+    regular room only, where nothing learned is read (the forecast's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +310,8 @@ class Simulation:
             alone = self.truth.g_dur[gs[regular]]
             self.status.regular_runs.extend((took[regular] / np.where(alone > 0, alone, 1.0)).tolist())
         self.status.tasks_done += rows.size
-        self.preset.on_finished(gs, self.now - run.start[rows])
+        if self.config.learn:
+            self.preset.on_finished(gs, self.now - run.start[rows])
         run.drop(rows)
         # Completing a group never changes another group's done count: the complete ones are known now.
         groups = np.unique(gs)
@@ -394,6 +404,9 @@ class Simulation:
                 soonest = float(np.where(run.rate > 0, run.work_left / run.rate, np.inf).min())
         grid = self.config.finish_grid_s
         if grid > 0 and math.isfinite(soonest):
+            wide = self.config.finish_grid_fraction * (self.now + soonest) / grid
+            if wide >= 2:  # a power of two times the grid: finishes near each other share their points
+                grid *= 2.0 ** math.floor(math.log2(wide))
             # The first grid point the soonest finish reaches: every row due by then finishes there together.
             return max(math.ceil((self.now + soonest - _EPS_WORK) / grid) * grid, self.now)
         return self.now + soonest

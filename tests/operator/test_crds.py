@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stowage.operator import crd, holds, queues, tasks
+from stowage.operator import crd, forecasting, holds, queues, tasks
 from stowage.operator.metrics import QueueNumbers
 
-from stowage import labels
+from stowage import forecast, labels
 from stowage.kube import api
 from stowage.policy import estimates
 from tests.operator.conftest import RawApi
@@ -358,11 +358,11 @@ def test_job_printer_columns_show_queue_phase_done_and_opportunistic_running(kub
                                      "groups": {"a": {"taskSeconds": 120.0, "source": "phase"}}}}},
             content_type="application/merge-patch+json")
     names, rows = _table(kube, crd.JOB.path(namespace=ns))
-    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Est. Remaining", "Held", "Age",
-                     "Opportunistic", "Suspended", "Remaining"]
-    assert rows["etl"][:7] == ["etl", "batch", "Running", "3/10", 2, 840, None]
-    assert rows["etl"][8:] == ["auto", False, 12.5]
-    assert rows["fresh"][:7] == ["fresh", "default", None, None, None, None, None]  # nothing written yet: empty cells
+    assert names == ["Name", "Queue", "Phase", "Done", "Opp Running", "Est. Remaining", "Held", "Position", "ETA",
+                     "Age", "Overall", "Finish ETA", "Opportunistic", "Suspended", "Remaining"]
+    assert rows["etl"][:9] == ["etl", "batch", "Running", "3/10", 2, 840, None, None, None]
+    assert rows["etl"][12:] == ["auto", False, 12.5]
+    assert rows["fresh"][:9] == ["fresh", "default", None, None, None, None, None, None, None]  # nothing written yet
 
 
 def test_job_printer_column_held_shows_why_the_dispatcher_holds_it(kube: RawApi, ns: str) -> None:
@@ -382,6 +382,39 @@ def test_job_printer_column_held_shows_why_the_dispatcher_holds_it(kube: RawApi,
     assert rows["waiting"][column] == "WaitingForShare"
     assert rows["released"][column] == "NotHeld"
     assert rows["other"][column] is None  # another condition's reason never shows under Held
+
+
+def test_job_printer_columns_position_and_eta_show_the_forecast_as_the_operator_writes_it(kube: RawApi,
+                                                                                          ns: str) -> None:
+    """`kubectl get sjob` shows POSITION and ETA from status.forecast (``forecasting.forecast_status``), and the
+    schema keeps every key of it; a Job that started shows neither."""
+    for name in ("waiting", "running"):
+        kube.ok("POST", crd.JOB.path(namespace=ns), _job(name))
+    now = 1_800_000_000.0
+    waiting = forecasting.forecast_status(
+        forecast.JobForecast(f"{ns}/waiting", "default", "job", True, 2, 5, now + 600, now + 900, {"a": 300.0},
+                             {"a": "prior"}), None, now)
+    running = forecasting.forecast_status(
+        forecast.JobForecast(f"{ns}/running", "default", "job", False, None, None, now - 60, now + 240,
+                             {"a": 300.0}, {"a": "phase"}), None, now)
+    for name, body in (("waiting", waiting), ("running", running)):
+        written = kube.ok("PATCH", crd.JOB.path(name, ns) + "/status", {"status": {"forecast": body}},
+                          content_type="application/merge-patch+json")
+        assert written["status"]["forecast"] == {k: v for k, v in body.items() if v is not None}
+    names, rows = _table(kube, crd.JOB.path(namespace=ns))
+    at = {n: names.index(n) for n in ("Position", "ETA", "Overall", "Finish ETA")}
+    assert [rows["waiting"][at[n]] for n in at] == [2, "2027-01-15T08:10:00Z", 5, "2027-01-15T08:15:00Z"]
+    assert [rows["running"][at[n]] for n in at] == [None, None, None, "2027-01-15T08:04:00Z"]
+
+
+def test_queue_status_keeps_the_gated_pods_forecast(kube: RawApi, queue_name: str) -> None:
+    kube.ok("POST", crd.QUEUE.path(), _queue(queue_name))
+    now = 1_800_000_000.0
+    entry = forecasting.pod_entry(forecast.JobForecast("ns/p", queue_name, "pods", True, 1, 3, now, now + 60,
+                                                       {"p": 60.0}, {"p": "hint"}))
+    written = kube.ok("PATCH", crd.QUEUE.path(queue_name) + "/status", {"status": {"pendingPods": [entry]}},
+                      content_type="application/merge-patch+json")
+    assert written["status"]["pendingPods"] == [entry]
 
 
 def test_queue_printer_columns_show_weight_and_shares_side_by_side(kube: RawApi, queue_name: str) -> None:

@@ -12,9 +12,12 @@ Stowage run, ``stowage-regular`` for the one without harvesting) with every job 
 submitted it. Beside makespan and mean JCT, what harvesting cost each run, in the cluster (the fake kubelet slows
 pods by the simulator's contention model and records what each pod did) and in the simulator: the regular pods'
 slowdown, the share of task-seconds on harvested capacity, the opportunistic work lost to evictions, promotions.
-Printed, and written as Markdown to ``STOWAGE_STOCK_REPORT`` (default
-``stock-report.md``) after each workload, with the workload files beside it (``<report>-<workload>-<arm>.yaml``)
-and what each cluster run saw (``<report>-<workload>-<arm>-pods.json``: submissions, every pod's stamps).
+For each Stowage arm, the forecast's honesty: each Job's first prediction in its ``status.forecast`` (and the last
+one while it was pending) against its actual start and finish, the error of the predicted finish as a fraction of
+the actual JCT, median and p90 (``stock.forecast_lines``). Printed, and written as Markdown to
+``STOWAGE_STOCK_REPORT`` (default ``stock-report.md``) after each workload, with the workload files beside it
+(``<report>-<workload>-<arm>.yaml``) and what each cluster run saw (``<report>-<workload>-<arm>-pods.json``:
+submissions, every pod's stamps).
 
 Knobs: ``STOWAGE_STOCK_WORKLOADS`` (comma list, default all), ``STOWAGE_STOCK_ARM_TIMEOUT_S`` (900: one arm),
 ``STOWAGE_STOCK_TIMEOUT_S`` (7200: the whole module), ``STOWAGE_STOCK_COMMIT`` (the commit to name when the code

@@ -36,6 +36,7 @@ import yaml
 from kubernetes import client
 
 from stowage import labels
+from stowage.kube.records import parse_timestamp
 from tests.support.fake_kubelet import ANN_RUN_SECONDS
 from tests.support.stack import ALLOCATABLE, STOWAGE, TaskLedger, WholeStack, wait_for
 from tests.system.load import quantile
@@ -249,6 +250,7 @@ class StowageArm:
         self.stack, self.namespace = stack, namespace
         self.ready: dict[tuple[str, str], float] = {}  # unused here: barriers are the operator's
         self.first_estimate: dict[str, dict[str, Any]] = {}  # job → status.estimate.groups when first written
+        self.forecasts: dict[str, dict[str, Any]] = {}  # job → {"first", "last"}: status.forecast, + "seen" (wall)
 
     def body(self, job: BenchJob) -> dict[str, Any]:
         groups = [{"name": g.name, "replicas": g.tasks, "cpu": g.cpu, "memory": g.memory, "run_s": g.run_s,
@@ -269,6 +271,11 @@ class StowageArm:
             groups = ((j.get("status") or {}).get("estimate") or {}).get("groups")
             if groups and name not in self.first_estimate:
                 self.first_estimate[name] = dict(groups)
+            forecast = (j.get("status") or {}).get("forecast") or {}
+            if forecast.get("finish"):
+                mine = self.forecasts.setdefault(name, {"first": {**forecast, "seen": time.time()}})
+                if forecast.get("queuePosition") is not None:  # the last one while pending (none: never pending)
+                    mine["last"] = {**forecast, "seen": time.time()}
             phase = (j.get("status") or {}).get("phase")
             if phase == "Failed":
                 raise AssertionError(f"Stowage Job {name} failed: {(j.get('status') or {}).get('conditions')}")
@@ -350,6 +357,7 @@ class Run:
     problems: list[str] = field(default_factory=list)
     barrier_seen: dict[tuple[str, str], float] = field(default_factory=dict)
     first_estimate: dict[str, dict[str, Any]] = field(default_factory=dict)  # Stowage: status.estimate.groups
+    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)  # Stowage: StowageArm.forecasts
     outcomes: list[dict[str, Any]] = field(default_factory=list)  # the fake kubelet's: FakeKubelet.outcomes
 
 
@@ -374,6 +382,7 @@ def drive(arm: StowageArm | StockArm, workload: Workload, timeout_s: float, poll
         time.sleep(poll_s)
     run.barrier_seen = dict(arm.ready)
     run.first_estimate = dict(getattr(arm, "first_estimate", {}))
+    run.forecasts = dict(getattr(arm, "forecasts", {}))
     return run
 
 
@@ -452,6 +461,8 @@ class Measured:
     summary: dict[str, Any] = field(default_factory=dict)  # the simulator's JSON numbers (sim arms only)
     room_waits: list[float] = field(default_factory=list)  # per regular pod: see room_waits()
     first_estimate: dict[str, dict[str, Any]] = field(default_factory=dict)  # job → its status's first estimate
+    start: dict[str, float] = field(default_factory=dict)  # job → its first pod bound (wall clock)
+    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)  # job → first and last status.forecast
     cost: HarvestCost | None = None  # what harvesting cost (cluster: the fake kubelet's outcomes; sim: its summary)
 
     @property
@@ -617,7 +628,82 @@ def measure(run: Run, allocatable_cores: float = 7.5) -> Measured:
         status_jct={n: run.status_done[n] - run.submitted[n] for n in run.status_done}, phases=phases,
         busy_cores=busy / makespan if makespan > 0 else math.nan, pods=len(mine), failed_attempts=failed,
         opportunistic=opportunistic, problems=problems, room_waits=room_waits(regular, allocatable_cores),
-        first_estimate=run.first_estimate, cost=HarvestCost.from_outcomes(run.outcomes) if run.outcomes else None)
+        first_estimate=run.first_estimate, cost=HarvestCost.from_outcomes(run.outcomes) if run.outcomes else None,
+        start=_starts(mine), forecasts=run.forecasts)
+
+
+def _starts(pods: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for s in pods:
+        if "bound" in s:
+            job = s["labels"][LABEL_JOB]
+            out[job] = min(out.get(job, math.inf), s["bound"])
+    return out
+
+
+def _at(text: Any) -> float | None:
+    return parse_timestamp(text) if isinstance(text, str) else None
+
+
+@dataclass(frozen=True)
+class ForecastError:
+    """One job's prediction against what happened (seconds, wall clock)."""
+
+    job: str
+    which: str  # "first" or "last" (the last while it was pending)
+    after_s: float  # submission → the prediction seen in the status
+    finish_error: float  # |predicted − actual finish| ÷ actual JCT
+    start_error: float  # |predicted − actual start| ÷ actual JCT (NaN: it had started when predicted)
+    predicted_finish_s: float  # from submission
+    actual_finish_s: float
+    sources: str
+
+
+def forecast_errors(m: Measured, which: str = "first") -> list[ForecastError]:
+    """Each job's ``which`` prediction (``StowageArm.forecasts``) against its actual start and finish."""
+    out = []
+    for job, both in sorted(m.forecasts.items()):
+        f = both.get(which)
+        if f is None or job not in m.finish or job not in m.jct:
+            continue
+        submitted = m.finish[job] - m.jct[job]
+        finish, start = _at(f.get("finish")), _at(f.get("start"))
+        if finish is None:
+            continue
+        jct = max(m.jct[job], 1e-9)
+        start_error = abs(start - m.start[job]) / jct if start is not None and job in m.start else math.nan
+        out.append(ForecastError(job, which, f["seen"] - submitted, abs(finish - m.finish[job]) / jct, start_error,
+                                 finish - submitted, m.jct[job],
+                                 ", ".join(f"{g}={s}" for g, s in sorted((f.get("sources") or {}).items()))))
+    return out
+
+
+def forecast_lines(pairs: Sequence[Pair]) -> list[str]:
+    """Markdown: the predicted finish's error per Stowage arm (median, p90), and each job's first prediction."""
+    lines: list[str] = []
+    for pair in pairs:
+        first = forecast_errors(pair.cluster, "first")
+        if not first:
+            continue
+        last = forecast_errors(pair.cluster, "last")
+        lines += [f"Forecast, {pair.label} (status.forecast: each Job's first prediction, and the last one while it "
+                  "was pending; error = |predicted − actual| ÷ actual JCT):", "",
+                  "| prediction | jobs | finish error median | finish error p90 | start error median | seen after "
+                  "submission, median s |", "|---|---|---|---|---|---|"]
+        for name, errs in (("first", first), ("last while pending", last)):
+            if not errs:
+                continue
+            starts = [e.start_error for e in errs if not math.isnan(e.start_error)]
+            lines.append(f"| {name} | {len(errs)} | {_pct(statistics.median(e.finish_error for e in errs))} | "
+                         f"{_pct(quantile([e.finish_error for e in errs], 0.9))} | "
+                         f"{_pct(statistics.median(starts)) if starts else '–'} | "
+                         f"{_f(statistics.median(e.after_s for e in errs), 1)} |")
+        lines += ["", "| job | first seen after s | predicted JCT s | actual JCT s | error | assumed |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {e.job} | {_f(e.after_s, 1)} | {_f(e.predicted_finish_s)} | {_f(e.actual_finish_s)} | "
+                  f"{_pct(e.finish_error)} | {e.sources} |" for e in first]
+        lines.append("")
+    return lines
 
 
 # --- the simulator --------------------------------------------------------------------------------------------
@@ -843,6 +929,7 @@ def workload_report(workload: Workload, pairs: Sequence[Pair], cores: float) -> 
             if seen:
                 lines.append(f"First estimate in the Job's status, {pair.label}: " + ", ".join(seen) + ".")
                 lines.append("")
+    lines += forecast_lines(pairs)
     lines.append("Finish order (first to last):")
     lines.append("")
     for pair in pairs:
