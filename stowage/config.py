@@ -14,7 +14,8 @@ YAML file shape (every key optional)::
                  bottleneck_weight: 0, critical_path_fraction: 0, starvation_skip_limit: 30}
     classifier: {short_task_threshold_s: 60}
     estimates:  {default_prior_s: 300, prior_margin: 1.5, min_finished: 1, elapsed_margin: 1.25, min_duration_s: 1,
-                 history_weight_cap: 100, history_max_entries: 1000}
+                 history_weight_cap: 100, history_max_entries: 1000, bandwidth_margin: 1.25,
+                 bandwidth_window_s: 30}
 
 Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
 per-resource keys as ``STOWAGE_HARVEST__T_ALLOC__CPU=0.8``).
@@ -201,6 +202,12 @@ class EstimateSettings:
     history_max_entries: int = MAX_LEARNED_KEYS
     """(recurring job, group) pairs remembered at most, the least recently updated dropped: bounds the state (ours);
     at most :data:`MAX_LEARNED_KEYS`."""
+    bandwidth_margin: float = 1.25
+    """A group's disk and network estimate is the highest sustained use seen × this, never above what it declared:
+    over- rather than under-estimate (``policy.use_estimates``; Tetris §4.1)."""
+    bandwidth_window_s: float = 30.0
+    """Sustained use is averaged over this window: bandwidth is compressible, so a burst shorter than it slows its
+    neighbours for seconds and is not reserved for a task's whole life (ours)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +376,8 @@ def validate(settings: StowageSettings) -> list[str]:
     _check_range(p, "estimates.prior_margin", e.prior_margin, 1.0, 100.0, False, False)
     _check_range(p, "estimates.elapsed_margin", e.elapsed_margin, 1.0, 100.0, False, False)
     _check_range(p, "estimates.min_duration_s", e.min_duration_s, 0.0, 3600.0, True, False)
+    _check_range(p, "estimates.bandwidth_margin", e.bandwidth_margin, 1.0, 100.0, False, False)
+    _check_range(p, "estimates.bandwidth_window_s", e.bandwidth_window_s, 0.0, 3600.0, True, False)
     for key, count, most in (
         ("min_finished", e.min_finished, 1_000_000),
         ("history_weight_cap", e.history_weight_cap, 1_000_000),
