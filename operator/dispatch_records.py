@@ -64,6 +64,9 @@ class RunningPod:
     requests: ResourceVector | None = None
     """An opportunistic pod's own requests (the conversion's ``1m`` cpu): kube-scheduler counts them on its node, so
     they come off the regular room too. None: none."""
+    use_peak: Mapping[str, float] | None = None
+    """The highest sustained disk and network use seen of its task group (``prom.UtilizationSnapshot.use_peak``):
+    a regular pod reserves its estimate (``policy.use_estimates``), not its declaration. None: none seen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,9 @@ class PendingGroup:
     """The longest any running task of the group has run so far (a lower bound on its duration); 0: none."""
     recurring_key: str | None = None
     """``estimates.recurring_key`` of the Job (earlier runs' history); None for a plain gated pod."""
+    use_peak: Mapping[str, float] | None = None
+    """The highest sustained disk and network use seen among the group's finished and running pods: its tasks
+    are packed by the estimate (``policy.use_estimates``); None: none seen (packed as declared)."""
 
 
 @dataclass(frozen=True, slots=True)
