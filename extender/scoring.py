@@ -22,7 +22,7 @@ __all__ = ["score_nodes"]
 
 
 def _raw_scores(pod: PodRequest, snap: Snapshot | ScoringView) -> np.ndarray:
-    demand = pod.demand_array(snap.resources)
+    demand = snap.packed_demand(pod)
     capacity = snap.capacity
     available = (snap.harvestable if pod.opportunistic else snap.regular_available).copy()
     cols = [snap.resources.index(r) for r in (DISK, NETWORK) if r in snap.resources]
