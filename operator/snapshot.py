@@ -54,9 +54,10 @@ class Snapshots:
         groups = [*pending_groups(self.cache.jobs, fresh, now), *self._plain_groups()]
         peaks = self.utilization.current
         if peaks.use_peaks:  # what each group's pods used of disk and network (policy.use_estimates)
-            groups = [dataclasses.replace(g, use_peak=peaks.use_peak(
-                (g.namespace, f"{g.job.split('/', 1)[1]}-{g.group}") if g.job else (g.namespace, g.group)))
-                for g in groups]
+            seen = [peaks.use_peak((g.namespace, f"{g.job.split('/', 1)[1]}-{g.group}") if g.job
+                                   else (g.namespace, g.group)) for g in groups]
+            groups = [g if peak is None else dataclasses.replace(g, use_peak=peak)
+                      for g, peak in zip(groups, seen, strict=True)]
         return DispatchView(nodes=self._nodes(), running=self._running(), queues=self._queue_records(),
                             groups=groups)
 
