@@ -10,7 +10,8 @@ Checks, in order; the first that fails names the node's message (reason keys in
 2. ``contention`` — every Stowage pod: the node monitor reports sustained contention
    (fresh samples only; without samples we know nothing and block nothing).
 3. ``bandwidth`` — regular Stowage pods: declared disk/network bandwidth would exceed the
-   node's declared bandwidth less what its regular pods declared (``policy.room.bandwidth_room``).
+   node's declared bandwidth less what its regular pods reserve (``policy.room.bandwidth_room``), each pod
+   by its task group's estimated use (``policy.use_estimates``), the pod filtered too.
    Nodes declaring none are not checked. Opportunistic pods reserve no declared bandwidth:
    their disk and network are checked against ``A_opp`` (measured) in check 6, like cpu and memory.
 4. ``harvest-disabled`` — opportunistic: node labelled ``stowage.io/harvest: "false"``
@@ -151,7 +152,7 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
         if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + tolerances.FEASIBILITY_RTOL):
             parts.append(
                 f"{res} bandwidth {human(float(demand[r]), res)} > free {human(max(cap - used, 0.0), res)}"
-                f" (node declares {human(cap, res, exact=True)}, regular pods declared {human(used, res)})"
+                f" (node declares {human(cap, res, exact=True)}, regular pods reserve {human(used, res)})"
             )
     return "; ".join(parts)
 
