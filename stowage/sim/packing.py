@@ -15,6 +15,8 @@ sustained use the node monitor has shown of its tasks (``View.sustained_use``), 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -47,6 +49,24 @@ class PackingPreset(Preset):
         self._job_key = [estimates.recurring_key("", name) for name in spec.j_name]
         self._peak = np.full(spec.g_demand.shape, np.nan)  # highest sustained use seen per group (use_estimates)
         self._no_history = np.full(spec.g_demand.shape, np.nan)
+        self._declares_io = (spec.g_demand[:, spec.io_resources] > 0).any(axis=1)
+        self._wake_version, self._seen_at = -1, np.zeros(0)
+
+    def wake_at(self) -> float:
+        """When the next running task of a group that declares disk or network and has tasks waiting is first seen
+        (``View.sustained_use``): its group's estimate changes then, as a cluster's pass would find."""
+        v = self.view
+        run = v.running
+        if not self._declares_io.any() or not len(run):
+            return math.inf
+        if self._wake_version != run.version:
+            rows = self._declares_io[run.group]
+            self._seen_at = np.sort(v.seen_at(v.settings.estimates.bandwidth_window_s)[rows])
+            self._wake_version = run.version
+        i = int(np.searchsorted(self._seen_at, v.now, side="right"))
+        if i == self._seen_at.size or not v.status.waiting().any():
+            return math.inf
+        return float(self._seen_at[i])
 
     def regular_resources(self) -> NDArray[np.bool_]:
         """Requests are fitted as declared; disk and network by estimated use (``use_estimates``), which may sum to

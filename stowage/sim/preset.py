@@ -7,6 +7,7 @@ This module imports none of them, so each imports it without a cycle.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,6 +48,10 @@ class View:
         """Start a task of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
         self._sim.place(g, n, opp)
 
+    def seen_at(self, window_s: float) -> NDArray[np.float64]:
+        """(P,) when each running row is first seen by :meth:`sustained_use`: its start + ramp-up + one window."""
+        return self.running.start + self._sim.usage_model.ramp_s + window_s
+
     def sustained_use(self, window_s: float) -> NDArray[np.float64]:
         """(P, R) each running row's sustained disk and network use as the node monitor's per-pod series show it
         (``policy.use_estimates``): its use averaged over ``window_s``, the highest such average so far; NaN on the
@@ -60,7 +65,7 @@ class View:
         out = np.full((len(run), len(spec.resources)), np.nan)
         if not len(run) or window_s <= 0:
             return out
-        seen = self.now - run.start >= model.ramp_s + window_s
+        seen = self.seen_at(window_s) <= self.now
         if not seen.any():
             return out
         u = run.io_base[seen]
@@ -91,6 +96,10 @@ class Preset:
     def regular_resources(self) -> NDArray[np.bool_]:
         """Resources checked when fitting a regular pod."""
         return np.ones(len(self.view.spec.resources), dtype=bool)
+
+    def wake_at(self) -> float:
+        """When the preset's view next changes with no event of its own, so a pass is due then (``inf``: never)."""
+        return math.inf
 
     def on_job_arrived(self, j: int) -> None: ...
     def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None: ...
