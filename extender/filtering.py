@@ -10,7 +10,8 @@ Checks, in order; the first that fails names the node's message (reason keys in
 2. ``contention`` — every Stowage pod: the node monitor reports sustained contention
    (fresh samples only; without samples we know nothing and block nothing).
 3. ``bandwidth`` — regular Stowage pods: declared disk/network bandwidth would exceed the
-   node's declared bandwidth less what its regular pods declared (``policy.room.bandwidth_room``).
+   node's declared bandwidth less what its regular pods reserve (``policy.room.bandwidth_room``), each pod
+   by its task group's estimated use (``policy.use_estimates``), the pod filtered too.
    Nodes declaring none are not checked. Opportunistic pods reserve no declared bandwidth:
    their disk and network are checked against ``A_opp`` (measured) in check 6, like cpu and memory.
 4. ``harvest-disabled`` — opportunistic: node labelled ``stowage.io/harvest: "false"``
@@ -151,7 +152,7 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
         if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + tolerances.FEASIBILITY_RTOL):
             parts.append(
                 f"{res} bandwidth {human(float(demand[r]), res)} > free {human(max(cap - used, 0.0), res)}"
-                f" (node declares {human(cap, res, exact=True)}, regular pods declared {human(used, res)})"
+                f" (node declares {human(cap, res, exact=True)}, regular pods reserve {human(used, res)})"
             )
     return "; ".join(parts)
 
@@ -161,7 +162,7 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
     n = len(snap.names)
     if not pod.ours:
         return FilterOutcome(passed=np.arange(n))
-    demand = pod.demand_array(snap.resources)
+    demand = snap.packed_demand(pod)
     reason = np.zeros(n, dtype=np.int8)
 
     def mark(mask: np.ndarray, code: int) -> None:
@@ -200,7 +201,7 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
 
 def _closeness(pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
     """How near each row came to fitting: min over needed resources of ``A_opp / d`` (higher is closer)."""
-    demand = pod.demand_array(snap.resources)
+    demand = snap.packed_demand(pod)
     need = demand > 0
     if not need.any():
         return np.zeros(rows.size)
@@ -209,7 +210,7 @@ def _closeness(pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
 
 
 def _harvest_detail(pod: PodRequest, snap: Snapshot, i: int) -> str:
-    demand = pod.demand_array(snap.resources)
+    demand = snap.packed_demand(pod)
     parts = []
     checked = _harvestable_checked(snap, _bandwidth_columns(snap))[i]
     for r in np.flatnonzero(demand > checked * (1.0 + tolerances.FEASIBILITY_RTOL)).tolist():
@@ -225,7 +226,7 @@ def explain(pod: PodRequest, snap: Snapshot, outcome: FilterOutcome, best: int =
     """The numbers behind a filter that placed the pod nowhere, for one Event: what the pod needs, how many
     nodes failed for which reason, and what the ``best`` closest nodes had."""
     codes = outcome.codes if outcome.codes is not None else np.zeros(len(snap.names), dtype=np.int8)
-    demand = pod.demand_array(snap.resources)
+    demand = snap.packed_demand(pod)
     needs = ", ".join(f"{r} {human(float(v), r)}" for r, v in zip(snap.resources, demand, strict=True) if v > 0)
     kind = "harvested capacity" if pod.opportunistic else "its requests"
     counts = ", ".join(f"{count} {key}" for key, count in outcome.reasons.items())

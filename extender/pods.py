@@ -11,6 +11,7 @@ import numpy as np
 from stowage import labels
 from stowage.errors import IntentError
 from stowage.kube.records import container_limits, pod_key, tracked
+from stowage.prom import use_key
 from stowage.resources import ResourceVector, pod_demand
 
 __all__ = ["PodRequest", "parse_pod"]
@@ -28,6 +29,8 @@ class PodRequest:
     bandwidth: ResourceVector
     data_nodes: frozenset[str]
     queue: str | None
+    use_key: tuple[str, str] = ("", "")
+    """Its task group's key in the use seen by Prometheus (``prom.use_key``): disk and network are packed by it."""
 
     def demand_array(self, resources: tuple[str, ...]) -> np.ndarray:
         return self.demand.to_array(resources)
@@ -72,4 +75,5 @@ def parse_pod(pod: Mapping[str, Any]) -> PodRequest:
         bandwidth=intent.bandwidth,
         data_nodes=intent.data_nodes,
         queue=intent.queue,
+        use_key=use_key(str(meta.get("namespace") or ""), str(meta.get("name") or ""), meta.get("labels") or {}),
     )

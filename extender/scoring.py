@@ -22,12 +22,12 @@ __all__ = ["score_nodes"]
 
 
 def _raw_scores(pod: PodRequest, snap: Snapshot | ScoringView) -> np.ndarray:
-    demand = pod.demand_array(snap.resources)
+    demand = snap.packed_demand(pod)
     capacity = snap.capacity
     available = (snap.harvestable if pod.opportunistic else snap.regular_available).copy()
     cols = [snap.resources.index(r) for r in (DISK, NETWORK) if r in snap.resources]
     if cols and not pod.opportunistic:
-        # A regular pod's bandwidth availability is what the node declares less what its regular pods declared;
+        # A regular pod's bandwidth availability is what the node declares less what its regular pods reserve;
         # an opportunistic pod's is measured, in A_opp (it reserves no declared bandwidth).
         available[:, cols] = np.maximum(snap.declared_capacity[:, cols] - snap.bandwidth_allocated[:, cols], 0.0)
     remote = None

@@ -77,7 +77,8 @@ class ExtenderRuntime:
                                    stale_after_s=informer_stale_after_s)
         self.informers = [*caches, self.queue_weights.informer(api, watch_timeout_s=watch_timeout_s)]
         reader = (
-            PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s) if prometheus_url else None
+            PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s,
+                             bandwidth_window_s=settings.estimates.bandwidth_window_s) if prometheus_url else None
         )
         self.utilization = Utilization(reader, interval_s=prometheus_interval_s)
         # Events about pods placed nowhere: posted off the request path, counted in the app's metrics.

@@ -37,11 +37,14 @@ from collections.abc import Sequence
 from functools import cached_property
 
 import numpy as np
+from stowage.extender.pods import PodRequest
 
 from stowage.config import StowageSettings
 from stowage.kube.cluster import ClusterModel, ModelTable
-from stowage.policy import harvest, room
-from stowage.prom import Utilization, UtilizationSnapshot
+from stowage.kube.records import PodRecord
+from stowage.policy import harvest, room, use_estimates
+from stowage.prom import Utilization, UtilizationSnapshot, use_key
+from stowage.resources import DISK, NETWORK
 
 __all__ = ["ScoringView", "Snapshot", "Snapshots", "StateTable", "take"]
 
@@ -53,7 +56,8 @@ class StateTable:
     disabled, no samples.
     """
 
-    def __init__(self, table: ModelTable, current: UtilizationSnapshot, settings: StowageSettings) -> None:
+    def __init__(self, table: ModelTable, current: UtilizationSnapshot, settings: StowageSettings,
+                 bandwidth_pods: Sequence[PodRecord] = ()) -> None:
         self.model = table
         self.current = current
         self.resources = table.resources
@@ -64,7 +68,12 @@ class StateTable:
         self.capacity = np.where(table.allocatable > 0, table.allocatable, self.samples.capacity)
         self.regular_available = harvest.regular_available(table.allocatable, table.regular_requests)
         # Only regular pods reserve declared bandwidth (policy.room.bandwidth_room); read on disk/network only.
+        # Each reserves its task group's estimate (policy.use_estimates), not its declaration.
+        self.estimates = settings.estimates
+        self.bandwidth = np.array([r in (DISK, NETWORK) for r in table.resources], dtype=bool)
         self.bandwidth_allocated = table.regular_requests
+        if current.use_peaks and bandwidth_pods and self.bandwidth.any():
+            self.bandwidth_allocated = self._reserved(table, bandwidth_pods)
         # Each model row's latest sample time (Unix seconds; NaN: none): which recent pods it includes.
         sampled = self.samples.sampled_at_s
         self.sampled_at = sampled if sampled is not None else np.full(self.samples.present.shape[0], np.nan)
@@ -73,6 +82,27 @@ class StateTable:
         self.usage = np.zeros(0)
         self.harvestable_unassumed = np.zeros(0)
         self._lock = threading.Lock()
+
+    def estimated(self, demand: np.ndarray, keys: Sequence[tuple[str, str]]) -> np.ndarray:
+        """(K, R) ``demand`` rows with disk and network estimated from the use seen of each row's task group
+        (``keys``: ``prom.use_key``), by ``policy.use_estimates``: the dispatcher's rule."""
+        peak = np.full(demand.shape, np.nan)
+        for k, key in enumerate(keys):
+            for r, v in (self.current.use_peak(key) or {}).items():
+                if r in self.resources:
+                    peak[k, self.resources.index(r)] = v
+        ev = use_estimates.UseSeen(declared=demand, peak=peak, history=np.full_like(peak, np.nan))
+        return use_estimates.estimate(ev, self.bandwidth, self.estimates).demand
+
+    def _reserved(self, table: ModelTable, pods: Sequence[PodRecord]) -> np.ndarray:
+        """``regular_requests`` with each bandwidth pod's declaration replaced by its estimate."""
+        rows = np.array([table.index.get(p.node, -1) for p in pods], dtype=np.int64)
+        declared = np.array([p.demand.to_array(table.resources) for p in pods]).reshape(len(pods), -1)
+        estimated = self.estimated(declared, [use_key(p.namespace, p.name, p.labels) for p in pods])
+        lowered = np.zeros_like(table.regular_requests)
+        keep = rows >= 0
+        np.add.at(lowered, rows[keep], (declared - estimated)[keep])
+        return np.maximum(table.regular_requests - lowered, 0.0)
 
     def fresh_after(self, elapsed_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(fresh, U, A_opp with S = 0)`` for all rows, ``elapsed_s`` after the fetch.
@@ -117,6 +147,13 @@ class Snapshot:
         self._positions = positions  # (N,) rows of ``table`` (its sentinel for unknown names)
         self._elapsed_s = elapsed_s
         self._state = table.fresh_after(elapsed_s)
+
+    def packed_demand(self, pod: PodRequest) -> np.ndarray:
+        """(R,) ``pod``'s demand as it is packed: disk and network by its task group's estimated use."""
+        demand = pod.demand_array(self.resources)
+        if not self._table.current.use_peaks or not demand[self._table.bandwidth].any():
+            return demand
+        return self._table.estimated(demand[None, :], [pod.use_key])[0]
 
     def subset(self, positions: np.ndarray, names: Sequence[str]) -> ScoringView:
         """The rows at ``positions``, indexed lazily: prioritize reuses filter's snapshot this way."""
@@ -203,8 +240,8 @@ class Snapshot:
 
     @cached_property
     def bandwidth_allocated(self) -> np.ndarray:
-        """(N,R) what the regular pods on the node declared (only disk/network columns are meaningful):
-        opportunistic pods reserve no declared bandwidth."""
+        """(N,R) what the regular pods on the node reserve: their estimated use, at most what they declared (only
+        disk/network columns are meaningful); opportunistic pods reserve no declared bandwidth."""
         return self._table.bandwidth_allocated[self._positions]
 
 
@@ -221,6 +258,9 @@ class ScoringView:
     @cached_property
     def rows(self) -> np.ndarray:
         return self._parent.rows[self._positions]
+
+    def packed_demand(self, pod: PodRequest) -> np.ndarray:
+        return self._parent.packed_demand(pod)
 
     @property
     def index_version(self) -> int:
@@ -269,7 +309,8 @@ class Snapshots:
         with self._lock:
             table = self._table
             if table is None or table.current is not current or table.model.version != self.model.version:
-                table = self._table = StateTable(self.model.table((current, current.index)), current, self.settings)
+                table = self._table = StateTable(self.model.table((current, current.index)), current, self.settings,
+                                                 self.model.bandwidth_pods() if current.use_peaks else ())
             return table
 
     def _rows(self, table: StateTable, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -16,8 +16,8 @@ import numpy as np
 from numpy.typing import NDArray
 from stowage.operator.dispatch_records import DispatchView, PendingGroup, QueueRecord, RunningPod
 
-from stowage.config import HarvestSettings
-from stowage.policy import decide, room
+from stowage.config import EstimateSettings, HarvestSettings
+from stowage.policy import decide, room, use_estimates
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK, ResourceVector
 
 __all__ = [
@@ -55,6 +55,12 @@ class ViewArrays:
     """Bound pods, regular and opportunistic: demand (P, R), node, bind time (the ramp-up allowance ``S``:
     any new pod's usage is not yet in ``U``, as the extender counts it). The dispatcher appends the pods it
     released and has not seen bound (bind time NaN: just bound)."""
+    estimated: NDArray[np.float64] | None = None
+    """(G, R) each group's per-task demand with disk and network estimated (``policy.use_estimates``): what the
+    decision packs; None: as declared (``demand``)."""
+    reg_bandwidth: NDArray[np.float64] | None = None
+    """(N, R) what the regular pods reserve of disk and network, by their estimates (``snapshot.PassSnapshot.
+    regular_bandwidth``); None: their declarations (``reg_alloc``)."""
     bound_started: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     """When the containers of ``bound_pods``' first rows started (NaN: not yet), in their order; rows past its
     end (released, not bound) have not started. A node sample taken a period after it includes the pod's usage
@@ -88,10 +94,23 @@ def queue_records(view: DispatchView) -> list[QueueRecord]:
     return list(seen.values())
 
 
-def view_arrays(view: DispatchView) -> ViewArrays:
+def _peaks(records: Sequence[RunningPod | PendingGroup], resources: tuple[str, ...]) -> NDArray[np.float64]:
+    """(K, R) each record's ``use_peak`` on the resource axis; NaN where none was seen."""
+    out = np.full((len(records), len(resources)), np.nan)
+    col = {r: j for j, r in enumerate(resources)}
+    for i, rec in enumerate(records):
+        for r, v in (rec.use_peak or {}).items():
+            if r in col:
+                out[i, col[r]] = v
+    return out
+
+
+def view_arrays(view: DispatchView, estimates: EstimateSettings | None = None) -> ViewArrays:
     """Nodes, allocations and groups on one resource axis: cpu, memory, disk, network, then extended names.
 
-    Released-but-unbound tasks are not in it yet: the dispatcher adds them (it knows where they went).
+    Released-but-unbound tasks are not in it yet: the dispatcher adds them (it knows where they went). With
+    ``estimates``, disk and network are also estimated from what the pods used (``ViewArrays.estimated``,
+    ``ViewArrays.reg_bandwidth``).
     """
     queues = queue_records(view)
     q_index = {q.name: i for i, q in enumerate(queues)}
@@ -137,6 +156,17 @@ def view_arrays(view: DispatchView) -> ViewArrays:
         jobs.setdefault(g.job if g.job is not None else g.key, len(jobs))
     a.job_keys = list(jobs)
     a.job = np.array([jobs[g.job if g.job is not None else g.key] for g in a.groups], dtype=np.int64)
+    bw = bandwidth_mask(a)
+    if estimates is not None and bw.any():
+        def estimated(rows: NDArray[np.float64], records: Sequence[RunningPod | PendingGroup]) -> NDArray[np.float64]:
+            peak = _peaks(records, resources)
+            ev = use_estimates.UseSeen(declared=rows, peak=peak, history=np.full_like(peak, np.nan))
+            return use_estimates.estimate(ev, bw, estimates).demand
+
+        a.estimated = estimated(a.demand.reshape(len(a.groups), r), a.groups)
+        regular = np.flatnonzero((on >= 0) & ~is_opp)
+        held = estimated(demand[regular].reshape(-1, r), [pods[i] for i in regular.tolist()])
+        a.reg_bandwidth = use_estimates.reserved(np.arange(regular.size), on[regular], held, len(node_names))
     return a
 
 

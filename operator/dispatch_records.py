@@ -69,6 +69,9 @@ class RunningPod:
     Job's task (a plain pod, or a pod outside Stowage). The forecast runs a Job's running tasks to their end."""
     group: str = ""
     """Its task group (label ``stowage.io/task-group``); "" for a pod of no Job."""
+    use_peak: Mapping[str, float] | None = None
+    """The highest sustained disk and network use seen of its task group (``prom.UtilizationSnapshot.use_peak``):
+    a regular pod reserves its estimate (``policy.use_estimates``), not its declaration. None: none seen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,9 @@ class PendingGroup:
     the barrier the forecast runs forward (the decision itself reads only ``releasable``)."""
     suspended: bool = False
     """The Job is suspended (``spec.suspend``): nothing of it is released, and the forecast predicts nothing for it."""
+    use_peak: Mapping[str, float] | None = None
+    """The highest sustained disk and network use seen among the group's finished and running pods: its tasks
+    are packed by the estimate (``policy.use_estimates``); None: none seen (packed as declared)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,10 +223,12 @@ class Dispatcher:
         may harvest, no room computed."""
         queues = queue_records(view)
         groups = a.groups
-        shapes, group_shape = snapshot.shapes_of(a.demand.reshape(len(groups), len(a.resources)))
+        packed = a.estimated if a.estimated is not None else a.demand  # disk and network by estimated use
+        shapes, group_shape = snapshot.shapes_of(packed.reshape(len(groups), len(a.resources)))
         mean_cap = a.alloc.mean(axis=0) if a.node_names else np.zeros(len(a.resources))
         snap = snapshot.PassSnapshot(
             now=now, capacity=a.alloc, regular_requests=a.reg_alloc, bandwidth=bandwidth_mask(a), shapes=shapes,
+            regular_bandwidth=a.reg_bandwidth,
             group_shape=group_shape, group_key=[g.key for g in groups], group_job=a.job, group_queue=a.queue,
             releasable=np.array([max(g.releasable, 0) for g in groups], dtype=np.int64),
             remaining=np.array([max(g.remaining_tasks, 0) for g in groups], dtype=np.int64),
@@ -276,7 +278,7 @@ class Dispatcher:
 
     def _arrays(self, view: DispatchView, *, trim: bool = False) -> ViewArrays:
         """``dispatch_arrays.view_arrays`` plus the released-but-unbound tasks where they were released."""
-        a = view_arrays(view)
+        a = view_arrays(view, self.settings.estimates)
         self._reserve_unbound(a, {name: i for i, name in enumerate(a.node_names)}, trim=trim)
         return a
 
@@ -304,8 +306,10 @@ class Dispatcher:
                 n = node_index.get(keep[k][0]) if k < len(keep) else None
                 if n is not None:
                     if p == 0:
-                        n = _regular_slot(a, n, a.demand[g])
+                        n = _regular_slot(a, n, a.demand[g] if a.estimated is None else a.estimated[g])
                     (a.reg_alloc if p == 0 else a.opp_alloc)[n] += a.demand[g]
+                    if p == 0 and a.reg_bandwidth is not None and a.estimated is not None:
+                        a.reg_bandwidth[n] += a.estimated[g]  # reserved as its group is packed
                     placed.append((n, g))
         if placed:  # about to bind: in the ramp-up allowance S as just bound (NaN), as the extender will count them
             nodes, groups = np.array(placed, dtype=np.int64).T
@@ -345,9 +349,15 @@ def _regular_slot(a: ViewArrays, planned: int, demand: NDArray[np.float64]) -> i
     """Where an unbound regular release holds its demand: its planned node while it still has the room, else
     the node with the most room left among those it fits, else (it fits nowhere) the planned node."""
     need = demand * (1 - tolerances.FEASIBILITY_RTOL)
-    if (a.alloc[planned] - a.reg_alloc[planned] >= need).all():  # the common case: one row, not every node's
+    bw = bandwidth_mask(a)
+
+    def held(rows: NDArray[np.float64], bandwidth: NDArray[np.float64] | None) -> NDArray[np.float64]:
+        return rows if bandwidth is None else np.where(bw, bandwidth, rows)  # bandwidth as it is packed
+
+    if (a.alloc[planned] - held(a.reg_alloc[planned], None if a.reg_bandwidth is None else a.reg_bandwidth[planned])
+            >= need).all():  # the common case: one row, not every node's
         return planned
-    room = a.alloc - a.reg_alloc
+    room = a.alloc - held(a.reg_alloc, a.reg_bandwidth)
     fits = (room >= need).all(axis=1)
     if not fits.any():
         return planned

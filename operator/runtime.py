@@ -128,8 +128,8 @@ class OperatorRuntime:
                            poke=self.poke)
         self.cluster, self.jobs, self.queues, self.gated = (self.cache.cluster, self.cache.jobs, self.cache.queues,
                                                             self.cache.gated)
-        reader = PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s) \
-            if prometheus_url else None
+        reader = PrometheusReader(prometheus_url, usage_window_s=settings.harvest.usage_window_s,
+                                  bandwidth_window_s=settings.estimates.bandwidth_window_s) if prometheus_url else None
         self.utilization = Utilization(reader)
         self.warnings = PodWarnings(client, dry_run=dry_run)
         self.snapshots = Snapshots(settings, self.cache, self.utilization, self.metrics, tell=self.warnings.tell,

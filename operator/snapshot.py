@@ -23,7 +23,7 @@ from stowage.errors import InvalidInput
 from stowage.kube.records import parse_timestamp
 from stowage.model import QueueOpportunistic
 from stowage.policy import room
-from stowage.prom import Utilization
+from stowage.prom import Utilization, use_key
 from stowage.resources import CPU, MEMORY, ResourceVector, pod_demand
 
 __all__ = ["Snapshots", "pending_groups"]
@@ -51,8 +51,15 @@ class Snapshots:
         """Nodes, bound pods, queues, pending groups (running tasks' elapsed time at ``now``); the Jobs in
         ``waiting`` (backing off after a refused create) are left out."""
         fresh = {k: p for k, p in plans.items() if k not in waiting} if waiting else plans
+        groups = [*pending_groups(self.cache.jobs, fresh, now), *self._plain_groups()]
+        peaks = self.utilization.current
+        if peaks.use_peaks:  # what each group's pods used of disk and network (policy.use_estimates)
+            seen = [peaks.use_peak((g.namespace, f"{g.job.split('/', 1)[1]}-{g.group}") if g.job
+                                   else (g.namespace, g.group)) for g in groups]
+            groups = [g if peak is None else dataclasses.replace(g, use_peak=peak)
+                      for g, peak in zip(groups, seen, strict=True)]
         return DispatchView(nodes=self._nodes(), running=self._running(), queues=self._queue_records(),
-                            groups=[*pending_groups(self.cache.jobs, fresh, now), *self._plain_groups()])
+                            groups=groups)
 
     def _nodes(self) -> list[NodeRecord]:
         cluster = self.cache.cluster
@@ -86,10 +93,12 @@ class Snapshots:
             shown = {p.uid for p in pods if p.uid in promoting and not p.opportunistic}
             for uid in [u for u, at in promoting.items() if u in shown or now - at > IN_FLIGHT_TTL_S]:
                 del promoting[uid]
+        peaks = self.utilization.current
         return [RunningPod(node=p.node, demand=p.demand, queue=p.queue,
                            opportunistic=p.opportunistic and p.uid not in promoting, bound_at_s=p.bound_at_s,
                            started_at_s=p.start_time_s, key=f"{p.namespace}/{p.name}", uid=p.uid,
-                           requests=p.requests if p.opportunistic else None, job=p.job, group=p.task_group)
+                           requests=p.requests if p.opportunistic else None, job=p.job, group=p.task_group,
+                           use_peak=peaks.use_peak(use_key(p.namespace, p.name, p.labels)) if peaks.use_peaks else None)
                 for p in pods]
 
     def _queue_records(self) -> list[QueueRecord]:

@@ -15,7 +15,8 @@ YAML file shape (every key optional)::
                  gang_ready_timeout_s: 300}
     classifier: {short_task_threshold_s: 60}
     estimates:  {default_prior_s: 300, prior_margin: 1.5, min_finished: 1, elapsed_margin: 1.25, min_duration_s: 1,
-                 history_weight_cap: 100, history_max_entries: 1000, forecast_interval_s: 5}
+                 history_weight_cap: 100, history_max_entries: 1000, forecast_interval_s: 5, bandwidth_margin: 1.25,
+                 bandwidth_window_s: 30}
 
 Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
 per-resource keys as ``STOWAGE_HARVEST__T_ALLOC__CPU=0.8``).
@@ -139,8 +140,8 @@ class PackingSettings:
     """Tetris knobs (§3.2–3.5, defaults from §5.3)."""
 
     fairness_knob: float = 0.25
-    """``f``: inside a queue only its first ⌈(1−f)·J_q⌉ jobs in job order compete (``dispatch.pack``; Tetris §5.3:
-    0.25); 0: every job, and every queue whatever the tiers."""
+    """``f``: inside a queue only its first ⌈(1−f)·J_q⌉ jobs in job order compete (``dispatch.pack``; Tetris
+    §5.3: 0.25); 0: every job, and every queue whatever the tiers."""
     queue_usage_half_life_s: float = 300.0
     """``H``: fairness between queues holds on usage decayed with this half-life (``fairness.QueueUsage``): a
     queue's weight is honoured on the moving average of its dominant share, not at every slot, so a queue that
@@ -210,6 +211,12 @@ class EstimateSettings:
     forecast_interval_s: float = 5.0
     """The operator predicts when each pending Job starts and finishes at most this often, off its dispatch pass,
     and only when the cluster changed since (``stowage.forecast``); 0 turns the prediction off (ours)."""
+    bandwidth_margin: float = 1.25
+    """A group's disk and network estimate is the highest sustained use seen × this, never above what it declared:
+    over- rather than under-estimate (``policy.use_estimates``; Tetris §4.1)."""
+    bandwidth_window_s: float = 30.0
+    """Sustained use is averaged over this window: bandwidth is compressible, so a burst shorter than it slows its
+    neighbours for seconds and is not reserved for a task's whole life (ours)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +387,8 @@ def validate(settings: StowageSettings) -> list[str]:
     _check_range(p, "estimates.elapsed_margin", e.elapsed_margin, 1.0, 100.0, False, False)
     _check_range(p, "estimates.min_duration_s", e.min_duration_s, 0.0, 3600.0, True, False)
     _check_range(p, "estimates.forecast_interval_s", e.forecast_interval_s, 0.0, 3600.0, False, False)
+    _check_range(p, "estimates.bandwidth_margin", e.bandwidth_margin, 1.0, 100.0, False, False)
+    _check_range(p, "estimates.bandwidth_window_s", e.bandwidth_window_s, 0.0, 3600.0, True, False)
     for key, count, most in (
         ("min_finished", e.min_finished, 1_000_000),
         ("history_weight_cap", e.history_weight_cap, 1_000_000),

@@ -4,7 +4,7 @@ The node monitor exports ``stowage_node_usage``, ``stowage_node_capacity``,
 ``stowage_node_blocked`` and ``stowage_node_contention``, each labelled
 ``{node, resource}``, ``stowage_node_sample_time_seconds{node}`` and
 ``stowage_pod_usage{node, namespace, pod, class, resource}`` (names from
-:class:`stowage.labels.METRICS`). Every refresh makes seven instant queries:
+:class:`stowage.labels.METRICS`). Every refresh makes eight instant queries:
 
 1. usage smoothed over a window, ``max_over_time(stowage_node_usage[W])`` (``W`` =
    ``harvest.usage_window_s``): a pod's lifetime decision should not rest on one
@@ -23,6 +23,12 @@ The node monitor exports ``stowage_node_usage``, ``stowage_node_capacity``,
    by Prometheus: a refresh reads one row per (node, resource) with a departure, never a row per
    pod.
 
+4. each pod's sustained disk and network use (``policy.use_estimates``): its ``stowage_pod_usage`` averaged
+   over ``estimates.bandwidth_window_s``, the highest such average over the last :data:`PEAK_LOOKBACK_S`
+   (a subquery at the chart's 5 s scrape interval), pods that finished within it included. One row per pod
+   that declares or uses bandwidth; :meth:`UtilizationSnapshot.use_peak` gives a task group's (the highest
+   of its pods': a Job's task pods are named ``<job>-<group>-<index>[-r<attempt>]``).
+
 Scrape interval: the age a reader sees is at most scrape interval + refresh interval
 (5 s) + the sample period (1 s); the 30 s limit (``harvest.utilization_stale_after_s``)
 needs a scrape interval of 10 s or less, and the chart sets 5 s.
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,14 +53,49 @@ import httpx
 import numpy as np
 import orjson
 
-from stowage.labels import METRICS
+from stowage.labels import LABEL_JOB, METRICS, task_group
 from stowage.policy import room
 
-__all__ = ["NodeSamples", "PrometheusError", "PrometheusReader", "Utilization", "UtilizationSnapshot"]
+__all__ = ["PEAK_LOOKBACK_S", "NodeSamples", "PrometheusError", "PrometheusReader", "Utilization",
+           "UtilizationSnapshot", "index_peaks", "peak_query", "use_key"]
 
 log = logging.getLogger(__name__)
 
 _SERIES = (METRICS.NODE_USAGE, METRICS.NODE_CAPACITY, METRICS.NODE_BLOCKED, METRICS.NODE_CONTENTION)
+#: How far back a pod's sustained use is remembered: the finished tasks of a phase keep informing its estimate
+#: this long after they leave (Prometheus keeps their series; ``policy.use_estimates``).
+PEAK_LOOKBACK_S = 600
+_BANDWIDTH = ("disk", "network")
+_TASK_POD = re.compile(r"(.+)-[0-9]+(?:-r[0-9]+)?")  # <job>-<group>-<index>[-r<attempt>] (operator.task_names)
+
+
+def peak_query(window_s: float, lookback_s: float = PEAK_LOOKBACK_S, step_s: float = 5.0) -> str:
+    """PromQL: per (namespace, pod, resource), the highest ``window_s`` average of the pod's disk and network
+    use over the last ``lookback_s`` (``policy.use_estimates.sustained_peak``)."""
+    pod, res = METRICS.POD_USAGE, "|".join(_BANDWIDTH)
+    return (f"max by (namespace, pod, resource) (max_over_time(avg_over_time({pod}{{resource=~\"{res}\"}}"
+            f"[{max(1, round(window_s))}s])[{round(lookback_s)}s:{max(1, round(step_s))}s]))")
+
+
+def index_peaks(pod_peaks: Mapping[tuple[str, str], Mapping[str, float]]) -> dict[tuple[str, str], dict[str, float]]:
+    """Each pod's sustained use under its own name and, the highest per resource, under its task group's
+    ``<job>-<group>`` (a name of the form ``<job>-<group>-<index>[-r<attempt>]``)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for (namespace, pod), values in pod_peaks.items():
+        task = _TASK_POD.fullmatch(pod)
+        for key in ((namespace, pod), *(((namespace, task.group(1)),) if task else ())):
+            into = out.setdefault(key, {})
+            for r, v in values.items():
+                into[r] = max(into.get(r, v), v)
+    return out
+
+
+def use_key(namespace: str, name: str, pod_labels: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The key :meth:`UtilizationSnapshot.use_peak` knows a pod's task group by: ``(namespace, "<job>-<group>")``
+    for a Job's task pod (labels ``stowage.io/job``, ``stowage.io/task-group``), else ``(namespace, name)``."""
+    job = (pod_labels or {}).get(LABEL_JOB)
+    group = task_group({"metadata": {"labels": pod_labels or {}}})
+    return (namespace, f"{job}-{group}") if job and group else (namespace, name)
 
 
 #: Series names of the two departure queries (not metric names: keys of :meth:`PrometheusReader.fetch`'s arrays).
@@ -111,6 +153,13 @@ class UtilizationSnapshot:
     fetched_at_s: float = 0.0  # monotonic clock of the reader
     error: str | None = "no utilization fetched yet"
     sampled_at_s: np.ndarray | None = None  # (M,) when each node's sample was taken (Unix seconds); None: unknown
+    use_peaks: Mapping[tuple[str, str], Mapping[str, float]] = field(default_factory=dict)
+    """:func:`index_peaks` of query 4: (namespace, pod or ``<job>-<group>``) → resource → sustained use."""
+
+    def use_peak(self, key: tuple[str, str]) -> Mapping[str, float] | None:
+        """The highest sustained use of the pods :func:`use_key` names ``key`` (a task group's, or one plain
+        pod's), per bandwidth resource; None: none seen (within :data:`PEAK_LOOKBACK_S`)."""
+        return self.use_peaks.get(key)
 
     @classmethod
     def unavailable(cls, error: str, fetched_at_s: float = 0.0) -> UtilizationSnapshot:
@@ -202,10 +251,12 @@ class PrometheusReader:
         *,
         timeout_s: float = 2.0,
         usage_window_s: float = 15.0,
+        bandwidth_window_s: float = 30.0,
         client: httpx.Client | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.usage_window_s = usage_window_s
+        self.bandwidth_window_s = bandwidth_window_s
         self._client = client or httpx.Client(timeout=timeout_s)
 
     def close(self) -> None:
@@ -255,6 +306,16 @@ class PrometheusReader:
         ):
             series.extend((name, sample) for sample in self.query(promql)[1])
         evaluated, ages = self.query(f"time() - {METRICS.SAMPLE_TIME}")
+        peaks: dict[tuple[str, str], dict[str, float]] = {}
+        for sample in self.query(peak_query(self.bandwidth_window_s))[1]:
+            labels = sample.get("metric") or {}
+            namespace, pod, resource = labels.get("namespace"), labels.get("pod"), labels.get("resource")
+            try:
+                value = float(sample["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+            if namespace and pod and resource in _BANDWIDTH and np.isfinite(value) and value >= 0:
+                peaks.setdefault((namespace, pod), {})[resource] = value
         nodes: dict[str, int] = {}
         resources: dict[str, int] = {}
         values: dict[tuple[str, int, int], float] = {}
@@ -314,6 +375,7 @@ class PrometheusReader:
             fetched_at_s=fetched_at_s,
             error=None,
             sampled_at_s=evaluated - age[keep],
+            use_peaks=index_peaks(peaks),
         )
 
 

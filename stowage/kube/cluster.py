@@ -34,7 +34,7 @@ import numpy as np
 from stowage.errors import InvalidInput
 from stowage.kube.recent import RecentSlots
 from stowage.kube.records import NodeRecord, PodRecord, node_record, object_name, pod_key, pod_record
-from stowage.resources import CORE_RESOURCES, ResourceVector
+from stowage.resources import CORE_RESOURCES, DISK, NETWORK, ResourceVector
 
 __all__ = ["BAD_OBJECT_KINDS", "NODE", "POD", "ClusterModel", "ModelTable", "NodeView"]
 
@@ -162,6 +162,7 @@ class ClusterModel:
         self._nodes: dict[str, NodeRecord] = {}
         self._pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
+        self._bandwidth_pods: dict[str, PodRecord] = {}  # regular pods declaring disk or network bandwidth
         self._recent = RecentSlots(len(self._resources))
         self._join_cache: tuple[object, int, np.ndarray] | None = None
         self.index_version = 0  # bumped whenever a node row is added or freed
@@ -293,6 +294,7 @@ class ClusterModel:
         if old is None:
             return
         self._add_pod_to_row(old, -1)
+        self._bandwidth_pods.pop(key, None)
         peers = self._pods_by_node.get(old.node)
         if peers is not None:
             peers.discard(key)
@@ -312,6 +314,8 @@ class ClusterModel:
         self._pods[key] = record
         self._pods_by_node.setdefault(record.node, set()).add(key)
         self._add_pod_to_row(record, +1)
+        if not record.opportunistic and (record.demand.get(DISK, 0.0) > 0 or record.demand.get(NETWORK, 0.0) > 0):
+            self._bandwidth_pods[key] = record
         # A binding replaces any provisional placement; it counts from when it was bound.
         self._recent.remove(key)
         if now - record.bound_at_s < self.recent_window_s:
@@ -373,6 +377,12 @@ class ClusterModel:
     def pods(self) -> list[PodRecord]:
         with self._lock:
             return list(self._pods.values())
+
+    def bandwidth_pods(self) -> list[PodRecord]:
+        """The bound regular pods that declare disk or network bandwidth (what ``policy.use_estimates`` re-estimates:
+        usually few, so a reader need not walk every pod)."""
+        with self._lock:
+            return list(self._bandwidth_pods.values())
 
     def node(self, name: str) -> NodeRecord | None:
         with self._lock:

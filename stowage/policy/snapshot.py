@@ -41,6 +41,10 @@ class PassSnapshot(decide.PassFacts):
     """(G,) the longest elapsed time of a running task (a lower bound; 0: none)."""
     history_s: NDArray[np.float64]
     """(G,) earlier runs of the group's recurring job (``estimates.RecurringHistory``; NaN: none)."""
+    regular_bandwidth: NDArray[np.float64] | None = None
+    """(N, R) what the regular pods on each node reserve of disk and network: Σ of their groups' estimates
+    (``use_estimates.reserved``), read on the ``bandwidth`` columns; None: their declared demand
+    (``regular_requests``). ``shapes`` then carry the pending groups' estimates too."""
 
 
 _FACTS: Final = tuple(f.name for f in fields(decide.PassFacts))
@@ -72,10 +76,13 @@ def build(snap: PassSnapshot, *, harvestable: Callable[[], NDArray[np.float64]] 
             for g in np.flatnonzero(decide.needs_features(snap.intent, snap.releasable, snap.group_queue,
                                                           snap.queue_opportunistic)).tolist():
                 asked[g] = features(g)
+    held = snap.regular_requests
+    if snap.regular_bandwidth is not None:  # bandwidth by estimated use, the rest by requests
+        held = np.where(np.asarray(snap.bandwidth, dtype=bool)[None, :], snap.regular_bandwidth, held)
     return decide.DecideInput(
         **{name: getattr(snap, name) for name in _FACTS},
-        regular_free=harvest.regular_available(snap.capacity, snap.regular_requests),
-        bandwidth_room=room.bandwidth_room(snap.capacity, snap.regular_requests),
+        regular_free=harvest.regular_available(snap.capacity, held),
+        bandwidth_room=room.bandwidth_room(snap.capacity, held),
         evidence=estimates.Evidence(hint_s=snap.hint_s, finished=snap.finished, finished_mean_s=snap.finished_mean_s,
                                     elapsed_s=snap.elapsed_s, history_s=snap.history_s,
                                     prior_s=np.full(len(snap.group_key), np.nan)),

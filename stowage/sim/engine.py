@@ -451,7 +451,8 @@ class Simulation:
                 next_tick = math.inf
             elif next_tick == math.inf:
                 next_tick = (math.floor(self.now / interval) + 1) * interval
-            t = min(ta, tf, next_tick, pass_at)
+            tw = self.preset.wake_at()
+            t = min(ta, tf, next_tick, pass_at, tw)
             if t == math.inf:
                 break
             if t - self.t_start > self.config.max_sim_s:
@@ -467,6 +468,8 @@ class Simulation:
             if next_tick <= self.now:
                 self._changed |= self.monitor.tick()
                 next_tick = self.now + interval
+            if tw <= self.now:  # the preset sees something new (a task's use shown): its room may have grown
+                self._changed = self.regular_changed = True
             if self._changed:
                 if pass_at == math.inf:
                     pass_at = max(self.now, last_pass + delay)

@@ -9,15 +9,19 @@ guard).
 The decision sees what a cluster knows: each group's ``expectedDuration`` if the workload states one, its finished
 tasks' run times, its running tasks' elapsed times, earlier runs of the same recurring job and the queue's learned
 prior (``stowage.policy.estimates``); true durations only with ``SimConfig.oracle_durations`` (an upper bound).
+Disk and network are packed by each group's estimated use (``stowage.policy.use_estimates``), learned from the
+sustained use the node monitor has shown of its tasks (``View.sustained_use``), as the operator's dispatcher does.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numpy.typing import NDArray
 
 from stowage.model import Pool
-from stowage.policy import classifier, decide, estimates, snapshot
+from stowage.policy import classifier, decide, estimates, snapshot, use_estimates
 from stowage.sim.preset import Preset, View
 
 __all__ = ["PackingPreset"]
@@ -43,6 +47,45 @@ class PackingPreset(Preset):
         self._finished_s = np.zeros(spec.n_groups)  # Σ run time of each group's finished tasks
         self._history = np.full(spec.n_groups, np.nan)  # earlier runs of the job's recurring key, read at arrival
         self._job_key = [estimates.recurring_key("", name) for name in spec.j_name]
+        self._peak = np.full(spec.g_demand.shape, np.nan)  # highest sustained use seen per group (use_estimates)
+        self._no_history = np.full(spec.g_demand.shape, np.nan)
+        self._declares_io = (spec.g_demand[:, spec.io_resources] > 0).any(axis=1)
+        self._wake_version, self._seen_at = -1, np.zeros(0)
+
+    def wake_at(self) -> float:
+        """When the next running task of a group that declares disk or network and has tasks waiting is first seen
+        (``View.sustained_use``): its group's estimate changes then, as a cluster's pass would find."""
+        v = self.view
+        run = v.running
+        if not self._declares_io.any() or not len(run):
+            return math.inf
+        if self._wake_version != run.version:
+            rows = self._declares_io[run.group]
+            self._seen_at = np.sort(v.seen_at(v.settings.estimates.bandwidth_window_s)[rows])
+            self._wake_version = run.version
+        i = int(np.searchsorted(self._seen_at, v.now, side="right"))
+        if i == self._seen_at.size or not v.status.waiting().any():
+            return math.inf
+        return float(self._seen_at[i])
+
+    def regular_resources(self) -> NDArray[np.bool_]:
+        """Requests are fitted as declared; disk and network by estimated use (``use_estimates``), which may sum to
+        more than the declarations leave."""
+        return self.view.spec.kube_resources.copy()
+
+    def _use_estimates(self) -> NDArray[np.float64]:
+        """(all groups, R) per-task demand with disk and network estimated from the sustained use seen so far."""
+        v = self.view
+        run = v.running
+        if len(run):
+            seen = v.sustained_use(v.settings.estimates.bandwidth_window_s)
+            rows = np.flatnonzero(np.isfinite(seen).any(axis=1))
+            if rows.size:
+                peak = np.nan_to_num(self._peak, nan=-np.inf)
+                np.maximum.at(peak, run.group[rows], np.nan_to_num(seen[rows], nan=-np.inf))
+                self._peak = np.where(np.isfinite(peak), peak, np.nan)
+        ev = use_estimates.UseSeen(declared=v.spec.g_demand, peak=self._peak, history=self._no_history)
+        return use_estimates.estimate(ev, v.spec.io_resources, v.settings.estimates).demand
 
     # --- hooks ------------------------------------------------------------------------------------
 
@@ -127,9 +170,13 @@ class PackingPreset(Preset):
         # A gang starts whole while none of its group runs (the operator's rule, plan._gangs).
         gang = np.where((spec.g_gang[groups] > 0) & (st.g_running[groups] == 0),
                         np.minimum(spec.g_gang[groups], remaining), 0)
+        self._demand = demand = self._use_estimates()
+        shapes, group_shape = snapshot.shapes_of(demand[groups])
+        regular = np.flatnonzero(~run.opp)
         snap = snapshot.PassSnapshot(
             now=v.now, capacity=c.cap, regular_requests=c.reg_alloc, bandwidth=spec.io_resources,
-            shapes=spec.shapes, group_shape=spec.g_shape[groups], group_key=groups.tolist(),
+            regular_bandwidth=use_estimates.reserved(run.group[regular], run.node[regular], demand, c.n),
+            shapes=shapes, group_shape=group_shape, group_key=groups.tolist(),
             group_job=np.searchsorted(jobs, spec.g_job[groups]), group_queue=spec.g_queue[groups],
             releasable=releasable, remaining=remaining, intent=spec.j_opp[spec.g_job[groups]],
             finished=finished, finished_fraction=finished / np.maximum(spec.g_tasks[groups], 1),
@@ -155,7 +202,7 @@ class PackingPreset(Preset):
         run, spec = self.view.running, self.view.spec
         self._opp_rows = rows = np.flatnonzero(run.opp)
         gs = run.group[rows]
-        return decide.Promotable(spec.g_demand[gs], run.node[rows].copy(), spec.g_queue[gs])
+        return decide.Promotable(self._demand[gs], run.node[rows].copy(), spec.g_queue[gs])
 
     def _children(self, groups: NDArray[np.int64]) -> list[list[int]]:
         """``DecideInput.group_children`` renumbered to the rows of ``groups`` (a job's groups are all there)."""

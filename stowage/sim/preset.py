@@ -7,6 +7,7 @@ This module imports none of them, so each imports it without a cycle.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,6 +48,34 @@ class View:
         """Start a task of group ``g`` on node ``n`` (as opportunistic if ``opp``)."""
         self._sim.place(g, n, opp)
 
+    def seen_at(self, window_s: float) -> NDArray[np.float64]:
+        """(P,) when each running row is first seen by :meth:`sustained_use`: its start + ramp-up + one window."""
+        return self.running.start + self._sim.usage_model.ramp_s + window_s
+
+    def sustained_use(self, window_s: float) -> NDArray[np.float64]:
+        """(P, R) each running row's sustained disk and network use as the node monitor's per-pod series show it
+        (``policy.use_estimates``): its use averaged over ``window_s``, the highest such average so far; NaN on the
+        other columns and for rows that have not run their ramp-up and one window yet (not seen).
+
+        The usage model (``sim.usage``) gives a row a steady I/O fraction ``u`` after its ramp-up and bursts to its
+        whole demand for ``burst_s``; the highest window average with one burst in it is ``u + (1 − u)·b/W``
+        (``b = min(burst_s, W)``). What the row used, never what it will use: the rest of its life is unknown."""
+        sim, run = self._sim, self.running
+        model, spec = sim.usage_model, self.spec
+        out = np.full((len(run), len(spec.resources)), np.nan)
+        if not len(run) or window_s <= 0:
+            return out
+        seen = self.seen_at(window_s) <= self.now
+        if not seen.any():
+            return out
+        u = run.io_base[seen]
+        burst = min(model.burst_s, window_s) / window_s if model.burst_rate_per_s > 0 else 0.0
+        frac = np.minimum(u + (1.0 - u) * burst, 1.0)
+        io = spec.io_resources
+        rows = np.flatnonzero(seen)
+        out[np.ix_(rows, np.flatnonzero(io))] = spec.g_demand[run.group[rows]][:, io] * frac[:, None]
+        return out
+
     def usage(self, max_age_s: float) -> NDArray[np.float64]:
         """``cluster.usage``, sampled again by the node monitor if its sample is ``max_age_s`` old or older."""
         monitor = self._sim.monitor
@@ -67,6 +96,10 @@ class Preset:
     def regular_resources(self) -> NDArray[np.bool_]:
         """Resources checked when fitting a regular pod."""
         return np.ones(len(self.view.spec.resources), dtype=bool)
+
+    def wake_at(self) -> float:
+        """When the preset's view next changes with no event of its own, so a pass is due then (``inf``: never)."""
+        return math.inf
 
     def on_job_arrived(self, j: int) -> None: ...
     def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None: ...

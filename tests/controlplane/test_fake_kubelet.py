@@ -168,6 +168,11 @@ def test_running_pods_usage_is_readable_by_the_node_monitor(control_plane: Plane
             assert {pinned, modelled} <= set(sample.pods)
             assert sample.node is not None and sample.node.memory_bytes >= (300 + 512) * MiB
             assert sample.net_bytes is not None and sample.net_bytes > 0
+            # The pinned pod's traffic is its own namespace's too (a process of it, <proc-root>/<pid>/net/dev).
+            first = sample.pods[pinned].net_bytes
+            assert first is not None and not sample.pods[pinned].host_network
+            wait_until(lambda: (Sampler(kubelet.cgroup_dir(node), kubelet.proc_dir(node)).sample()
+                                .pods[pinned].net_bytes or 0.0) > first, timeout_s=30)
 
             # Changing the usage at runtime shows up; a stopped pod's cgroup goes away.
             kubelet.set_usage(f"{ns}/pinned", {"cpu": 0.1, "memory": 100 * MiB})

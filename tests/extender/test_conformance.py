@@ -210,7 +210,7 @@ def test_declared_bandwidth_is_never_over_allocated(make_world: WorldFactory) ->
     crowded = world.post("filter", extender_args(pod, nodes[:1], cache=True)).json()
     assert crowded["NodeNames"] == []
     # The new rule names whose declarations count: only regular pods reserve declared bandwidth.
-    assert "disk bandwidth 80.0Mi/s > free 50.0Mi/s (node declares 200Mi/s, regular pods declared 150.0Mi/s)" in (
+    assert "disk bandwidth 80.0Mi/s > free 50.0Mi/s (node declares 200Mi/s, regular pods reserve 150.0Mi/s)" in (
         world.event_about("io-1")["message"]
     )
 

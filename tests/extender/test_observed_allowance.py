@@ -4,6 +4,7 @@ its node's sample includes it (``policy.room``), and declared bandwidth is reser
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ from stowage.extender.messages import REASONS
 from stowage.extender.snapshot import take
 
 from stowage.kube.records import started_at
+from stowage.labels import LABEL_JOB, LABEL_TASK_GROUP
+from stowage.prom import index_peaks
 from stowage.resources import DISK
 from tests.extender.conftest import World, WorldFactory
 from tests.extender.objects import GI, extender_args, node, opportunistic_pod, regular_pod
@@ -135,3 +138,36 @@ def test_an_opportunistic_pods_bandwidth_fits_the_measured_harvested_room(
     assert body["NodeNames"] == (["d1"] if passes else [])
     if not passes:
         assert body["FailedNodes"]["d1"] == REASONS["harvest-capacity"]
+
+
+# --- declared bandwidth by estimated use (policy.use_estimates) -------------------------------------------------
+
+SMALL_DISK = [node("d2", disk_bandwidth="100Mi")]
+
+
+def _task_pod(name: str, node_name: str | None = None) -> dict[str, Any]:
+    """A task pod of group ``read`` of Job ``etl`` declaring 80Mi/s of disk (a Job's task pods are named
+    ``<job>-<group>-<index>`` and labelled with both)."""
+    pod = regular_pod(name, cpu="1", memory="1Gi", node_name=node_name,
+                      annotations={"stowage.io/disk-bandwidth": "80Mi"})
+    pod["metadata"]["labels"].update({LABEL_JOB: "etl", LABEL_TASK_GROUP: "read"})
+    return pod
+
+
+@pytest.mark.parametrize(("seen", "passes"), [
+    pytest.param({}, False, id="nothing-seen-both-count-as-declared"),
+    pytest.param({("batch", "etl-read-0"): {DISK: 20 * MI}}, True, id="the-first-pods-use-seen"),
+    pytest.param({("batch", "etl-read-0"): {DISK: 70 * MI}}, False, id="seen-near-its-declaration"),
+])
+def test_a_regular_pods_disk_is_packed_by_its_groups_estimated_use(
+    make_world: WorldFactory, seen: dict[tuple[str, str], dict[str, float]], passes: bool
+) -> None:
+    # d2 declares 100Mi/s; etl-read-0 runs there declaring 80Mi/s. etl-read-1 declares 80Mi/s too: by declarations it
+    # does not fit; once the group was seen using 20Mi/s, each pod of it counts 20 × 1.25 = 25Mi/s (25 + 25 ≤ 100).
+    world = make_world(SMALL_DISK, pods=[_task_pod("etl-read-0", "d2")])
+    world.samples({"d2": {"usage": {"cpu": 1.0, "memory": GI, DISK: 20 * MI}}})
+    world.utilization.replace(dataclasses.replace(world.utilization.current, use_peaks=index_peaks(seen)))
+    body = world.post("filter", extender_args(_task_pod("etl-read-1"), SMALL_DISK, cache=True)).json()
+    assert body["NodeNames"] == (["d2"] if passes else [])
+    if not passes:
+        assert body["FailedNodes"]["d2"] == REASONS["bandwidth"]

@@ -19,7 +19,7 @@ from stowage.extender.snapshot import take
 from stowage.config import StowageSettings, apply_overrides
 from stowage.kube.cluster import ClusterModel
 from stowage.labels import METRICS
-from stowage.prom import PrometheusReader, Utilization
+from stowage.prom import PrometheusReader, Utilization, peak_query
 from tests.extender.objects import GI, extender_args, node, opportunistic_pod, regular_pod
 from tests.support.kube import wait_until
 from tests.support.prometheus import prometheus_server, wait_for_query
@@ -241,3 +241,24 @@ def test_a_finished_pod_leaves_usage_at_once_not_when_it_leaves_the_window(
     # max(10 − 7 (the finished pod's windowed usage), 2.5 (the latest sample)) = 3 Gi, not the window's 10 Gi
     assert got.usage[0, 0] == 3 * GI
     assert got.sampled_at_s is not None and abs(got.sampled_at_s[0] - time.time()) < 60.0
+
+
+def test_a_task_groups_sustained_use_counts_its_finished_pods_too(exporter: Exporter, prometheus: str) -> None:
+    """Query 4 (``prom.peak_query``): each pod's disk use averaged over the window, the highest such average over
+    the lookback; a task group's (``use_peak``) is the highest of its pods', one that finished included."""
+    name, mi = "n6", float(1 << 20)
+    exporter.pods.labels(name, "batch", "etl-read-0", "regular", "disk").set(30 * mi)
+    exporter.pods.labels(name, "batch", "etl-read-1", "regular", "disk").set(10 * mi)
+    exporter.pods.labels(name, "batch", "lone", "regular", "network").set(5 * mi)
+    wait_for_query(prometheus, f'{peak_query(30)} and on (pod) {METRICS.POD_USAGE}{{pod="etl-read-0"}}')
+    exporter.pods.remove(name, "batch", "etl-read-0", "regular", "disk")  # it finished: its series goes stale
+    wait_for_query(prometheus, f'absent({METRICS.POD_USAGE}{{pod="etl-read-0"}})')
+    reader = PrometheusReader(prometheus, bandwidth_window_s=30.0)
+    try:
+        snap = reader.fetch(fetched_at_s=0.0)
+    finally:
+        reader.close()
+    assert snap.use_peak(("batch", "etl-read")) == {"disk": 30 * mi}
+    assert snap.use_peak(("batch", "etl-read-1")) == {"disk": 10 * mi}
+    assert snap.use_peak(("batch", "lone")) == {"network": 5 * mi}
+    assert snap.use_peak(("other", "etl-read")) is None

@@ -368,6 +368,24 @@ def test_only_regular_pods_declarations_take_declared_bandwidth_room() -> None:
     assert all(r.pod_class is PodClass.REGULAR for r in got)
 
 
+@pytest.mark.parametrize(("seen", "expected"), [
+    pytest.param(None, 0, id="nothing-seen-packed-as-declared"),
+    pytest.param({"disk": 20.0}, 1, id="first-pods-use-seen-second-fits"),
+    pytest.param({"disk": 70.0}, 0, id="seen-near-its-declaration-still-declared"),
+])
+def test_disk_is_packed_by_the_groups_estimated_use(seen: dict[str, float] | None, expected: int) -> None:
+    # A node of 100 B/s of disk; a regular pod of the group declares 80 and runs. Its group's next task declares 80
+    # too: by declarations it does not fit (80 + 80 > 100); once the group's pods were seen using 20, each is
+    # packed at 20 × bandwidth_margin 1.25 = 25 (policy.use_estimates): 25 + 25 fits.
+    n = NodeRecord("n1", rv(cpu=8.0, memory=32 * GI, disk=100.0), True)
+    demand = rv(cpu=1.0, memory=GI, disk=80.0)
+    first = RunningPod("n1", demand, queue="q", bound_at_s=-1e6, use_peak=seen)
+    group = dataclasses.replace(grp("job/a", tasks=1), demand=demand, use_peak=seen)
+    got = Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(DispatchView([n], [first], [QueueRecord("q")],
+                                                                               [group]))
+    assert released(got).get("job/a", 0) == expected
+
+
 @pytest.mark.parametrize(("net_usage", "expected"), [(0.0, 1), (60.0, 0)])
 def test_an_opportunistic_pods_bandwidth_fits_the_measured_harvested_room(net_usage: float, expected: int) -> None:
     # An opportunistic task declaring 50 B/s: the declared room is 100 − 60 = 40, but it is measured like cpu

@@ -42,7 +42,11 @@ What it does, per node it registered (:meth:`FakeKubelet.add_nodes`):
 - writes each running pod's usage into a cgroup v2 tree per node, laid out like the kubelet's systemd
   driver (:class:`stowage.node_monitor.synthetic.SyntheticNode`, the same writer the node-monitor tests
   use): ``<cgroup_root>/<node>/kubepods.slice/...``, and ``<cgroup_root>/_proc/<node>/net/dev``
-  (``_`` cannot occur in a node name). Usage comes from ``usage_model(node, pod, t)`` every
+  (``_`` cannot occur in a node name). A pod that uses network gets, at its first traffic, a process as a running
+  pod has: a pid in its container cgroup's ``cgroup.procs`` and ``<cgroup_root>/_proc/<node>/<pid>/net/dev``, its own
+  network namespace's counters, which the node monitor reads through its ``--proc-root`` in place of
+  ``/proc/<pid>/net/dev`` (a ``hostNetwork: true`` pod's process is in the node's namespace: its traffic shows in
+  the node's counters only). Usage comes from ``usage_model(node, pod, t)`` every
   ``usage_interval_s`` (the demand-driven usage, as the simulator's node monitor samples it: not the share
   contention leaves the pod); a pod's cgroup is removed when it stops.
 
@@ -78,7 +82,7 @@ from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 from numpy.typing import NDArray
 from stowage.node_monitor.cgroups import Driver, QoS
-from stowage.node_monitor.synthetic import PodState, SyntheticNode
+from stowage.node_monitor.synthetic import PodNet, PodState, SyntheticNode
 
 from stowage.labels import PodClass, node_bandwidth, pod_class, pod_intent
 from stowage.resources import CPU, DISK, MEMORY, NETWORK, ResourceVector, format_quantity, parse_quantity, pod_demand
@@ -421,6 +425,9 @@ class _NodeTree(SyntheticNode):
         removed = False
         for uid in uids:
             qos, state = self.pods.pop(uid)
+            net = self.pod_net.pop(uid, None)
+            if net is not None:
+                self._stop_process(net)
             for total in (self.kubepods, self.qos_totals.get(qos)):
                 if total is not None:
                     total.memory_current -= state.memory_current
@@ -434,6 +441,16 @@ class _NodeTree(SyntheticNode):
             self._write(self.qos_rel(qos), self.qos_totals[qos])
         if removed:
             self._write(self.kubepods_rel, self.kubepods)
+
+    def pod_traffic(self, uid: str, nbytes: int, *, host: bool) -> None:
+        """``nbytes`` more through the pod's network namespace (half received, half sent); its process is made at
+        its first traffic, in the node's namespace for a host-network pod (``host``: then nothing is its own)."""
+        net = self.pod_net.get(uid)
+        if net is None:
+            net = self.pod_net[uid] = PodNet(None, next(self._netns), host=host)
+            self._start_process(uid, net)
+        if nbytes > 0 and not net.host:
+            self.advance_pod_net(uid, "eth0", rx=nbytes // 2, tx=nbytes - nbytes // 2)
 
     def set_pods(self, updates: Mapping[str, Mapping[str, int]]) -> None:
         """Set counters (absolute values) of many pods; a pod whose counters did not change is not rewritten."""
@@ -1381,6 +1398,9 @@ class FakeKubelet:
                 "wbytes": state.wbytes + int(disk - disk / 2),
             }
             net[record.node] = net.get(record.node, 0.0) + float(usage.get("network", 0.0)) * step
+            if float(usage.get("network", 0.0)) > 0:
+                tree.pod_traffic(uid, int(float(usage["network"]) * step),
+                                 host=((record.obj.get("spec") or {}).get("hostNetwork") is True))
         for node, pods in updates.items():
             trees[node].set_pods(pods)
         for node, nbytes in net.items():
