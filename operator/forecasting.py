@@ -69,11 +69,15 @@ def _source(name: str) -> est.Source:
     return est.Source(est.SOURCE_NAMES.index(name)) if name in est.SOURCE_NAMES else est.Source.PRIOR
 
 
-def _estimate(g: PendingGroup, held: Mapping[Hashable, tuple[float, str]],
-              settings: StowageSettings) -> tuple[float, est.Source]:
-    """The dispatcher's last estimate of the group; before its first decision, the hint or the default prior."""
+def _estimate(g: PendingGroup, held: Mapping[Hashable, tuple[float, str]], settings: StowageSettings,
+              means: Mapping[str, float]) -> tuple[float, est.Source]:
+    """The dispatcher's last estimate of the group; before its first decision, the hint or the default prior. A
+    learned queue prior is predicted from without its margin (``means``: queue → the mean of its finished tasks):
+    the margin makes the decision over- rather than under-estimate, a prediction wants the expected value."""
     if g.key in held:
         seconds, source = held[g.key]
+        if source == "prior" and g.queue in means:
+            return means[g.queue], est.Source.PRIOR
         if math.isfinite(seconds) and seconds > 0:
             return float(seconds), _source(source)
     if math.isfinite(g.expected_duration_s) and g.expected_duration_s > 0:
@@ -82,13 +86,16 @@ def _estimate(g: PendingGroup, held: Mapping[Hashable, tuple[float, str]],
 
 
 def snapshot_of(view: DispatchView, held: Mapping[Hashable, tuple[float, str]], usage: Usage, now: float,
-                settings: StowageSettings, plain: Mapping[str, tuple[float, str]] | None = None) -> forecast.Snapshot:
+                settings: StowageSettings, plain: Mapping[str, tuple[float, str]] | None = None,
+                means: Mapping[str, float] | None = None) -> forecast.Snapshot:
     """The dispatcher's view as a :class:`stowage.forecast.Snapshot` at ``now``.
 
     ``held``: the dispatcher's last estimates (group key → seconds, source); ``plain``: estimates of plain pods
     seen gated before (pod key → seconds, source), for those now running, which the decision no longer
-    estimates. A Job's running task (``RunningPod.job``) runs to its group's estimate; a running plain pod of a
-    queue, to its estimate from when it was gated (else the default prior); a pod outside Stowage, or of a Job
+    estimates; ``means``: each queue's learned mean task duration (``DurationPriors.learned_mean``), predicted
+    from instead of the margined prior (``_estimate``). A Job's running task (``RunningPod.job``) runs to its
+    group's estimate; a running plain pod of a queue, to its estimate from when it was gated (else the default
+    prior); a pod outside Stowage, or of a Job
     or queue the view no longer lists, holds its node for the whole forecast (``forecast.Node.held``). A
     suspended Job's running tasks run on; nothing else of it is predicted.
     """
@@ -118,7 +125,7 @@ def snapshot_of(view: DispatchView, held: Mapping[Hashable, tuple[float, str]], 
         out = []
         for g in groups:
             runs = running_of.pop((key, g.group), [])[:max(g.remaining_tasks, 0)]
-            seconds, source = _estimate(g, held, settings)
+            seconds, source = _estimate(g, held, settings, means or {})
             left = len(runs) if g.suspended else g.remaining_tasks
             if left <= 0:
                 continue
@@ -221,6 +228,7 @@ class _Offer:
     held: Mapping[Hashable, tuple[float, str]]
     usage: Usage
     now: float
+    means: Mapping[str, float]
 
 
 class Forecaster:
@@ -249,12 +257,14 @@ class Forecaster:
     def enabled(self) -> bool:
         return self.interval_s > 0
 
-    def offer(self, view: DispatchView, held: Mapping[Hashable, tuple[float, str]], usage: Usage, now: float) -> None:
-        """The pass's view and the decider's estimates and usage: kept until the thread takes them (O(1))."""
+    def offer(self, view: DispatchView, held: Mapping[Hashable, tuple[float, str]], usage: Usage, now: float,
+              means: Mapping[str, float] | None = None) -> None:
+        """The pass's view and the decider's estimates, usage and learned queue means (``snapshot_of``): kept until
+        the thread takes them (O(1))."""
         if not self.enabled:
             return
         with self._lock:
-            self._offer = _Offer(view, held, usage, now)
+            self._offer = _Offer(view, held, usage, now, dict(means or {}))
         self._wake.set()
 
     def start(self) -> Forecaster:
@@ -299,7 +309,7 @@ class Forecaster:
         for g in offer.view.groups:
             if g.job is None and g.key in offer.held:
                 self._plain[g.key] = offer.held[g.key]
-        snap = snapshot_of(offer.view, offer.held, offer.usage, offer.now, self.settings, self._plain)
+        snap = snapshot_of(offer.view, offer.held, offer.usage, offer.now, self.settings, self._plain, offer.means)
         result = self._predict(snap, self.settings)
         self.metrics.forecast_seconds.observe(time.process_time() - cpu)
         self._fingerprint, self.latest = mark, result
