@@ -50,7 +50,8 @@ __all__ = ["MAX_QUEUE_PODS", "MOVE_FRACTION", "MOVE_S", "POD_KEY", "Forecaster",
 log = logging.getLogger(__name__)
 
 #: A predicted time in a status moves only when the new prediction differs by more than this many seconds ...
-MOVE_S = 60.0
+#: (small beside a job of a minute: 60 s would keep a prediction off by as much as such a job's whole run)
+MOVE_S = 10.0
 #: ... and by more than this fraction of the time left until it (a wait of hours moves in steps of minutes).
 MOVE_FRACTION = 0.1
 #: Gated plain pods listed per Queue status (``status.pendingPods``), the first in queue order: the status stays

@@ -177,6 +177,18 @@ def test_predicted_times_move_only_past_the_tolerance() -> None:
     assert "fits no node" in forecasting.forecast_status(nofit, None, NOW)["note"]
 
 
+def test_a_short_wait_moves_by_less_than_a_minute() -> None:
+    """A finish predicted 100 s ahead that moves by 30 s (30 % of the wait) is rewritten: for jobs of a minute or
+    two, a fixed minute of tolerance would keep a prediction as far off as the job is long."""
+    j = forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, NOW + 40, NOW + 100, {"t": 60.0}, {"t": "prior"})
+    first = forecasting.forecast_status(j, None, NOW)
+    later = forecasting.forecast_status(
+        forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, NOW + 45, NOW + 130, {"t": 60.0},
+                             {"t": "prior"}), first, NOW)
+    assert later["start"] == first["start"]  # 5 s: within the tolerance
+    assert later["finish"] == "2027-01-15T08:02:10Z"
+
+
 def test_the_job_writer_leaves_the_forecast_to_the_forecaster() -> None:
     """A Job's status as the writer compares it ignores status.forecast: the forecaster's merge patches of that key
     never make the writer write the Job's status again."""
