@@ -13,8 +13,9 @@
 
 The prediction is ``stowage.forecast.predict``: the simulator's engine run forward from the live state with the
 decision the dispatcher runs (``stowage.policy.decide.Decider``), on the estimates the dispatcher's last decision
-held. It never runs in the pass: a pass only hands over its view (frozen records) and the decider's estimates and
-usage, and the status writes happen on the forecaster's thread.
+held (a learned queue prior without its margin: ``snapshot_of``). It never runs in the pass: a pass only hands
+over its view (frozen records) and the decider's estimates and usage, and the status writes happen on the
+forecaster's thread.
 
 A status keeps its predicted times until they move by more than :data:`MOVE_S` or :data:`MOVE_FRACTION` of the
 wait left (:func:`forecast_status`): a refresh that shifts a finish by seconds writes nothing.
