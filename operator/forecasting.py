@@ -13,8 +13,9 @@
 
 The prediction is ``stowage.forecast.predict``: the simulator's engine run forward from the live state with the
 decision the dispatcher runs (``stowage.policy.decide.Decider``), on the estimates the dispatcher's last decision
-held. It never runs in the pass: a pass only hands over its view (frozen records) and the decider's estimates and
-usage, and the status writes happen on the forecaster's thread.
+held (a learned queue prior without its margin: ``snapshot_of``). It never runs in the pass: a pass only hands
+over its view (frozen records) and the decider's estimates and usage, and the status writes happen on the
+forecaster's thread.
 
 A status keeps its predicted times until they move by more than :data:`MOVE_S` or :data:`MOVE_FRACTION` of the
 wait left (:func:`forecast_status`): a refresh that shifts a finish by seconds writes nothing.
@@ -50,7 +51,8 @@ __all__ = ["MAX_QUEUE_PODS", "MOVE_FRACTION", "MOVE_S", "POD_KEY", "Forecaster",
 log = logging.getLogger(__name__)
 
 #: A predicted time in a status moves only when the new prediction differs by more than this many seconds ...
-MOVE_S = 60.0
+#: (small beside a job of a minute: 60 s would keep a prediction off by as much as such a job's whole run)
+MOVE_S = 10.0
 #: ... and by more than this fraction of the time left until it (a wait of hours moves in steps of minutes).
 MOVE_FRACTION = 0.1
 #: Gated plain pods listed per Queue status (``status.pendingPods``), the first in queue order: the status stays
@@ -69,11 +71,15 @@ def _source(name: str) -> est.Source:
     return est.Source(est.SOURCE_NAMES.index(name)) if name in est.SOURCE_NAMES else est.Source.PRIOR
 
 
-def _estimate(g: PendingGroup, held: Mapping[Hashable, tuple[float, str]],
-              settings: StowageSettings) -> tuple[float, est.Source]:
-    """The dispatcher's last estimate of the group; before its first decision, the hint or the default prior."""
+def _estimate(g: PendingGroup, held: Mapping[Hashable, tuple[float, str]], settings: StowageSettings,
+              means: Mapping[str, float]) -> tuple[float, est.Source]:
+    """The dispatcher's last estimate of the group; before its first decision, the hint or the default prior. A
+    learned queue prior is predicted from without its margin (``means``: queue → the mean of its finished tasks):
+    the margin makes the decision over- rather than under-estimate, a prediction wants the expected value."""
     if g.key in held:
         seconds, source = held[g.key]
+        if source == "prior" and g.queue in means:
+            return means[g.queue], est.Source.PRIOR
         if math.isfinite(seconds) and seconds > 0:
             return float(seconds), _source(source)
     if math.isfinite(g.expected_duration_s) and g.expected_duration_s > 0:
@@ -82,13 +88,16 @@ def _estimate(g: PendingGroup, held: Mapping[Hashable, tuple[float, str]],
 
 
 def snapshot_of(view: DispatchView, held: Mapping[Hashable, tuple[float, str]], usage: Usage, now: float,
-                settings: StowageSettings, plain: Mapping[str, tuple[float, str]] | None = None) -> forecast.Snapshot:
+                settings: StowageSettings, plain: Mapping[str, tuple[float, str]] | None = None,
+                means: Mapping[str, float] | None = None) -> forecast.Snapshot:
     """The dispatcher's view as a :class:`stowage.forecast.Snapshot` at ``now``.
 
     ``held``: the dispatcher's last estimates (group key → seconds, source); ``plain``: estimates of plain pods
     seen gated before (pod key → seconds, source), for those now running, which the decision no longer
-    estimates. A Job's running task (``RunningPod.job``) runs to its group's estimate; a running plain pod of a
-    queue, to its estimate from when it was gated (else the default prior); a pod outside Stowage, or of a Job
+    estimates; ``means``: each queue's learned mean task duration (``DurationPriors.learned_mean``), predicted
+    from instead of the margined prior (``_estimate``). A Job's running task (``RunningPod.job``) runs to its
+    group's estimate; a running plain pod of a queue, to its estimate from when it was gated (else the default
+    prior); a pod outside Stowage, or of a Job
     or queue the view no longer lists, holds its node for the whole forecast (``forecast.Node.held``). A
     suspended Job's running tasks run on; nothing else of it is predicted.
     """
@@ -118,7 +127,7 @@ def snapshot_of(view: DispatchView, held: Mapping[Hashable, tuple[float, str]], 
         out = []
         for g in groups:
             runs = running_of.pop((key, g.group), [])[:max(g.remaining_tasks, 0)]
-            seconds, source = _estimate(g, held, settings)
+            seconds, source = _estimate(g, held, settings, means or {})
             left = len(runs) if g.suspended else g.remaining_tasks
             if left <= 0:
                 continue
@@ -221,6 +230,7 @@ class _Offer:
     held: Mapping[Hashable, tuple[float, str]]
     usage: Usage
     now: float
+    means: Mapping[str, float]
 
 
 class Forecaster:
@@ -249,12 +259,14 @@ class Forecaster:
     def enabled(self) -> bool:
         return self.interval_s > 0
 
-    def offer(self, view: DispatchView, held: Mapping[Hashable, tuple[float, str]], usage: Usage, now: float) -> None:
-        """The pass's view and the decider's estimates and usage: kept until the thread takes them (O(1))."""
+    def offer(self, view: DispatchView, held: Mapping[Hashable, tuple[float, str]], usage: Usage, now: float,
+              means: Mapping[str, float] | None = None) -> None:
+        """The pass's view and the decider's estimates, usage and learned queue means (``snapshot_of``): kept until
+        the thread takes them (O(1))."""
         if not self.enabled:
             return
         with self._lock:
-            self._offer = _Offer(view, held, usage, now)
+            self._offer = _Offer(view, held, usage, now, dict(means or {}))
         self._wake.set()
 
     def start(self) -> Forecaster:
@@ -299,7 +311,7 @@ class Forecaster:
         for g in offer.view.groups:
             if g.job is None and g.key in offer.held:
                 self._plain[g.key] = offer.held[g.key]
-        snap = snapshot_of(offer.view, offer.held, offer.usage, offer.now, self.settings, self._plain)
+        snap = snapshot_of(offer.view, offer.held, offer.usage, offer.now, self.settings, self._plain, offer.means)
         result = self._predict(snap, self.settings)
         self.metrics.forecast_seconds.observe(time.process_time() - cpu)
         self._fingerprint, self.latest = mark, result

@@ -302,7 +302,9 @@ class OperatorRuntime:
         applied = [r for r in releases if self.writer.apply_release_isolated(r, plans, taken)]
         self._stage = "publish"  # 6. holds, queue status, the learned state
         self.publisher.publish_holds(view, releases, now)
-        self.forecaster.offer(view, self.dispatcher.estimates(), dict(self.dispatcher.decider.usage), now)
+        priors = self.dispatcher.decider.priors
+        means = {q.name: m for q in view.queues if (m := priors.learned_mean(q.name)) is not None}
+        self.forecaster.offer(view, self.dispatcher.estimates(), dict(self.dispatcher.decider.usage), now, means)
         if now - self._last_status >= self.status_interval_s:
             self._last_status = now
             self.publisher.publish_queues(view, plans)

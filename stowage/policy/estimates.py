@@ -212,6 +212,12 @@ class DurationPriors:
         learned = min(self._queues[queue][1] * self.settings.prior_margin, _FLOAT_MAX)
         return max(learned, self.settings.min_duration_s)
 
+    def learned_mean(self, queue: str) -> float | None:
+        """Seconds: the mean of the queue's finished task durations, without the margin (None: none learned).
+        The forecast predicts from it; the decision reads :meth:`prior`."""
+        entry = self._queues.get(queue)
+        return None if entry is None else max(entry[1], self.settings.min_duration_s)
+
     def priors(self, queues: Sequence[str]) -> NDArray[np.float64]:
         """(len(queues),) the prior of each row's queue, for :attr:`Evidence.prior_s`."""
         known = {q: self.prior(q) for q in set(queues)}

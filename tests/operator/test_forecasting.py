@@ -56,6 +56,31 @@ def test_the_view_becomes_a_snapshot_with_running_tasks_barriers_and_foreign_pod
     assert (p.key, p.kind, p.groups[0].estimate_s) == ("pod:ns/p", "pods", 120.0)  # apart from a Job "ns/p"
 
 
+def test_a_learned_queue_prior_is_predicted_from_without_its_margin() -> None:
+    """The decision's learned prior is the queue's mean × ``prior_margin``; the forecast predicts from the mean.
+    Other sources (phase, hint) and a queue with nothing learned keep the decision's estimate."""
+    snap = forecasting.snapshot_of(_view(), HELD, {}, NOW, StowageSettings(), means={"batch": 400.0, "other": 1.0})
+    a, b, p = snap.jobs
+    assert (b.groups[0].estimate_s, b.groups[0].source) == (400.0, Source.PRIOR)  # not the held 600 (= 400 × 1.5)
+    assert (p.groups[0].estimate_s, a.groups[0].estimate_s, a.groups[1].estimate_s) == (400.0, 300.0, 60.0)
+    unlearned = forecasting.snapshot_of(_view(), HELD, {}, NOW, StowageSettings(), means={"other": 1.0})
+    assert unlearned.jobs[1].groups[0].estimate_s == 600.0
+
+
+def test_the_offer_carries_the_learned_means_to_the_snapshot() -> None:
+    client, metrics = _Client(), OperatorMetrics()
+    seen: list[forecast.Snapshot] = []
+
+    def spy(snap: forecast.Snapshot, settings: StowageSettings) -> forecast.Forecast:
+        seen.append(snap)
+        return forecast.predict(snap, settings)
+
+    f = _forecaster(client, metrics, predict=spy)
+    f.offer(_view(), HELD, {}, NOW, {"batch": 400.0})
+    assert f.refresh()
+    assert seen[0].jobs[1].groups[0].estimate_s == 400.0
+
+
 def test_the_snapshot_predicts_each_pending_job_in_queue_order() -> None:
     snap = forecasting.snapshot_of(_view(), HELD, {}, NOW, StowageSettings())
     f = forecast.predict(snap, StowageSettings())
@@ -150,6 +175,18 @@ def test_predicted_times_move_only_past_the_tolerance() -> None:
     assert forecasting.forecast_status(None, first, NOW) == dict.fromkeys(first)
     nofit = forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, None, None, {}, {}, fits=False)
     assert "fits no node" in forecasting.forecast_status(nofit, None, NOW)["note"]
+
+
+def test_a_short_wait_moves_by_less_than_a_minute() -> None:
+    """A finish predicted 100 s ahead that moves by 30 s (30 % of the wait) is rewritten: for jobs of a minute or
+    two, a fixed minute of tolerance would keep a prediction as far off as the job is long."""
+    j = forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, NOW + 40, NOW + 100, {"t": 60.0}, {"t": "prior"})
+    first = forecasting.forecast_status(j, None, NOW)
+    later = forecasting.forecast_status(
+        forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, NOW + 45, NOW + 130, {"t": 60.0},
+                             {"t": "prior"}), first, NOW)
+    assert later["start"] == first["start"]  # 5 s: within the tolerance
+    assert later["finish"] == "2027-01-15T08:02:10Z"
 
 
 def test_the_job_writer_leaves_the_forecast_to_the_forecaster() -> None:

@@ -217,6 +217,7 @@ def test_priors_are_learned_per_queue_with_the_margin() -> None:
     assert priors.prior("other") == 300.0
     assert priors.priors(["ml", "batch", "other", "batch"]).tolist() == [1500.0, 30.0, 300.0, 30.0]
     assert priors.priors([]).shape == (0,)
+    assert (priors.learned_mean("batch"), priors.learned_mean("other")) == (20.0, None)  # the forecast's: no margin
 
 
 @pytest.mark.parametrize("bad", [NAN, INF, -INF, -1.0], ids=["nan", "inf", "-inf", "negative"])

@@ -168,3 +168,13 @@ def test_only_a_packing_preset_runs_the_operators_decision() -> None:
         predict(snap((one("a", 1, 10),)), SETTINGS, ForecastOptions(preset="kube-default"))
     harvesting = predict(snap((one("a", 1, 10),)), SETTINGS, ForecastOptions(preset="stowage", grid_s=0.0))
     assert times(harvesting) == {"a": (0, 10)}
+
+
+def test_exact_estimates_behind_a_barrier_predict_close_to_the_truth() -> None:
+    """A job whose estimates are exact (map 8 × 20 s, then reduce 2 × 10 s behind the barrier) on an empty cluster
+    finishes at 30 s: the default grid may put each stage's finish a grid step late, not a stage's length."""
+    job = Job("etl", "q", (Group("map", cpu(1), 8, 20.0, Source.HISTORY),
+                           Group("reduce", cpu(1), 2, 10.0, Source.HISTORY, depends_on=("map",))), NOW)
+    f = predict(snap((job,), nodes=(node("n0", 8.0),)), SETTINGS).job("etl")
+    assert f.start_s == NOW
+    assert f.finish_s is not None and 30.0 <= f.finish_s - NOW <= 35.0
