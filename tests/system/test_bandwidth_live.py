@@ -12,7 +12,6 @@ the first task's sustained use (about 20Mi/s: 1 s rates of the fake kubelet's co
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,8 +19,6 @@ from kubernetes import client
 
 from stowage import labels
 from stowage.prom import peak_query
-from tests.support.controlplane import ControlPlane
-from tests.support.prometheus import prometheus_binary
 from tests.support.stack import WholeStack, wait_for
 from tests.system.workloads import group
 
@@ -31,14 +28,6 @@ LONG_S = 3600  # the tasks run until the namespace goes
 MI = float(1 << 20)
 USE = 0.25  # of the 80Mi/s declared: 20Mi/s
 
-
-@pytest.fixture(scope="module")
-def one_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WholeStack]:
-    if not isinstance(control_plane, ControlPlane):
-        pytest.skip("needs process control (STOWAGE_TEST_KUBECONFIG points at an external cluster)")
-    prometheus_binary()
-    with WholeStack(control_plane, tmp_path_factory.mktemp("bandwidth"), node_count=1) as stack:
-        yield stack
 
 
 def _bound(stack: WholeStack, ns: str) -> list[client.V1Pod]:

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
 from stowage import labels
-from tests.support.controlplane import ControlPlane
-from tests.support.prometheus import prometheus_binary
 from tests.support.stack import WholeStack, metric, wait_for
 from tests.system.workloads import plain_pod
 
@@ -41,14 +38,6 @@ REGULAR_CPU, OPPORTUNISTIC_CPU = "2400m", "1500m"
 STEADY = 0.3
 SPIKE = 5.0  # usage × 5: 1.5 × the 7.8 cores requested, far above T_preempt
 
-
-@pytest.fixture(scope="module")
-def one_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WholeStack]:
-    if not isinstance(control_plane, ControlPlane):
-        pytest.skip("needs process control (STOWAGE_TEST_KUBECONFIG points at an external cluster)")
-    prometheus_binary()
-    with WholeStack(control_plane, tmp_path_factory.mktemp("promotion"), node_count=1) as stack:
-        yield stack
 
 
 def pod_of(stack: WholeStack, ns: str, name: str) -> client.V1Pod:
