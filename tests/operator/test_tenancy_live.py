@@ -73,6 +73,18 @@ def _closed(queue: str) -> str:
             "to Open")
 
 
+@contextlib.contextmanager
+def _namespace(stack: OperatorStack, prefix: str, ns_labels: dict[str, str]) -> Iterator[str]:
+    """A namespace ``<NAMESPACE_PREFIX>-<prefix>-<random>`` with ``ns_labels``, deleted on the way out."""
+    name = f"{NAMESPACE_PREFIX}-{prefix}-{uuid.uuid4().hex[:6]}"
+    stack.plane.create_namespace(name, ns_labels)
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(client.ApiException):
+            stack.core.delete_namespace(name)
+
+
 @pytest.fixture
 def teams(operator_stack: OperatorStack, operator: Proc) -> Iterator[dict[str, str]]:
     """Two namespaces, ``a`` and ``b``, labelled ``team=<their team>``: team name → namespace."""
@@ -139,15 +151,11 @@ def test_a_queue_takes_work_only_from_the_namespaces_its_selector_matches(operat
         wait_for(lambda: _phase(stack, a, "p") == "Succeeded", 180, "team a's pod run")
         stack.wait_job_phase(a, "j", "Succeeded")
         # A namespace whose default queue (its stowage.io/queue label) does not admit it: its pods say so.
-        defaulted = f"{NAMESPACE_PREFIX}-c-{uuid.uuid4().hex[:6]}"
-        stack.plane.create_namespace(defaulted, {labels.LABEL_QUEUE: queue})
-        try:
+        with _namespace(stack, "c", {labels.LABEL_QUEUE: queue}) as defaulted:
             status, message = _refusal(lambda: stack.core.create_namespaced_pod(defaulted, _pod("p", stack)))
             assert (status, message) == (422, _denied(webhooks.MUTATE_POD_IN_QUEUE_NAMESPACE, (
                 f"namespace {defaulted!r}: {QUEUE_FIELD}: {_not_admitted(queue, defaulted, selector)}; it is the "
                 f"default queue of the namespace's pods, and must admit the namespace, got {queue!r}")))
-        finally:
-            stack.core.delete_namespace(defaulted)
     finally:
         _delete_queue(stack, queue)
 
@@ -185,17 +193,13 @@ def test_the_example_queue_with_a_selector_admits_its_team_only(operator_stack: 
     try:
         assert status in (200, 201), stored
         assert {k: stored["spec"][k] for k in doc["spec"]} == doc["spec"]
-        ml = f"{NAMESPACE_PREFIX}-ml-{uuid.uuid4().hex[:6]}"
-        stack.plane.create_namespace(ml, {"team": "ml"})
-        try:
+        with _namespace(stack, "ml", {"team": "ml"}) as ml:
             assert stack.core.create_namespaced_pod(ml, _pod("p", stack, queue=name)).spec.scheduling_gates
             selector = "team=ml,environment notin (sandbox)"
             status, message = _refusal(lambda: stack.core.create_namespaced_pod(teams["a"], _pod("p", stack,
                                                                                                queue=name)))
             assert (status, message) == (422, _denied(webhooks.MUTATE_POD, (
                 f"{QUEUE_FIELD}: {_not_admitted(name, teams['a'], selector)}, got {name!r}")))
-        finally:
-            stack.core.delete_namespace(ml)
     finally:
         _delete_queue(stack, name)
 
