@@ -45,8 +45,8 @@ from stowage.policy import estimates as est
 from stowage.policy import fairness
 from stowage.resources import ResourceVector
 
-__all__ = ["MAX_QUEUE_PODS", "MOVE_FRACTION", "MOVE_S", "POD_KEY", "Forecaster", "forecast_status", "pod_entry",
-           "snapshot_of"]
+__all__ = ["FIRST_KEYS", "MAX_QUEUE_PODS", "MOVE_FRACTION", "MOVE_S", "POD_KEY", "Forecaster", "forecast_error",
+           "forecast_status", "pod_entry", "snapshot_of"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ MOVE_FRACTION = 0.1
 MAX_QUEUE_PODS = 100
 
 Usage = Mapping[Pool, tuple[tuple[str, ...], fairness.QueueUsage]]
+#: Kept in ``status.forecast`` from the first prediction of a finish to the Job's end (:func:`forecast_status`).
+FIRST_KEYS = ("firstFinish", "firstPredictedAt")
 #: A plain pod's key in the forecast (``pod:namespace/name``): a Job and a pod of one name and namespace stay apart.
 POD_KEY = "pod:"
 
@@ -189,11 +191,16 @@ def forecast_status(j: forecast.JobForecast | None, old: Mapping[str, Any] | Non
          "sources": {"map": "phase", "reduce": "prior"}, "predictedAt": "2026-…Z", "note": None}
 
     ``j`` None (the Job is not predicted: suspended, finished, its queue gone): every key None.
+
+    The first predicted finish is kept for the Job's life (``firstFinish``, ``firstPredictedAt``: written once, never
+    moved nor cleared): the Job writer measures the forecast's error against it when the Job succeeds
+    (``stowage_forecast_error_ratio``, :func:`forecast_error`), as ``tests/system/bench_stock.py`` measures it.
     """
     keys = ("queuePosition", "position", "start", "finish", "sources", "predictedAt", "note")
     if j is None:
         return dict.fromkeys(keys)
     old = old or {}
+    first = {k: old[k] for k in FIRST_KEYS if old.get(k)}
     start = j.start_s if j.pending else None
     times = {}
     for name, value in (("start", start), ("finish", j.finish_s)):
@@ -204,8 +211,21 @@ def forecast_status(j: forecast.JobForecast | None, old: Mapping[str, Any] | Non
         note = "some task group fits no node: it never starts as the cluster stands"
     elif j.pending and start is None:
         note = "not within the forecast's horizon (or only harvested room would run it)"
+    if not first and j.finish_s is not None:
+        first = {"firstFinish": rfc3339(j.finish_s), "firstPredictedAt": rfc3339(now)}
     return {"queuePosition": j.queue_position, "position": j.position, **times,
-            "sources": dict(sorted(j.source.items())), "predictedAt": rfc3339(now), "note": note}
+            "sources": dict(sorted(j.source.items())), "predictedAt": rfc3339(now), "note": note, **first}
+
+
+def forecast_error(job: Mapping[str, Any], completed: float) -> float | None:
+    """``|actual finish − first predicted finish| ÷ the Job's completion time`` (creation → ``completed``, epoch
+    seconds), the benchmark's measure of the forecast; None when the Job never had a predicted finish."""
+    first = ((job.get("status") or {}).get("forecast") or {}).get("firstFinish")
+    predicted = parse_timestamp(first) if isinstance(first, str) else None
+    created = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+    if predicted is None or created is None:
+        return None
+    return abs(completed - predicted) / max(completed - created, 1.0)
 
 
 def _same(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:

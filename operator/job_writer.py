@@ -19,6 +19,7 @@ from typing import Any
 
 from stowage.operator import jobs, tasks
 from stowage.operator.events import post_event, rfc3339
+from stowage.operator.forecasting import forecast_error
 from stowage.operator.metrics import OperatorMetrics
 
 from stowage.kube import api
@@ -113,3 +114,6 @@ class JobWriter:
         done = parse_timestamp(plan.status.get("completionTime"))
         if created is not None and done is not None:
             self._metrics.job_completion.labels(tasks.job_queue(job)).observe(max(done - created, 0.0))
+        error = forecast_error(job, done) if done is not None else None
+        if error is not None:
+            self._metrics.forecast_error.labels(tasks.job_queue(job)).observe(error)

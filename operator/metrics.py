@@ -19,6 +19,7 @@
 | ``stowage_promotions_total`` | counter | | running opportunistic pods promoted to regular in place |
 | ``stowage_queue_predicted_wait_seconds`` | gauge | queue, job | until its first / last pending work starts |
 | ``stowage_forecast_seconds`` | histogram | | CPU seconds of one forecast refresh (off the pass) |
+| ``stowage_forecast_error_ratio`` | histogram | queue | first predicted finish's error ÷ JCT, at success |
 
 The queue gauges are computed at scrape time from the last numbers the dispatch loop published
 (:meth:`OperatorMetrics.publish_queues`, :meth:`OperatorMetrics.publish_holds`), so a deleted queue's series
@@ -66,8 +67,10 @@ _BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, f
 _WAIT_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
 # Estimate ÷ actual: 1 is exact; below it the task ran longer than estimated, above it shorter.
 _RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 10.0, float("inf"))
-# A forecast refresh: milliseconds on a small cluster, about a second at 1,000 pending Jobs on 500 nodes.
+# A forecast refresh: milliseconds on a small cluster, seconds at 1,000 pending Jobs on 500 nodes.
 _FORECAST_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, float("inf"))
+# The forecast's error as a fraction of a Job's completion time (bench_stock's measure; the target 0.2).
+_ERROR_BUCKETS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, float("inf"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +240,10 @@ class OperatorMetrics:
         self.forecast_seconds = Histogram(
             METRICS.FORECAST_SECONDS, "CPU seconds of one forecast refresh (off the dispatch pass)",
             buckets=_FORECAST_BUCKETS, registry=self.registry)
+        self.forecast_error = Histogram(
+            METRICS.FORECAST_ERROR, "At a Job's success: |its finish − the first finish the forecast predicted for "
+            "it| divided by its completion time (creation → finish), by queue", ["queue"],
+            buckets=_ERROR_BUCKETS, registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -245,6 +252,7 @@ class OperatorMetrics:
         self._queues.set(queues)
         for numbers in queues:  # each queue's completion series from the start: rate() sees its first Job
             self.job_completion.labels(numbers.name)
+            self.forecast_error.labels(numbers.name)
             for kind in WAIT_KINDS:
                 self.queue_wait.labels(numbers.name, kind)
 

@@ -175,6 +175,8 @@ class METRICS:
     QUEUE_PREDICTED_WAIT = "stowage_queue_predicted_wait_seconds"
     #: Histogram of the CPU seconds one forecast refresh took (off the dispatch pass).
     FORECAST_SECONDS = "stowage_forecast_seconds"
+    #: Histogram, label ``queue``: at a Job's success, ``|finish − its first predicted finish| ÷ its completion time``.
+    FORECAST_ERROR = "stowage_forecast_error_ratio"
 
 
 class Opportunistic(enum.StrEnum):

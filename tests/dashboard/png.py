@@ -1,25 +1,38 @@
 """Draw every panel's range-query results into one PNG grid (matplotlib, the ``sim`` extra).
 
 One subplot per non-row panel, in the dashboard's order, titled like the panel; one line per series,
-named by the target's legendFormat. Time runs in seconds since the start of the run.
+named by the target's legendFormat. Time runs in seconds since the start of the run. ``rows``: only the panels
+under these rows (by title), e.g. the picture docs/operator.md shows of "Waiting pods" and the forecast.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from tests.dashboard import grafana
 
-__all__ = ["render"]
+__all__ = ["render", "rows_panels"]
 
 COLUMNS = 3
 
 
+def rows_panels(dashboard: Mapping[str, Any], rows: Collection[str]) -> set[int]:
+    """Ids of the panels under the rows titled ``rows`` (a row holds the panels after it, up to the next row)."""
+    ids: set[int] = set()
+    under = False
+    for panel in dashboard.get("panels") or []:
+        if panel.get("type") == "row":
+            under = panel.get("title") in rows
+        elif under:
+            ids.add(int(panel["id"]))
+    return ids
+
+
 def render(dashboard: Mapping[str, Any], results: Mapping[tuple[int, str], list[dict[str, Any]]], start: float,
-           path: Path) -> Path:
+           path: Path, rows: Collection[str] = (), title: str | None = None) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,6 +41,9 @@ def render(dashboard: Mapping[str, Any], results: Mapping[tuple[int, str], list[
     by_panel: dict[int, list[grafana.Target]] = {}
     for target in grafana.targets(dashboard):
         by_panel.setdefault(target.panel_id, []).append(target)
+    if rows:
+        keep = rows_panels(dashboard, rows)
+        by_panel = {k: v for k, v in by_panel.items() if k in keep}
     panels = list(by_panel.items())
     rows = max(math.ceil(len(panels) / COLUMNS), 1)
     fig, axes = plt.subplots(rows, COLUMNS, figsize=(6 * COLUMNS, 3.4 * rows), squeeze=False)
@@ -51,7 +67,8 @@ def render(dashboard: Mapping[str, Any], results: Mapping[tuple[int, str], list[
             ax.legend(fontsize=6, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(f"{dashboard.get('title', 'dashboard')}: every panel, from a real Prometheus", fontsize=12)
+    heading = title or f"{dashboard.get('title', 'dashboard')}: every panel, from a real Prometheus"
+    fig.suptitle(heading, fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)

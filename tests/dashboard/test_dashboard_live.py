@@ -14,7 +14,9 @@ opportunistic pod no node can hold (the extender rejects it).
 Each query is sent the way Grafana would send it (:mod:`tests.dashboard.grafana`: ``$node`` = every node
 the dashboard's variable query finds, ``$__rate_interval`` from the 1 s scrape interval) as a range query
 over the run. Every query must return a finite value; one that cannot is a dashboard bug. A last test draws
-every panel into one PNG (``build/artifacts/dashboard.png``): an artifact for a person, not an assertion.
+every panel into one PNG (``build/artifacts/dashboard.png``): an artifact for a person, not an assertion; and the
+rows "Waiting pods" and "When will it run" into the picture docs/operator.md shows (``build/artifacts/``, or
+``docs/images/dashboard-waiting.png`` itself with ``STOWAGE_DOCS_IMAGES=1``).
 """
 
 from __future__ import annotations
@@ -49,19 +51,24 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(1200)]
 
 DASHBOARD = CHART / "dashboards" / "stowage.json"
 ARTIFACT = REPO / "build" / "artifacts" / "dashboard.png"
+#: The picture of the queue rows in docs/operator.md ("When will it run"), drawn from this run.
+DOCS_IMAGE = REPO / "docs" / "images" / "dashboard-waiting.png"
+DOCS_ROWS = ("Waiting pods", "When will it run (the forecast)")
 SCRAPE_S = 1.0
 GI = 1 << 30
 #: Panels whose series exist only once the work happened: they must show more than zeros.
 DRIVEN = ("Evictions by resource and policy", "Extender rejections by reason", "Job completion time",
           "Release-to-bind latency", "Extender latency", "Dispatches by class",
-          "Queue wait time (submission → release)")
+          "Queue wait time (submission → release)", "Forecast error (first predicted finish)",
+          "Forecast refresh CPU")
 #: Panels whose series this stack may not have, and why: its kube-scheduler serves no metrics port to scrape
 #: (the observer's profile is not stowage-scheduler), and a pod may never be held at the gate at a scrape.
 #: ``test_prometheus_operator.py`` runs their queries on every series the components export, scraped through
 #: the Prometheus Operator's configuration; here they are checked only when the series exist.
 MAYBE_EMPTY = {"Pending pods in the Stowage scheduler": "the stack's kube-scheduler is not scraped",
                "Scheduling attempt latency (stowage-scheduler)": "the stack's kube-scheduler is not scraped",
-               "Held pods by reason": "no pod was held at the admission gate at a scrape"}
+               "Held pods by reason": "no pod was held at the admission gate at a scrape",
+               "Predicted wait per queue": "nothing may be pending when the forecast runs"}
 
 
 class _BandwidthStack(OperatorStack):
@@ -323,4 +330,9 @@ def test_render_every_panel_to_one_png(live: Live, dashboard: dict[str, Any]) ->
     path = png.render(dashboard, live.results, live.start, ARTIFACT)
     print(f"\ndashboard grid written to {path}")
     assert path.stat().st_size > 10_000
+    rows = DOCS_IMAGE if os.environ.get("STOWAGE_DOCS_IMAGES") == "1" else ARTIFACT.with_name(DOCS_IMAGE.name)
+    rows = png.render(dashboard, live.results, live.start, rows, rows=DOCS_ROWS,
+                      title="Stowage: the rows Waiting pods and When will it run, from a real Prometheus")
+    print(f"the queue rows written to {rows}")
+    assert rows.stat().st_size > 10_000
 

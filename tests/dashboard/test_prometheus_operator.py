@@ -77,6 +77,10 @@ def exposition(component: str, path: str, n: int) -> str:
                   f'{m.QUEUE_PENDING_TASKS}{{queue="default"}} 3',
                   *_histogram(m.JOB_COMPLETION_SECONDS, 'queue="default"', n),
                   *_histogram(m.QUEUE_WAIT_SECONDS, 'queue="default",kind="job"', n),
+                  f'{m.QUEUE_PREDICTED_WAIT}{{queue="default",job="first"}} 30',
+                  f'{m.QUEUE_PREDICTED_WAIT}{{queue="default",job="last"}} 90',
+                  *_histogram(m.FORECAST_ERROR, 'queue="default"', n),
+                  *_histogram(m.FORECAST_SECONDS, "", n),
                   *_histogram(m.RELEASE_TO_BIND_SECONDS, "", n),
                   f'{m.DISPATCH_TOTAL}{{class="regular"}} {n}',
                   # Added by #20's "why a pod waits" part: the panel reads it by this name.

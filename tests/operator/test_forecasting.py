@@ -7,6 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
+import pytest
 from stowage.operator import forecasting, jobs
 from stowage.operator.dispatch_records import DispatchView, NodeRecord, PendingGroup, QueueRecord, RunningPod
 from stowage.operator.job_writer import _comparable
@@ -172,9 +173,31 @@ def test_predicted_times_move_only_past_the_tolerance() -> None:
     moved = forecasting.forecast_status(
         forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, NOW + 5400, None, {}, {}, fits=True), first, NOW)
     assert moved["start"] == "2027-01-15T09:30:00Z" and moved["finish"] is None
-    assert forecasting.forecast_status(None, first, NOW) == dict.fromkeys(first)
+    # A cleared forecast (the Job finished) removes every key but the first predicted finish, kept to the end.
+    cleared = forecasting.forecast_status(None, first, NOW)
+    assert cleared == dict.fromkeys(k for k in first if k not in forecasting.FIRST_KEYS)
     nofit = forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, None, None, {}, {}, fits=False)
     assert "fits no node" in forecasting.forecast_status(nofit, None, NOW)["note"]
+
+
+def test_the_first_predicted_finish_is_kept_and_measured_at_the_jobs_end() -> None:
+    """``firstFinish`` is written with the first predicted finish and never moved; at the Job's success the error is
+    ``|finish − firstFinish| ÷ completion time``, the benchmark's measure (stowage_forecast_error_ratio)."""
+    pending = forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, NOW + 60, None, {"t": 60.0}, {"t": "prior"})
+    no_finish = forecasting.forecast_status(pending, None, NOW)
+    assert not set(forecasting.FIRST_KEYS) & set(no_finish)  # nothing predicted a finish yet
+    j = forecast.JobForecast("ns/b", "batch", "job", True, 1, 1, NOW + 60, NOW + 160, {"t": 60.0}, {"t": "prior"})
+    first = forecasting.forecast_status(j, no_finish, NOW + 5)
+    assert (first["firstFinish"], first["firstPredictedAt"]) == ("2027-01-15T08:02:40Z", "2027-01-15T08:00:05Z")
+    moved = forecasting.forecast_status(
+        forecast.JobForecast("ns/b", "batch", "job", False, None, None, NOW + 60, NOW + 400, {"t": 60.0},
+                             {"t": "phase"}), first, NOW + 100)
+    assert moved["finish"] == "2027-01-15T08:06:40Z" and moved["firstFinish"] == first["firstFinish"]
+    created = NOW - 40  # the Job was created 40 s before the first prediction; it finishes at NOW + 200
+    job = {"metadata": {"creationTimestamp": "2027-01-15T07:59:20Z"}, "status": {"forecast": moved}}
+    assert forecasting.forecast_error(job, NOW + 200) == pytest.approx(40 / (NOW + 200 - created))
+    assert forecasting.forecast_error({"metadata": job["metadata"], "status": {}}, NOW + 200) is None
+    assert forecasting.forecast_error({"status": job["status"]}, NOW + 200) is None  # no creation time
 
 
 def test_a_short_wait_moves_by_less_than_a_minute() -> None:
