@@ -270,8 +270,8 @@ def queue_budgets(demand: ArrayLike, tasks: ArrayLike, duration_s: ArrayLike, qu
     otherwise run its long chains only once the others have drained, and end the run a chain later (Graphene,
     OSDI'16). A queue holding its budget already runs its backlog at the pace the run's end needs. ``demand``
     (G, R), ``tasks`` (G,), ``duration_s`` (G,) as :func:`drain_times`; ``queue`` (G,) each group's queue in
-    ``0..n_queues-1``. All zero when nothing waits; where the work overflows (an infinite drain), the queues that hold it get 1,
-    the others 0.
+    ``0..n_queues-1``. All zero when nothing waits; where the work overflows (an infinite drain), the queues
+    that hold it get 1, the others 0.
     """
     d = np.asarray(demand, dtype=np.float64)
     q = np.asarray(queue, dtype=np.int64).reshape(-1)
