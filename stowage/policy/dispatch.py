@@ -14,7 +14,9 @@ The decision core of the simulator's ``tetris``/``stowage`` presets and of the o
    ``10⁶`` for groups the barrier knob boosts; if no allowed row fits anywhere, among all rows. End game
    (Graphene; both off by default, ``PassInput.group_duration_s``): ``packing.bottleneck_weight`` adds
    ``remaining_work.bottleneck_bonus``; with ``packing.critical_path_fraction`` a row whose chain outlasts the
-   waiting work's drain time (``remaining_work.critical_rows``) gets ``10⁶`` and passes the masks.
+   waiting work's drain time (``remaining_work.critical_rows``) gets ``10⁶`` and passes the job mask, and its
+   queue's tier while the queue holds less than ``packing.critical_tier_budget`` × the dominant share its
+   waiting work needs to drain when all waiting work drains (``remaining_work.queue_budgets``).
 4. **Place** one task; take its demand off the node's free vector and add it to its queue's allocation;
    a row whose pending count reaches 0 leaves the pass.
 

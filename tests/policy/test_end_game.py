@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from stowage.config import PackingSettings, StowageSettings, validate
-from stowage.policy import dispatch, remaining_work
+from stowage.policy import decide, dispatch, remaining_work
 
 
 def test_drain_times_are_the_waiting_work_over_the_pool_per_resource() -> None:
@@ -116,3 +116,12 @@ def test_a_critical_row_crosses_its_queues_tier_within_the_budget(held: float, b
 def test_the_knobs_are_range_checked(field: str, value: float) -> None:
     settings = StowageSettings(packing=dataclasses.replace(PackingSettings(), **{field: value}))
     assert any(p.startswith(f"packing.{field}: must be within") for p in validate(settings))
+
+
+def test_children_of_reads_the_chains_off_depends_on_within_each_job() -> None:
+    # Two jobs with groups of the same names: a dependsOn names a group of its own job only; an unknown name
+    # (a finished group, no longer in the view) adds nothing.
+    got = decide.children_of(["a", "a", "a", "b", "b"], ["map", "reduce", "final", "map", "reduce"],
+                             [(), ("map",), ("reduce", "gone"), (), ("map",)])
+    assert got == [[1], [2], [], [4], []]
+    assert decide.chains(np.array([10.0, 60.0, 30.0, 5.0, 5.0]), got).tolist() == [100.0, 90.0, 30.0, 10.0, 5.0]
