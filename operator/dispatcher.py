@@ -250,7 +250,10 @@ class Dispatcher:
             sample_age_s=np.array([_sample_age(n) for n in view.nodes], dtype=np.float64),
             promotable=promotable_arrays(a, queues, promotable),
             gang=np.array([max(g.gang, 0) for g in groups], dtype=np.int64) if any(g.gang > 0 for g in groups)
-            else None)
+            else None,
+            group_children=decide.children_of([g.job or g.key for g in groups], [g.group for g in groups],
+                                              [g.depends_on for g in groups])
+            if self.settings.packing.critical_path_fraction > 0 else None)
         return snapshot.build(
             snap, features=lambda g: self._features(a, g, mean_cap),
             harvestable=lambda: harvestable(self.settings.harvest, view, a, now,

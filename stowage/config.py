@@ -11,8 +11,8 @@ YAML file shape (every key optional)::
     contention: {t_preempt: {cpu: 0.99, memory: 0.95}, sustained_count: 3, sustained_count_cpu: 6,
                  sample_interval_s: 1, policy: preserve, alpha: 2, ...}
     packing:    {fairness_knob: 0.25, barrier_knob: 0.9, remaining_work_weight: 1.0, remote_penalty: 0.1,
-                 bottleneck_weight: 0, critical_path_fraction: 0, starvation_skip_limit: 30,
-                 gang_ready_timeout_s: 300}
+                 bottleneck_weight: 0, critical_path_fraction: 0, critical_tier_budget: 1,
+                 starvation_skip_limit: 30, gang_ready_timeout_s: 300}
     classifier: {short_task_threshold_s: 60}
     estimates:  {default_prior_s: 300, prior_margin: 1.5, min_finished: 1, elapsed_margin: 1.25, min_duration_s: 1,
                  history_weight_cap: 100, history_max_entries: 1000, forecast_interval_s: 5, bandwidth_margin: 1.25,
@@ -168,6 +168,10 @@ class PackingSettings:
     its job) is at least ``c`` × the time the pool needs to drain all waiting work (``max_r D_r``) goes first,
     whatever the job order and queue masks say (``remaining_work.critical_rows``; end-game awareness,
     Graphene). 0 turns it off."""
+    critical_tier_budget: float = 1.0
+    """``k``: with ``c`` on, a critical task also crosses its queue's fairness tier while its queue holds less than
+    ``k`` × the dominant share its waiting work needs to drain when all waiting work drains
+    (``remaining_work.queue_budgets``). 0: critical tasks keep their queue's tier."""
     starvation_skip_limit: int = 30
     """``ε_s`` (OPERA §III-E, multi-chance reservation): a task group passed over in more than this many
     dispatcher passes that released other work, while it fits some node's capacity, gets a reservation
@@ -376,6 +380,7 @@ def validate(settings: StowageSettings) -> list[str]:
     _check_range(p, "packing.remote_penalty", k.remote_penalty, 0.0, 1.0, False, True)
     _check_range(p, "packing.bottleneck_weight", k.bottleneck_weight, 0.0, 100.0, False, False)
     _check_range(p, "packing.critical_path_fraction", k.critical_path_fraction, 0.0, 100.0, False, False)
+    _check_range(p, "packing.critical_tier_budget", k.critical_tier_budget, 0.0, 100.0, False, False)
     _check_range(p, "packing.gang_ready_timeout_s", k.gang_ready_timeout_s, 0.0, 86400.0, True, False)
     if not 0 <= k.starvation_skip_limit <= 1_000_000:
         p.append(f"packing.starvation_skip_limit: must be within [0, 1000000] (0 turns the guard off), "

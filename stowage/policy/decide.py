@@ -712,6 +712,20 @@ class Decider:
         }
 
 
+def children_of(job: Sequence[Hashable], name: Sequence[str],
+                depends_on: Sequence[Sequence[str]]) -> list[list[int]]:
+    """``DecideInput.group_children`` from each group's job, name and the names of the groups of its job it
+    waits for (``dependsOn``): the operator's view of the chains the simulator reads off its workload."""
+    index = {(j, n): g for g, (j, n) in enumerate(zip(job, name, strict=True))}
+    out: list[list[int]] = [[] for _ in name]
+    for g, deps in enumerate(depends_on):
+        for d in deps:
+            parent = index.get((job[g], d))
+            if parent is not None:
+                out[parent].append(g)
+    return out
+
+
 def chains(duration: NDArray[np.float64], children: Sequence[Sequence[int]]) -> NDArray[np.float64]:
     """(G,) each group's duration plus the longest chain of durations through the groups that wait on it."""
     out = np.full(duration.shape[0], np.nan)

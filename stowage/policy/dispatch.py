@@ -14,7 +14,9 @@ The decision core of the simulator's ``tetris``/``stowage`` presets and of the o
    ``10⁶`` for groups the barrier knob boosts; if no allowed row fits anywhere, among all rows. End game
    (Graphene; both off by default, ``PassInput.group_duration_s``): ``packing.bottleneck_weight`` adds
    ``remaining_work.bottleneck_bonus``; with ``packing.critical_path_fraction`` a row whose chain outlasts the
-   waiting work's drain time (``remaining_work.critical_rows``) gets ``10⁶`` and passes the masks.
+   waiting work's drain time (``remaining_work.critical_rows``) gets ``10⁶`` and passes the job mask, and its
+   queue's tier while the queue holds less than ``packing.critical_tier_budget`` × the dominant share its
+   waiting work needs to drain when all waiting work drains (``remaining_work.queue_budgets``).
 4. **Place** one task; take its demand off the node's free vector and add it to its queue's allocation;
    a row whose pending count reaches 0 leaves the pass.
 
@@ -231,6 +233,8 @@ def _place_all(
         boost = boost + starved * (2 * BOOST)
     bonus, critical = _end_game(inp, knobs, rows, shapes[shape_of], cap)
     boost = boost + bonus + critical * BOOST
+    budget = (knobs.critical_tier_budget * _budgets(inp, rows, shapes[shape_of])
+              if critical.any() and knobs.critical_tier_budget > 0 else None)
     urgent = starved | critical  # rows that compete whatever the job mask says (within their queue's tier)
     any_urgent = bool(urgent.any())
     queues = inp.group_queue[rows]
@@ -247,14 +251,17 @@ def _place_all(
     present = np.bincount(queues, minlength=weight.shape[0]) > 0  # queues with rows: changes only when rows go
     tolerance, floor = knobs.queue_usage_tolerance, knobs.queue_share_floor
     rule = None if _every_queue_competes(queues, weight.shape[0], f) else shares.rule(present, tolerance, floor)
-    masks_for: tuple[bytes, bytes] | None = None  # (shapes that fit, tiers) the search mask was made for
+    masks_for: tuple[bytes, bytes, bytes] | None = None  # (shapes that fit, tiers) the search mask was made for
     allowed = np.ones(rows.size, dtype=bool)
     while rows.size and (limit is None or len(placements) < limit):
         # Tiers change only with a placement: once per placement. No rule: every queue competes (f = 0 or one
         # queue left).
         shape_fits = shaped.count > 0
         tiers = None if rule is None else shares.tiers(rule)
-        state = shape_fits.tobytes(), b"" if tiers is None else tiers.tobytes()
+        # Critical rows cross their queue's tier while the queue holds less than its budget (``_budgets``).
+        crossing = None if tiers is None or budget is None else shares.dominant < budget
+        state = (shape_fits.tobytes(), b"" if tiers is None else tiers.tobytes(),
+                 b"" if crossing is None else crossing.tobytes())
         if state != masks_for:
             # The rows searched: those whose shape fits some node now, of the first tier that has one. A search
             # returns None only when no row it may take fits, so the mask alone decides which tier that is, and
@@ -271,6 +278,8 @@ def _place_all(
                 if in_tier.any():
                     allowed = in_tier
                     break
+            if crossing is not None:
+                allowed = allowed | (critical & fits & crossing[queues])
             masks_for = state
         best = candidates.best_candidate(shaped, searched, allowed, m)
         if best is None:
@@ -306,7 +315,7 @@ def _place_all(
         if not keep.all():
             masks_for = None
             rows, shape_of, searched, queues = rows[keep], shape_of[keep], searched.kept(keep), queues[keep]
-            pending, urgent = pending[keep], urgent[keep]
+            pending, urgent, critical = pending[keep], urgent[keep], critical[keep]
             gang = None if gang is None else gang[keep]
             jobs_ok = ranks.mask(keep)
             now_present = np.bincount(queues, minlength=weight.shape[0]) > 0
@@ -331,6 +340,15 @@ def _end_game(
     if inp.group_path_s is not None:
         critical = remaining_work.critical_rows(np.asarray(inp.group_path_s)[rows], drain, knobs.critical_path_fraction)
     return bonus, critical
+
+
+def _budgets(inp: PassInput, rows: NDArray[np.int64], demand: NDArray[np.float64]) -> NDArray[np.float64]:
+    """(Q,) the dominant share each queue may hold while its critical rows cross its tier: what its waiting work
+    needs to drain when all of it drains (``remaining_work.queue_budgets``, over the pass's rows)."""
+    assert inp.group_duration_s is not None  # critical rows need durations
+    n_queues = int(np.asarray(inp.queue_weight).shape[0])
+    return remaining_work.queue_budgets(demand, np.asarray(inp.pending)[rows], np.asarray(inp.group_duration_s)[rows],
+                                        inp.group_queue[rows], n_queues, inp.pool_total)
 
 
 def _within_quota(inp: PassInput, rows: NDArray[np.int64], qa: NDArray[np.float64]) -> NDArray[np.bool_]:

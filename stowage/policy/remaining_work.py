@@ -258,3 +258,31 @@ def critical_rows(path_s: ArrayLike, drain: ArrayLike, fraction: float) -> NDArr
     if c <= 0.0 or not top > 0.0:
         return np.zeros(p.shape[0], dtype=bool)
     return np.isfinite(p) & (p >= c * top)
+
+
+def queue_budgets(demand: ArrayLike, tasks: ArrayLike, duration_s: ArrayLike, queue: ArrayLike, n_queues: int,
+                  total: ArrayLike) -> NDArray[np.float64]:
+    """(Q,) the dominant share each queue's waiting work needs for it to drain when all waiting work drains:
+    ``max_r D_{q,r} / max_r D_r``, ``D`` the :func:`drain_times` of the queue's and of all waiting groups.
+
+    The budget within which the head of a long chain may cross its queue's fairness tier
+    (``packing.critical_path_fraction``): a queue that holds most of the waiting work but little weight would
+    otherwise run its long chains only once the others have drained, and end the run a chain later (Graphene,
+    OSDI'16). A queue holding its budget already runs its backlog at the pace the run's end needs. ``demand``
+    (G, R), ``tasks`` (G,), ``duration_s`` (G,) as :func:`drain_times`; ``queue`` (G,) each group's queue in
+    ``0..n_queues-1``. All zero when nothing waits; where the work overflows (an infinite drain), the queues
+    that hold it get 1, the others 0.
+    """
+    d = np.asarray(demand, dtype=np.float64)
+    q = np.asarray(queue, dtype=np.int64).reshape(-1)
+    out = np.zeros(n_queues)
+    top = float(drain_times(d, tasks, duration_s, total).max(initial=0.0))
+    if not top > 0.0:
+        return out
+    n = np.asarray(tasks, dtype=np.float64).reshape(-1)
+    dur = np.asarray(duration_s, dtype=np.float64).reshape(-1)
+    for k in np.unique(q).tolist():
+        mine = q == k
+        own = float(drain_times(d[mine], n[mine], dur[mine], total).max(initial=0.0))
+        out[k] = float(math.isinf(own)) if math.isinf(top) else min(own / top, 1.0)
+    return out

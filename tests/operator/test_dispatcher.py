@@ -683,3 +683,18 @@ def test_a_queue_is_never_released_beyond_its_quota_per_pool() -> None:
 def test_a_quota_on_a_resource_no_node_has_caps_nothing_else() -> None:
     view = DispatchView([node("n1")], [], [QueueRecord("a", quota={"nvidia.com/gpu": 0.0})], [grp("g", "a", tasks=3)])
     assert released(Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(view)) == {"g": 3}
+
+
+def test_the_head_of_a_long_chain_goes_first_with_the_critical_path_knob() -> None:
+    # One free core. "short": one 5 s task; "long": a 10 s map, then a 1000 s reduce behind it (dependsOn).
+    # SRTF prefers "short"; with c = 1 the map heads a 1010 s chain, longer than the 15 s the waiting work
+    # drains in, so it goes first: the operator passes the chains its groups' dependsOn make.
+    view = DispatchView(
+        nodes=[node("n1", cpu=1.0, memory=8.0)], running=[], queues=[QueueRecord("q", job_order=JobOrder.SRTF)],
+        groups=[grp("short", duration=5.0, memory=1.0),
+                dataclasses.replace(grp("long/map", job="long", duration=10.0, memory=1.0), group="map"),
+                dataclasses.replace(grp("long/reduce", job="long", duration=1000.0, memory=1.0, tasks=0,
+                                        remaining=1), group="reduce", depends_on=("map",))])
+    assert order(Dispatcher(StowageSettings(), clock=lambda: 0.0).decide(view)) == ["short"]
+    critical = Dispatcher(settings_with(critical_path_fraction=1.0), clock=lambda: 0.0)
+    assert order(critical.decide(view)) == ["long/map"]
