@@ -228,7 +228,7 @@ class Dispatcher:
         mean_cap = a.alloc.mean(axis=0) if a.node_names else np.zeros(len(a.resources))
         snap = snapshot.PassSnapshot(
             now=now, capacity=a.alloc, regular_requests=a.reg_alloc, bandwidth=bandwidth_mask(a), shapes=shapes,
-            regular_bandwidth=a.reg_bandwidth,
+            regular_bandwidth=a.reg_bandwidth, bandwidth_fill=self.settings.estimates.bandwidth_fill,
             group_shape=group_shape, group_key=[g.key for g in groups], group_job=a.job, group_queue=a.queue,
             releasable=np.array([max(g.releasable, 0) for g in groups], dtype=np.int64),
             remaining=np.array([max(g.remaining_tasks, 0) for g in groups], dtype=np.int64),

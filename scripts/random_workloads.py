@@ -18,6 +18,7 @@ so an interrupted benchmark resumes. One workload's run again, as the script ran
     .venv/bin/python scripts/random_workloads.py --seeds 5 --jobs 1  # the first 5
     .venv/bin/python scripts/random_workloads.py --without-bandwidth  # declared disk/network dropped
     .venv/bin/python scripts/random_workloads.py --overcommit-loss 0.5  # over-subscribed disks/links lose throughput
+    .venv/bin/python scripts/random_workloads.py --bandwidth-fill 1.1 --out makespan-runs/fill-1.1.jsonl  # a sweep
     .venv/bin/python scripts/random_workloads.py --policy stowage-regular --jobs 2  # + what harvesting adds
     .venv/bin/python scripts/random_workloads.py --start 50 --seeds 20 --out makespan-runs/held-out.jsonl  # held out
     .venv/bin/python scripts/random_workloads.py --policy stowage-regular --from-runs --write-results docs/results.md
@@ -64,9 +65,14 @@ def without_bandwidth(workload: Any) -> Any:
 
 
 def run_seed(seed: int, presets: Sequence[str], drop_bandwidth: bool = False,
-             commit: str = "unknown", overcommit_loss: float = 0.0) -> list[dict[str, Any]]:
+             commit: str = "unknown", overcommit_loss: float = 0.0,
+             bandwidth_fill: float | None = None) -> list[dict[str, Any]]:
     """Each preset's summary on ``random:seed``, with the workload's drawn parameters, wall time and ``commit``;
-    ``overcommit_loss``: the usage model's (``stowage.sim.usage.UsageModel``), 0 its default."""
+    ``overcommit_loss``: the usage model's (``stowage.sim.usage.UsageModel``), 0 its default; ``bandwidth_fill``:
+    ``estimates.bandwidth_fill`` (None: its default)."""
+    import dataclasses
+
+    from stowage.config import StowageSettings
     from stowage.policy.dispatch import PASS_DELAY_S
     from stowage.sim.engine import SimConfig, simulate
     from stowage.sim.traces.random_mix import random_mix
@@ -78,7 +84,12 @@ def run_seed(seed: int, presets: Sequence[str], drop_bandwidth: bool = False,
     out = []
     for preset in presets:
         started = time.perf_counter()
-        config = SimConfig(pass_delay_s=PASS_DELAY_S, usage=UsageModel(overcommit_loss=overcommit_loss))
+        settings = StowageSettings()
+        if bandwidth_fill is not None:
+            settings = dataclasses.replace(settings, estimates=dataclasses.replace(settings.estimates,
+                                                                                   bandwidth_fill=bandwidth_fill))
+        config = SimConfig(pass_delay_s=PASS_DELAY_S, usage=UsageModel(overcommit_loss=overcommit_loss),
+                           settings=settings)
         result = simulate(workload, preset, config=config, seed=seed)
         out.append({"seed": seed, "preset": preset, "commit": commit, "wall_s": time.perf_counter() - started,
                     "workload": {k: workload.model[k] for k in ("n_nodes", "load", "usage_mean", "queues",
@@ -236,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overcommit-loss", type=float, default=0.0, metavar="BETA",
                         help="the usage model's overcommit_loss: an over-subscribed disk or link delivers "
                              "C/(1+BETA(rho-1)) (default 0: fluid sharing)")
+    parser.add_argument("--bandwidth-fill", type=float, default=None, metavar="F",
+                        help="estimates.bandwidth_fill: the fraction of a node's disk and network estimated use may "
+                             "fill (default: the setting's default); give each value its own --out")
     parser.add_argument("--from-runs", action="store_true",
                         help="run nothing: the tables of the runs kept in --out (refused if a seed's run is missing)")
     parser.add_argument("--write-results", type=Path, metavar="PAGE",
@@ -265,7 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("a") as sink, ProcessPoolExecutor(max(args.jobs, 1)) as pool:
             for done in pool.map(run_seed, todo, [missing[s] for s in todo], [args.without_bandwidth] * len(todo),
-                                 [commit] * len(todo), [args.overcommit_loss] * len(todo)):
+                                 [commit] * len(todo), [args.overcommit_loss] * len(todo),
+                                 [args.bandwidth_fill] * len(todo)):
                 for r in done:
                     rows[(r["seed"], r["preset"])] = r
                     sink.write(json.dumps(r) + "\n")

@@ -176,6 +176,7 @@ class PackingPreset(Preset):
         snap = snapshot.PassSnapshot(
             now=v.now, capacity=c.cap, regular_requests=c.reg_alloc, bandwidth=spec.io_resources,
             regular_bandwidth=use_estimates.reserved(run.group[regular], run.node[regular], demand, c.n),
+            bandwidth_fill=v.settings.estimates.bandwidth_fill,
             shapes=shapes, group_shape=group_shape, group_key=groups.tolist(),
             group_job=np.searchsorted(jobs, spec.g_job[groups]), group_queue=spec.g_queue[groups],
             releasable=releasable, remaining=remaining, intent=spec.j_opp[spec.g_job[groups]],
