@@ -10,7 +10,8 @@ Checks, in order; the first that fails names the node's message (reason keys in
 2. ``contention`` — every Stowage pod: the node monitor reports sustained contention
    (fresh samples only; without samples we know nothing and block nothing).
 3. ``bandwidth`` — regular Stowage pods: declared disk/network bandwidth would exceed the
-   node's declared bandwidth less what its regular pods reserve (``policy.room.bandwidth_room``), each pod
+   node's declared bandwidth × ``estimates.bandwidth_fill`` less what its regular pods reserve
+   (``policy.room.bandwidth_room``), each pod
    by its task group's estimated use (``policy.use_estimates``), the pod filtered too.
    Nodes declaring none are not checked. Opportunistic pods reserve no declared bandwidth:
    their disk and network are checked against ``A_opp`` (measured) in check 6, like cpu and memory.
@@ -149,9 +150,10 @@ def _bandwidth_message(snap: Snapshot, i: int, demand: np.ndarray, cols: list[in
     for r in cols:
         res = snap.resources[r]
         cap, used = float(snap.declared_capacity[i, r]), float(snap.bandwidth_allocated[i, r])
-        if cap > 0 and demand[r] > max(cap - used, 0.0) * (1.0 + tolerances.FEASIBILITY_RTOL):
+        free = float(snap.bandwidth_free[i, r])
+        if cap > 0 and demand[r] > free * (1.0 + tolerances.FEASIBILITY_RTOL):
             parts.append(
-                f"{res} bandwidth {human(float(demand[r]), res)} > free {human(max(cap - used, 0.0), res)}"
+                f"{res} bandwidth {human(float(demand[r]), res)} > free {human(free, res)}"
                 f" (node declares {human(cap, res, exact=True)}, regular pods reserve {human(used, res)})"
             )
     return "; ".join(parts)
@@ -177,7 +179,7 @@ def filter_nodes(pod: PodRequest, snap: Snapshot) -> FilterOutcome:
     cols = _bandwidth_columns(snap)
     if not pod.opportunistic and cols and demand[cols].any():
         cap = snap.declared_capacity[:, cols]
-        free = np.maximum(cap - snap.bandwidth_allocated[:, cols], 0.0)
+        free = snap.bandwidth_free[:, cols]
         over = (cap > 0) & (demand[cols][None, :] > free * (1.0 + tolerances.FEASIBILITY_RTOL))
         mark(over.any(axis=1), _BANDWIDTH)
     if pod.opportunistic:

@@ -27,9 +27,9 @@ def _raw_scores(pod: PodRequest, snap: Snapshot | ScoringView) -> np.ndarray:
     available = (snap.harvestable if pod.opportunistic else snap.regular_available).copy()
     cols = [snap.resources.index(r) for r in (DISK, NETWORK) if r in snap.resources]
     if cols and not pod.opportunistic:
-        # A regular pod's bandwidth availability is what the node declares less what its regular pods reserve;
-        # an opportunistic pod's is measured, in A_opp (it reserves no declared bandwidth).
-        available[:, cols] = np.maximum(snap.declared_capacity[:, cols] - snap.bandwidth_allocated[:, cols], 0.0)
+        # A regular pod's bandwidth availability is what the node declares (× bandwidth_fill) less what its regular
+        # pods reserve; an opportunistic pod's is measured, in A_opp (it reserves no declared bandwidth).
+        available[:, cols] = snap.bandwidth_free[:, cols]
     remote = None
     if pod.data_nodes:
         remote = np.fromiter((n not in pod.data_nodes for n in snap.names), dtype=bool, count=len(snap.names))

@@ -244,6 +244,13 @@ class Snapshot:
         disk/network columns are meaningful); opportunistic pods reserve no declared bandwidth."""
         return self._table.bandwidth_allocated[self._positions]
 
+    @cached_property
+    def bandwidth_free(self) -> np.ndarray:
+        """(N,R) the room a regular pod's disk and network fit (``policy.room.bandwidth_room``: the declared
+        capacity × ``estimates.bandwidth_fill`` less what the regular pods reserve; disk/network columns only)."""
+        return room.bandwidth_room(self.declared_capacity, self.bandwidth_allocated,
+                                   self.settings.estimates.bandwidth_fill)
+
 
 class ScoringView:
     """What prioritize needs of a :class:`Snapshot`, for a subset of its nodes; rows taken on first use."""
@@ -285,6 +292,10 @@ class ScoringView:
     @cached_property
     def bandwidth_allocated(self) -> np.ndarray:
         return self._parent.bandwidth_allocated[self._positions]
+
+    @cached_property
+    def bandwidth_free(self) -> np.ndarray:
+        return self._parent.bandwidth_free[self._positions]
 
 
 class Snapshots:

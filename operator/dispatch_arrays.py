@@ -18,6 +18,7 @@ from stowage.operator.dispatch_records import DispatchView, PendingGroup, QueueR
 
 from stowage.config import EstimateSettings, HarvestSettings
 from stowage.policy import decide, room, use_estimates
+from stowage.policy.estimates import RecurringHistory
 from stowage.resources import CORE_RESOURCES, DISK, NETWORK, ResourceVector
 
 __all__ = [
@@ -105,12 +106,14 @@ def _peaks(records: Sequence[RunningPod | PendingGroup], resources: tuple[str, .
     return out
 
 
-def view_arrays(view: DispatchView, estimates: EstimateSettings | None = None) -> ViewArrays:
+def view_arrays(view: DispatchView, estimates: EstimateSettings | None = None,
+                history: RecurringHistory | None = None) -> ViewArrays:
     """Nodes, allocations and groups on one resource axis: cpu, memory, disk, network, then extended names.
 
     Released-but-unbound tasks are not in it yet: the dispatcher adds them (it knows where they went). With
     ``estimates``, disk and network are also estimated from what the pods used (``ViewArrays.estimated``,
-    ``ViewArrays.reg_bandwidth``).
+    ``ViewArrays.reg_bandwidth``), else from what earlier runs of the recurring job used (``history``: a pending
+    group by its recurring key, a running pod by its Job's pending groups' key; none: declared).
     """
     queues = queue_records(view)
     q_index = {q.name: i for i, q in enumerate(queues)}
@@ -158,14 +161,21 @@ def view_arrays(view: DispatchView, estimates: EstimateSettings | None = None) -
     a.job = np.array([jobs[g.job if g.job is not None else g.key] for g in a.groups], dtype=np.int64)
     bw = bandwidth_mask(a)
     if estimates is not None and bw.any():
-        def estimated(rows: NDArray[np.float64], records: Sequence[RunningPod | PendingGroup]) -> NDArray[np.float64]:
+        keys = {g.job: g.recurring_key for g in a.groups if g.job is not None and g.recurring_key is not None}
+
+        def estimated(rows: NDArray[np.float64], records: Sequence[RunningPod | PendingGroup],
+                      recurring: Sequence[str | None]) -> NDArray[np.float64]:
             peak = _peaks(records, resources)
-            ev = use_estimates.UseSeen(declared=rows, peak=peak, history=np.full_like(peak, np.nan))
+            kept = [history.use(k, rec.group) if history is not None and k is not None else {}
+                    for rec, k in zip(records, recurring, strict=True)]
+            ev = use_estimates.UseSeen(declared=rows, peak=peak,
+                                       history=use_estimates.history_use(rows, kept, resources))
             return use_estimates.estimate(ev, bw, estimates).demand
 
-        a.estimated = estimated(a.demand.reshape(len(a.groups), r), a.groups)
+        a.estimated = estimated(a.demand.reshape(len(a.groups), r), a.groups, [g.recurring_key for g in a.groups])
         regular = np.flatnonzero((on >= 0) & ~is_opp)
-        held = estimated(demand[regular].reshape(-1, r), [pods[i] for i in regular.tolist()])
+        held = estimated(demand[regular].reshape(-1, r), [pods[i] for i in regular.tolist()],
+                         [keys.get(pods[i].job) if pods[i].job is not None else None for i in regular.tolist()])
         a.reg_bandwidth = use_estimates.reserved(np.arange(regular.size), on[regular], held, len(node_names))
     return a
 

@@ -116,6 +116,12 @@ class Dispatcher:
         return self.decider.observe_finished(features, durations_s, queue=queue, group=group,
                                              recurring_key=recurring_key, group_key=group_key)
 
+    def observe_use(self, recurring_key: str, group: str, used: Mapping[str, float]) -> None:
+        """Learn one finished task's sustained disk and network use, resource → use ÷ declared, into the recurring
+        history (``estimates.RecurringHistory.observe_use``): the next runs' ``history`` row of
+        ``policy.use_estimates``."""
+        self.decider.history.observe_use(recurring_key, group, used)
+
     def estimates(self) -> dict[Hashable, tuple[float, str]]:
         """group key → (task duration estimate, source name) at the last decision."""
         return self.decider.estimates()
@@ -228,7 +234,7 @@ class Dispatcher:
         mean_cap = a.alloc.mean(axis=0) if a.node_names else np.zeros(len(a.resources))
         snap = snapshot.PassSnapshot(
             now=now, capacity=a.alloc, regular_requests=a.reg_alloc, bandwidth=bandwidth_mask(a), shapes=shapes,
-            regular_bandwidth=a.reg_bandwidth,
+            regular_bandwidth=a.reg_bandwidth, bandwidth_fill=self.settings.estimates.bandwidth_fill,
             group_shape=group_shape, group_key=[g.key for g in groups], group_job=a.job, group_queue=a.queue,
             releasable=np.array([max(g.releasable, 0) for g in groups], dtype=np.int64),
             remaining=np.array([max(g.remaining_tasks, 0) for g in groups], dtype=np.int64),
@@ -281,7 +287,7 @@ class Dispatcher:
 
     def _arrays(self, view: DispatchView, *, trim: bool = False) -> ViewArrays:
         """``dispatch_arrays.view_arrays`` plus the released-but-unbound tasks where they were released."""
-        a = view_arrays(view, self.settings.estimates)
+        a = view_arrays(view, self.settings.estimates, self.decider.history)
         self._reserve_unbound(a, {name: i for i, name in enumerate(a.node_names)}, trim=trim)
         return a
 

@@ -37,6 +37,7 @@ class Lesson(NamedTuple):
     group_key: str  # namespace/job/group: the PendingGroup key the dispatcher estimated it under
     group: str
     recurring_key: str | None  # the Job's estimates.recurring_key
+    used: dict[str, float] | None = None  # its sustained disk/network use ÷ declared (RecurringHistory.observe_use)
 
 
 class GroupEvidence(NamedTuple):

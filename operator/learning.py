@@ -1,6 +1,7 @@
 """What the operator learns from finished tasks, and where it keeps it across restarts.
 
-Finished tasks (:func:`lessons`) teach the dispatcher (classifier, queue priors, recurring history); the
+Finished tasks (:func:`lessons`) teach the dispatcher (classifier, queue priors, recurring history: run times,
+and the sustained disk and network use Prometheus showed of each, ``policy.use_estimates``' history row); the
 estimate each replaced is observed as ``stowage_estimate_ratio{source}``. The classifier's state and the uids it
 learned from are one ConfigMap write (``stowage-operator-state``), loaded again at start and on resuming.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from stowage.operator import jobs, tasks
 from stowage.operator.dispatcher import Dispatcher
@@ -19,8 +20,9 @@ from stowage.operator.metrics import OperatorMetrics
 from stowage import labels
 from stowage.kube import api
 from stowage.policy import classifier
+from stowage.resources import DISK, NETWORK
 
-__all__ = ["LEARNED_KEY", "STATE_CONFIGMAP", "STATE_KEY", "Learning", "lessons"]
+__all__ = ["LEARNED_KEY", "STATE_CONFIGMAP", "STATE_KEY", "Learning", "UsePeak", "lessons"]
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +30,18 @@ STATE_CONFIGMAP = "stowage-operator-state"
 STATE_KEY = "classifier.json"
 LEARNED_KEY = "learned.json"
 
+#: A pod's sustained disk and network use by (namespace, pod name) (``prom.UtilizationSnapshot.use_peak``).
+UsePeak = Callable[[tuple[str, str]], Mapping[str, float] | None]
+
 
 def lessons(book: jobs.JobBook, key: jobs.JobKey, plan: tasks.JobPlan,
-            mean_capacity: Mapping[str, float]) -> list[jobs.Lesson]:
+            mean_capacity: Mapping[str, float], use_peak: UsePeak | None = None) -> list[jobs.Lesson]:
     """One :class:`Lesson` per task of the Job that succeeded and was not learned from yet.
 
     The features are the ones the dispatcher asks the classifier about (``classifier.task_features``:
     queue, job, group, the demand as fractions of the mean node, the Job's progress); the duration is the
-    task's run span (``evidence.run_span``), the same the group's ``finished_mean_s`` averages.
+    task's run span (``evidence.run_span``), the same the group's ``finished_mean_s`` averages. ``used``: the
+    pod's sustained use (``use_peak``) ÷ its declared disk and network, where it declares some and was seen.
     """
     job = book.job(key)
     out = []
@@ -53,7 +59,11 @@ def lessons(book: jobs.JobBook, key: jobs.JobKey, plan: tasks.JobPlan,
         queue = tasks.job_queue(job)
         features = classifier.task_features(queue, jobs.job_recurring_key(job), group, demand, mean_capacity,
                                             tasks.job_progress(plan))
-        out.append(jobs.Lesson(features, span[1] - span[0], queue, f"{key[0]}/{key[1]}/{group}", group, recurring))
+        seen = use_peak((key[0], str((pod.get("metadata") or {}).get("name")))) if use_peak is not None else None
+        used = {r: float(seen[r]) / demand[r] for r in (DISK, NETWORK)
+                if seen and r in seen and demand[r] > 0 and math.isfinite(float(seen[r])) and float(seen[r]) >= 0}
+        out.append(jobs.Lesson(features, span[1] - span[0], queue, f"{key[0]}/{key[1]}/{group}", group, recurring,
+                               used or None))
     return out
 
 
@@ -61,23 +71,28 @@ class Learning:
     """Teaches the dispatcher from the Jobs' finished tasks; saves and loads what it learned."""
 
     def __init__(self, client: api.KubeClient, dispatcher: Dispatcher, book: jobs.JobBook, metrics: OperatorMetrics,
-                 *, state_namespace: str) -> None:
+                 *, state_namespace: str, use_peak: UsePeak | None = None) -> None:
+        """``use_peak``: each pod's sustained disk and network use (None: bandwidth use is not learned)."""
         self.client = client
         self.dispatcher = dispatcher
         self.book = book
         self.metrics = metrics
         self.state_namespace = state_namespace
+        self.use_peak = use_peak
         self._saved_state: str | None = None
 
     def learn(self, key: jobs.JobKey, plan: tasks.JobPlan, mean_capacity: Mapping[str, float]) -> int:
-        """Teach the dispatcher the Job's tasks that succeeded since (classifier, queue prior, recurring history)
+        """Teach the dispatcher the Job's tasks that succeeded since (classifier, queue prior, recurring history of
+        run times and of bandwidth use)
         and observe ``stowage_estimate_ratio{source}``: the estimate its last decision held for the task's group
         ÷ the task's run time. Returns how many tasks it learned from."""
-        found = lessons(self.book, key, plan, mean_capacity)
+        found = lessons(self.book, key, plan, mean_capacity, self.use_peak)
         for lesson in found:
             held = self.dispatcher.observe_finished(
                 lesson.features, (lesson.duration_s,), queue=lesson.queue, group_key=lesson.group_key,
                 recurring_key=lesson.recurring_key, group=lesson.group)
+            if lesson.used and lesson.recurring_key is not None:
+                self.dispatcher.observe_use(lesson.recurring_key, lesson.group, lesson.used)
             if held is not None and lesson.duration_s > 0 and math.isfinite(held[0]):
                 self.metrics.estimate_ratio.labels(held[1]).observe(held[0] / lesson.duration_s)
         return len(found)

@@ -134,7 +134,8 @@ class OperatorRuntime:
         self.warnings = PodWarnings(client, dry_run=dry_run)
         self.snapshots = Snapshots(settings, self.cache, self.utilization, self.metrics, tell=self.warnings.tell,
                                    clock=clock)
-        self.learning = Learning(client, dispatcher, self.jobs, self.metrics, state_namespace=self.state_namespace)
+        self.learning = Learning(client, dispatcher, self.jobs, self.metrics, state_namespace=self.state_namespace,
+                                 use_peak=lambda key: self.utilization.current.use_peak(key))
         self.forecaster = Forecaster(settings, client, self.jobs, self.metrics, dry_run=dry_run, clock=clock)
         self.publisher = Publisher(client, self.cache, dispatcher, self.metrics, dry_run=dry_run, clock=clock,
                                    pending_pods=self.forecaster.pending_pods)

@@ -16,7 +16,7 @@ YAML file shape (every key optional)::
     classifier: {short_task_threshold_s: 60}
     estimates:  {default_prior_s: 300, prior_margin: 1.5, min_finished: 1, elapsed_margin: 1.25, min_duration_s: 1,
                  history_weight_cap: 100, history_max_entries: 1000, forecast_interval_s: 5, bandwidth_margin: 1.25,
-                 bandwidth_window_s: 30}
+                 bandwidth_window_s: 30, bandwidth_fill: 1.0}
 
 Environment: ``STOWAGE_<SECTION>__<KEY>`` (``STOWAGE_CONTENTION__POLICY=neutral``;
 per-resource keys as ``STOWAGE_HARVEST__T_ALLOC__CPU=0.8``).
@@ -221,6 +221,11 @@ class EstimateSettings:
     bandwidth_window_s: float = 30.0
     """Sustained use is averaged over this window: bandwidth is compressible, so a burst shorter than it slows its
     neighbours for seconds and is not reserved for a task's whole life (ours)."""
+    bandwidth_fill: float = 1.0
+    """Regular pods' estimated disk and network use may fill this fraction of a node's declared disk and network
+    bandwidth (``policy.room.bandwidth_room``): bandwidth is compressible, so above 1 packs past the declared fit
+    and the tasks share what is over, below 1 keeps headroom (docs/policy.md, "How far to fill a disk or link";
+    measured, ours)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +399,7 @@ def validate(settings: StowageSettings) -> list[str]:
     _check_range(p, "estimates.forecast_interval_s", e.forecast_interval_s, 0.0, 3600.0, False, False)
     _check_range(p, "estimates.bandwidth_margin", e.bandwidth_margin, 1.0, 100.0, False, False)
     _check_range(p, "estimates.bandwidth_window_s", e.bandwidth_window_s, 0.0, 3600.0, True, False)
+    _check_range(p, "estimates.bandwidth_fill", e.bandwidth_fill, 0.0, 10.0, True, False)
     for key, count, most in (
         ("min_finished", e.min_finished, 1_000_000),
         ("history_weight_cap", e.history_weight_cap, 1_000_000),

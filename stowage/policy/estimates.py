@@ -259,15 +259,43 @@ class RecurringHistory:
 
     Past the cap the mean moves by ``(d − mean)/cap`` per finished task, an exponential average, so a
     recurring job that got slower is followed. Entries are (key, group) pairs.
+
+    Beside durations, per the same pairs and under the same bounds, the sustained disk and network use of one task
+    (:meth:`observe_use`, :meth:`use`; ``policy.use_estimates``' ``HISTORY`` row), as a fraction of what the task
+    declared: a run that declares more or less than the last one keeps what its tasks use of it. A fraction
+    higher than the one kept replaces it at once, a lower one moves it by ``(f − kept)/count`` (count capped as
+    above): the kept value is a peak, over- rather than under-estimated (as the ``OBSERVED`` row, the highest of
+    the group's tasks), that follows a recurring job that got lighter.
     """
 
     def __init__(self, settings: EstimateSettings) -> None:
         self.settings = settings
         self.max_entries = min(settings.history_max_entries, MAX_KEYS)
         self._entries: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()  # oldest update first
+        self._use: OrderedDict[tuple[str, str], tuple[int, dict[str, float]]] = OrderedDict()  # the same, of use
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def observe_use(self, key: str, group: str, used: Mapping[str, float]) -> None:
+        """Learn one finished task's sustained use: ``used`` maps a resource to its use ÷ what the task declared
+        of it (class docstring). Non-finite or negative fractions are ignored; nothing left: nothing learned."""
+        fractions = {str(r): float(f) for r, f in used.items() if _usable(float(f))}
+        if not fractions:
+            return
+        count, kept = self._use.pop((key, group), (0, {}))
+        count = min(count + 1, self.settings.history_weight_cap)
+        for r, f in fractions.items():
+            old = kept.get(r)
+            kept[r] = f if old is None or f >= old else old + (f - old) / count
+        self._use[(key, group)] = (count, kept)
+        while len(self._use) > self.max_entries:
+            self._use.popitem(last=False)
+
+    def use(self, key: str, group: str) -> dict[str, float]:
+        """resource → the group's sustained use over earlier runs, as a fraction of the declared; {} when unknown."""
+        entry = self._use.get((key, group))
+        return {} if entry is None else dict(entry[1])
 
     def observe(self, key: str, group: str, duration_s: float) -> None:
         """Learn from one finished task of ``group`` in a run of ``key``; non-finite or negative ignored."""
@@ -286,8 +314,10 @@ class RecurringHistory:
         return math.nan if entry is None else entry[1]
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"version": 1, "entries": [[key, group, count, mean_s], ...]}``, least recently updated first."""
-        return {"version": _STATE_VERSION, "entries": [[k, g, c, m] for (k, g), (c, m) in self._entries.items()]}
+        """``{"version": 1, "entries": [[key, group, count, mean_s], ...], "use": [[key, group, count, {resource:
+        fraction}], ...]}``, least recently updated first (a state without ``use`` reads as none learned)."""
+        return {"version": _STATE_VERSION, "entries": [[k, g, c, m] for (k, g), (c, m) in self._entries.items()],
+                "use": [[k, g, c, dict(sorted(f.items()))] for (k, g), (c, f) in self._use.items()]}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], settings: EstimateSettings) -> RecurringHistory:
@@ -308,6 +338,23 @@ class RecurringHistory:
             out._entries[(key, group)] = (min(count, settings.history_weight_cap), mean)
         while len(out._entries) > out.max_entries:
             out._entries.popitem(last=False)
+        for i, row in enumerate(state.get("use") or ()):
+            if not isinstance(row, Sequence) or isinstance(row, str) or len(row) != 4 \
+                    or not isinstance(row[3], Mapping):
+                raise ValueError(f"use[{i}]: must be [key, group, count, {{resource: fraction}}], got {row!r}")
+            key, group, count, fractions = row
+            if not isinstance(key, str) or not isinstance(group, str):
+                raise TypeError(f"use[{i}]: key and group must be strings, got {row[:2]!r}")
+            if (key, group) in out._use:
+                raise ValueError(f"use[{i}]: ({key!r}, {group!r}) appears twice")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"use[{i}]: count must be a whole number ≥ 1, got {count!r}")
+            kept = {str(r): float(f) for r, f in fractions.items()}
+            if not all(_usable(f) for f in kept.values()):
+                raise ValueError(f"use[{i}]: fractions must be finite and ≥ 0, got {fractions!r}")
+            out._use[(key, group)] = (min(count, settings.history_weight_cap), kept)
+        while len(out._use) > out.max_entries:
+            out._use.popitem(last=False)
         return out
 
 

@@ -12,7 +12,7 @@ Every component that asks "may node ``n`` take this demand now" assembles the sa
   (:func:`stowage.policy.harvest.in_sample`), ``harvest.ramp_up_s`` at most (Tetris §4.1).
 - **harvested room** (:func:`harvested_room`): ``A_opp = T_alloc·C − U − B − S`` (UBIS Alg. 1 l.21, OPERA
   Eq. 4) on nodes with a fresh sample that allow harvesting, 0 elsewhere.
-- **declared bandwidth room** (:func:`bandwidth_room`): ``C − Σ regular pods' declared bandwidth``. Only
+- **declared bandwidth room** (:func:`bandwidth_room`): ``fill · C − Σ regular pods' reserved bandwidth``. Only
   regular pods reserve declared bandwidth; an opportunistic pod's disk and network fit the measured
   harvested room like every other resource.
 
@@ -156,11 +156,15 @@ def harvested_room(
     return room
 
 
-def bandwidth_room(capacity: ArrayLike, regular_declared: ArrayLike) -> NDArray[np.float64]:
-    """(N, R) ``max(C − Σ regular pods' declared demand, 0)``: the declared room a regular pod must fit.
+def bandwidth_room(capacity: ArrayLike, regular_declared: ArrayLike, fill: float = 1.0) -> NDArray[np.float64]:
+    """(N, R) ``max(fill · C − Σ regular pods' reserved bandwidth, 0)``: the room a regular pod must fit.
 
-    Read on the disk and network columns. Opportunistic pods reserve no declared bandwidth (their disk and
-    network are measured, in ``U``, and they fit :func:`harvested_room`), so their declarations are not in
+    Read on the disk and network columns; each regular pod reserves its group's estimated use
+    (``policy.use_estimates``). ``fill`` is ``estimates.bandwidth_fill``: bandwidth is compressible (too much of it
+    slows the tasks that share it, it fails none), so estimated use may be packed past the declared capacity
+    (> 1) or short of it (< 1). Opportunistic pods reserve no declared bandwidth (their disk and network are
+    measured, in ``U``, and they fit :func:`harvested_room`), so their declarations are not in
     ``regular_declared``. NaN capacity → 0; NaN declared → the whole capacity (unknown: nothing free).
     """
-    return harvest.regular_available(capacity, regular_declared)
+    cap = np.asarray(capacity, dtype=np.float64)
+    return harvest.regular_available(cap * float(fill) if fill != 1.0 else cap, regular_declared)

@@ -45,6 +45,9 @@ class PassSnapshot(decide.PassFacts):
     """(N, R) what the regular pods on each node reserve of disk and network: Σ of their groups' estimates
     (``use_estimates.reserved``), read on the ``bandwidth`` columns; None: their declared demand
     (``regular_requests``). ``shapes`` then carry the pending groups' estimates too."""
+    bandwidth_fill: float = 1.0
+    """The fraction of each node's disk and network capacity regular pods' estimates may fill
+    (``estimates.bandwidth_fill``, ``room.bandwidth_room``)."""
 
 
 _FACTS: Final = tuple(f.name for f in fields(decide.PassFacts))
@@ -79,10 +82,14 @@ def build(snap: PassSnapshot, *, harvestable: Callable[[], NDArray[np.float64]] 
     held = snap.regular_requests
     if snap.regular_bandwidth is not None:  # bandwidth by estimated use, the rest by requests
         held = np.where(np.asarray(snap.bandwidth, dtype=bool)[None, :], snap.regular_bandwidth, held)
+    bw_room = room.bandwidth_room(snap.capacity, held, snap.bandwidth_fill)
+    free = harvest.regular_available(snap.capacity, held)
+    if snap.bandwidth_fill != 1.0:  # the regular pass fits bandwidth by its room, which may pass capacity
+        free = np.where(np.asarray(snap.bandwidth, dtype=bool)[None, :], bw_room, free)
     return decide.DecideInput(
         **{name: getattr(snap, name) for name in _FACTS},
-        regular_free=harvest.regular_available(snap.capacity, held),
-        bandwidth_room=room.bandwidth_room(snap.capacity, held),
+        regular_free=free,
+        bandwidth_room=bw_room,
         evidence=estimates.Evidence(hint_s=snap.hint_s, finished=snap.finished, finished_mean_s=snap.finished_mean_s,
                                     elapsed_s=snap.elapsed_s, history_s=snap.history_s,
                                     prior_s=np.full(len(snap.group_key), np.nan)),

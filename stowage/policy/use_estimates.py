@@ -8,7 +8,8 @@ came from (:class:`Source`). Per group and bandwidth column, the first that appl
 
     OBSERVED  the highest sustained use seen among the group's tasks, finished or running, × bandwidth_margin
               (a phase's tasks are statistically alike, Tetris §4.1)
-    HISTORY   the same over earlier runs of the recurring job, × bandwidth_margin
+    HISTORY   the same over earlier runs of the recurring job (estimates.RecurringHistory.use: a fraction of the
+              declared, :func:`history_use`), × bandwidth_margin
     DECLARED  what the task declares
 
 and never above what it declares: an estimate only lowers what is reserved, so a group that declares no
@@ -31,6 +32,7 @@ declared-bandwidth room of ``policy.room.bandwidth_room`` is the same rule every
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +41,8 @@ from numpy.typing import ArrayLike, NDArray
 from stowage.config import EstimateSettings
 from stowage.errors import InvalidInput
 
-__all__ = ["SOURCE_NAMES", "Estimates", "Source", "UseSeen", "estimate", "group_peaks", "reserved", "sustained_peak"]
+__all__ = ["SOURCE_NAMES", "Estimates", "Source", "UseSeen", "estimate", "group_peaks", "history_use", "reserved",
+           "sustained_peak", "use_fractions"]
 
 
 class Source(enum.IntEnum):
@@ -179,4 +182,30 @@ def reserved(pod_group: ArrayLike, pod_node: ArrayLike, estimates: ArrayLike, n_
     out = np.zeros((n_nodes, est.shape[1] if est.ndim == 2 else 0))
     keep = (groups >= 0) & (groups < est.shape[0]) & (nodes >= 0) & (nodes < n_nodes)
     np.add.at(out, nodes[keep], est[groups[keep]])
+    return out
+
+
+def use_fractions(used: ArrayLike, declared: ArrayLike, resources: Sequence[str],
+                  bandwidth: ArrayLike) -> dict[str, float]:
+    """What ``estimates.RecurringHistory.observe_use`` learns of one finished task: resource → its sustained use
+    (``used`` (R,), :func:`sustained_peak`) ÷ what it declares (``declared`` (R,)), on the ``bandwidth`` columns
+    it declares (finite, > 0) and was seen on (finite, ≥ 0); {} when none."""
+    u = np.asarray(used, dtype=np.float64).reshape(-1)
+    d = np.asarray(declared, dtype=np.float64).reshape(-1)
+    bw = np.asarray(bandwidth, dtype=bool).reshape(-1)
+    keep = bw & _seen(u) & np.isfinite(d) & (d > 0.0)
+    return {resources[r]: float(u[r] / d[r]) for r in np.flatnonzero(keep).tolist()}
+
+
+def history_use(declared: ArrayLike, fractions: Sequence[Mapping[str, float]],
+                resources: Sequence[str]) -> NDArray[np.float64]:
+    """(G, R) each group's :attr:`UseSeen.history`: ``fractions[g]`` (``estimates.RecurringHistory.use``: resource
+    → its use over earlier runs ÷ the declared) × what one task of the group declares now; NaN where none is kept."""
+    d = np.asarray(declared, dtype=np.float64)
+    out = np.full(d.shape, np.nan)
+    col = {r: j for j, r in enumerate(resources)}
+    for g, kept in enumerate(fractions):
+        for r, f in kept.items():
+            if r in col:
+                out[g, col[r]] = f * d[g, col[r]]
     return out

@@ -311,7 +311,7 @@ class Simulation:
             self.status.regular_runs.extend((took[regular] / np.where(alone > 0, alone, 1.0)).tolist())
         self.status.tasks_done += rows.size
         if self.config.learn:
-            self.preset.on_finished(gs, self.now - run.start[rows])
+            self.preset.on_finished(gs, self.now - run.start[rows], rows)
         run.drop(rows)
         # Completing a group never changes another group's done count: the complete ones are known now.
         groups = np.unique(gs)

@@ -48,7 +48,7 @@ class PackingPreset(Preset):
         self._history = np.full(spec.n_groups, np.nan)  # earlier runs of the job's recurring key, read at arrival
         self._job_key = [estimates.recurring_key("", name) for name in spec.j_name]
         self._peak = np.full(spec.g_demand.shape, np.nan)  # highest sustained use seen per group (use_estimates)
-        self._no_history = np.full(spec.g_demand.shape, np.nan)
+        self._recalled = np.full(spec.g_demand.shape, np.nan)  # earlier runs' use (RecurringHistory.use), at arrival
         self._declares_io = (spec.g_demand[:, spec.io_resources] > 0).any(axis=1)
         self._wake_version, self._seen_at = -1, np.zeros(0)
 
@@ -84,18 +84,24 @@ class PackingPreset(Preset):
                 peak = np.nan_to_num(self._peak, nan=-np.inf)
                 np.maximum.at(peak, run.group[rows], np.nan_to_num(seen[rows], nan=-np.inf))
                 self._peak = np.where(np.isfinite(peak), peak, np.nan)
-        ev = use_estimates.UseSeen(declared=v.spec.g_demand, peak=self._peak, history=self._no_history)
+        ev = use_estimates.UseSeen(declared=v.spec.g_demand, peak=self._peak, history=self._recalled)
         return use_estimates.estimate(ev, v.spec.io_resources, v.settings.estimates).demand
 
     # --- hooks ------------------------------------------------------------------------------------
 
     def on_job_arrived(self, j: int) -> None:
         spec = self.view.spec
+        history = self.decider.history
         for g in spec.j_groups[j]:
-            self._history[g] = self.decider.history.get(self._job_key[j], spec.g_name[g])
+            self._history[g] = history.get(self._job_key[j], spec.g_name[g])
+            if self._declares_io[g]:
+                self._recalled[g] = use_estimates.history_use(
+                    spec.g_demand[g][None, :], [history.use(self._job_key[j], spec.g_name[g])], spec.resources)[0]
 
-    def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None:
-        """What a cluster learns when tasks finish: their run times (estimates, classifier, history).
+    def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64],
+                    rows: NDArray[np.int64] | None = None) -> None:
+        """What a cluster learns when tasks finish: their run times (estimates, classifier, history) and, of the
+        ``rows`` (``View.running``) that were seen, their sustained disk and network use (the recurring history's).
 
         The decider learns each run of consecutive tasks of one group in one call. Splitting at every change of
         group, rather than gathering a group's tasks from the whole array, feeds the queue priors and the
@@ -116,6 +122,19 @@ class PackingPreset(Preset):
             j = int(spec.g_job[g])
             self.decider.observe_finished(features[g], ds[lo:hi], queue=spec.queue_names[spec.g_queue[g]],
                                           group=spec.g_name[g], recurring_key=self._job_key[j])
+        if rows is not None and self._declares_io[groups].any():
+            self._learn_use(groups, rows)
+
+    def _learn_use(self, groups: NDArray[np.int64], rows: NDArray[np.int64]) -> None:
+        """Each finished row's sustained use (``View.sustained_use``, as the node monitor showed it) into the
+        recurring history, in the order the rows finished (``policy.use_estimates.use_fractions``)."""
+        v = self.view
+        spec = v.spec
+        seen = v.sustained_use(v.settings.estimates.bandwidth_window_s)[rows]
+        for g, used in zip(groups.tolist(), seen, strict=True):
+            if self._declares_io[g]:
+                fractions = use_estimates.use_fractions(used, spec.g_demand[g], spec.resources, spec.io_resources)
+                self.decider.history.observe_use(self._job_key[int(spec.g_job[g])], spec.g_name[g], fractions)
 
     def _features(self, g: int) -> dict[str, str]:
         """OPERA Eq. 1 properties of a task of group ``g``: framework, app, stage, progress, demand."""
@@ -176,6 +195,7 @@ class PackingPreset(Preset):
         snap = snapshot.PassSnapshot(
             now=v.now, capacity=c.cap, regular_requests=c.reg_alloc, bandwidth=spec.io_resources,
             regular_bandwidth=use_estimates.reserved(run.group[regular], run.node[regular], demand, c.n),
+            bandwidth_fill=v.settings.estimates.bandwidth_fill,
             shapes=shapes, group_shape=group_shape, group_key=groups.tolist(),
             group_job=np.searchsorted(jobs, spec.g_job[groups]), group_queue=spec.g_queue[groups],
             releasable=releasable, remaining=remaining, intent=spec.j_opp[spec.g_job[groups]],

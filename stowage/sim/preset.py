@@ -102,7 +102,9 @@ class Preset:
         return math.inf
 
     def on_job_arrived(self, j: int) -> None: ...
-    def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64]) -> None: ...
+    def on_finished(self, groups: NDArray[np.int64], durations: NDArray[np.float64],
+                    rows: NDArray[np.int64] | None = None) -> None:
+        """Tasks finished: their groups, run times and (``rows``) their rows of ``View.running``, still there."""
 
     def schedule(self) -> None:
         """One pass: place what fits with ``self.view.place``."""

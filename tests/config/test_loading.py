@@ -83,6 +83,11 @@ def test_env_overrides_nest_on_double_underscores() -> None:
             id="zero-default-prior",
         ),
         pytest.param(
+            {"estimates": {"bandwidth_fill": 0}},
+            "estimates.bandwidth_fill: must be within (0.0, 10.0], got 0",
+            id="zero-bandwidth-fill",
+        ),
+        pytest.param(
             {"estimates": {"history_max_entries": 0}},
             "estimates.history_max_entries: must be a whole number within [1, 1000], got 0",
             id="zero-history-entries",

@@ -11,6 +11,7 @@ import pytest
 from stowage.extender.messages import REASONS
 from stowage.extender.snapshot import take
 
+from stowage.config import StowageSettings
 from stowage.kube.records import started_at
 from stowage.labels import LABEL_JOB, LABEL_TASK_GROUP
 from stowage.prom import index_peaks
@@ -171,3 +172,14 @@ def test_a_regular_pods_disk_is_packed_by_its_groups_estimated_use(
     assert body["NodeNames"] == (["d2"] if passes else [])
     if not passes:
         assert body["FailedNodes"]["d2"] == REASONS["bandwidth"]
+
+
+@pytest.mark.parametrize(("fill", "passes"), [(1.0, False), (1.6, True), (0.5, False)])
+def test_the_fill_threshold_is_the_dispatchers(make_world: WorldFactory, fill: float, passes: bool) -> None:
+    # Nothing seen: both count 80Mi/s on d2's 100Mi/s; estimates.bandwidth_fill 1.6 lets estimated use fill 160.
+    base = StowageSettings()
+    settings = dataclasses.replace(base, estimates=dataclasses.replace(base.estimates, bandwidth_fill=fill))
+    world = make_world(SMALL_DISK, pods=[_task_pod("etl-read-0", "d2")], settings=settings)
+    world.samples({"d2": {"usage": {"cpu": 1.0, "memory": GI, DISK: 20 * MI}}})
+    body = world.post("filter", extender_args(_task_pod("etl-read-1"), SMALL_DISK, cache=True)).json()
+    assert body["NodeNames"] == (["d2"] if passes else [])

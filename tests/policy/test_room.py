@@ -123,3 +123,10 @@ BANDWIDTH_CASES = [
 @pytest.mark.parametrize(("capacity", "declared", "expected"), BANDWIDTH_CASES)
 def test_bandwidth_room(capacity: float, declared: float, expected: float) -> None:
     assert room.bandwidth_room([[capacity]], [[declared]]).tolist() == [[expected]]
+
+
+@pytest.mark.parametrize(("fill", "expected"), [(1.0, 70.0), (1.25, 95.0), (0.8, 50.0), (0.2, 0.0)])
+def test_bandwidth_room_fills_the_fraction_of_capacity_the_setting_says(fill: float, expected: float) -> None:
+    # estimates.bandwidth_fill: 30 reserved of 100
+    assert room.bandwidth_room([[100.0]], [[30.0]], fill).tolist() == [[pytest.approx(expected)]]
+    assert room.bandwidth_room([[NAN]], [[0.0]], fill).tolist() == [[0.0]], "unknown capacity stays nothing"

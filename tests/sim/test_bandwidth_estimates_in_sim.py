@@ -7,11 +7,15 @@ then its group is packed by its sustained use × ``estimates.bandwidth_margin`` 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from stowage.config import StowageSettings
 from stowage.sim import presets
 from stowage.sim.engine import SimConfig, Simulation
+from stowage.sim.workload import Workload
 from tests.sim.kit import FLAT, group, job, nodes, workload
 
 
@@ -46,3 +50,30 @@ def test_sustained_use_is_what_a_task_used_never_before_a_window() -> None:
     first = int(np.argmin(view.running.start))
     assert view.sustained_use(30.0)[first, disk] == pytest.approx(20.0)
     assert np.isnan(view.sustained_use(view.now + 1.0)[first]).all()
+
+
+def _log(wl: Workload, settings: StowageSettings | None = None) -> list[tuple[float, str]]:
+    config = SimConfig(usage=FLAT, trace=True, settings=settings or StowageSettings())
+    sim = Simulation(wl, presets.make("stowage-regular"), config, 0)
+    sim.run()
+    assert sim.log is not None
+    return [(t, str(rest)) for t, *rest in sim.log]
+
+
+def test_a_recurring_jobs_next_run_is_packed_by_what_the_last_one_used() -> None:
+    # etl-1 and etl-2 are runs of one recurring job ("etl"): the second run's tasks start together, at once,
+    # by the first run's use (20 of 80: 25 each), not one at a time until their own use is seen.
+    wl = workload(nodes(1, cpu=8.0), [job("etl-1", 0.0, group("read", 2, 200.0, usage=0.25, disk=80.0)),
+                                      job("etl-2", 500.0, group("read", 2, 200.0, usage=0.25, disk=80.0))])
+    starts = [t for t, _ in _log(wl)]
+    assert starts[:1] == [0.0] and 30.0 <= starts[1] < 200.0
+    assert starts[2:] == [500.0, 500.0]
+
+
+@pytest.mark.parametrize(("fill", "second"), [(1.0, 200.0), (2.0, 0.0)])
+def test_the_fill_threshold_packs_estimated_use_past_the_declared_fit(fill: float, second: float) -> None:
+    # Two tasks that use all of their 80 on a disk of 100: by 1.0 one at a time; by 2.0 both (160 ≤ 200).
+    base = StowageSettings()
+    settings = dataclasses.replace(base, estimates=dataclasses.replace(base.estimates, bandwidth_fill=fill))
+    wl = workload(nodes(1, cpu=8.0), [job("etl", 0.0, group("read", 2, 200.0, usage=1.0, disk=80.0))])
+    assert [t for t, _ in _log(wl, settings)] == [0.0, pytest.approx(second)]

@@ -62,9 +62,9 @@ def _run(w: Any, preset: str, config: SimConfig, seed: int) -> dict[str, Any]:
     finished: list[Any] = []
     inner = sim.preset.on_finished
 
-    def on_finished(groups: np.ndarray, durations: np.ndarray) -> None:
+    def on_finished(groups: np.ndarray, durations: np.ndarray, rows: np.ndarray | None = None) -> None:
         finished.append((groups.dtype.str, groups.tobytes(), durations.dtype.str, durations.tobytes()))
-        inner(groups, durations)
+        inner(groups, durations, rows)
 
     sim.preset.on_finished = on_finished  # type: ignore[method-assign]
     result = sim.run()
